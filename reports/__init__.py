@@ -1,0 +1,1 @@
+"""Build, verify, time, IR dumps, tables and charts. Reads the registry in ``schedules``."""

@@ -1,0 +1,58 @@
+"""Baselines timed in the same harness as the schedules: NumPy and PyTorch on the CPU, PyTorch on
+CUDA (cuBLAS, TF32 off), and TVM's own default GPU rules (``s_tir.dlight``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .measure import CudaHarness, bench_cpu
+
+BASELINES = {
+    "numpy_cpu": "NumPy on the CPU (its BLAS)",
+    "torch_cpu": "PyTorch on the CPU",
+    "cublas": "PyTorch on CUDA: cuBLAS, TF32 off",
+    "tvm_dlight": "TVM's default GPU rules (s_tir.dlight), a fair TVM baseline",
+}
+GPU_BASELINES = ("cublas", "tvm_dlight")
+
+
+def dlight_module(workload, target):
+    import tvm
+    from tvm.s_tir import dlight as dl
+
+    mod = tvm.IRModule({"main": workload.prim_func()})
+    with target:
+        return dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+                                       dl.gpu.Fallback())(mod)
+
+
+def run_cpu_baseline(name, workload, inputs):
+    """Returns (output, Timing) for a CPU library baseline."""
+    if name == "numpy_cpu":
+        a, b = inputs
+        out = np.empty(workload.arg_shapes()[-1][0], dtype=np.float32)
+        fn = lambda: np.matmul(a, b, out=out)  # noqa: E731
+    elif name == "torch_cpu":
+        import torch
+
+        a, b = (torch.from_numpy(x) for x in inputs)
+        out_t = torch.empty(workload.arg_shapes()[-1][0], dtype=torch.float32)
+        fn = (lambda: torch.matmul(a, b, out=out_t)) if workload.kind == "gemm" else \
+             (lambda: torch.mv(a, b, out=out_t))
+        out = out_t.numpy()
+    else:
+        raise ValueError(f"unknown CPU baseline {name!r}")
+    fn()
+    result = out.copy()
+    return result, bench_cpu(fn)
+
+
+def cublas_call(harness: CudaHarness, workload, bufs):
+    """A closure that runs the cuBLAS product on device buffers ``bufs = [a, b, out]``."""
+    torch = harness.torch
+    if torch is None:
+        raise RuntimeError("cuBLAS baseline needs torch with CUDA")
+    a, b, out = bufs
+    if workload.kind == "gemm":
+        return lambda: torch.matmul(a, b, out=out)
+    return lambda: torch.mv(a, b, out=out)

@@ -1,0 +1,210 @@
+"""Build a schedule for CUDA and collect what each stage looks like: the scheduled TIR, the lowered
+TIR (with launch_thread, like the classic ``tvm.lower``), the CUDA source, the PTX and the
+compiler's resource report (registers, shared memory, spills).
+
+Without an NVIDIA driver ``tvm.compile`` keeps the CUDA source and compiles nothing, so the PTX and
+the report come from calling nvcc/ptxas here on that source; with a driver TVM calls our compile
+hook, which does the same and hands the cubin to TVM.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+
+import tvm
+import tvm_ffi
+from tvm.support import nvcc
+
+DEFAULT_ARCH = "sm_90"
+
+
+def _cuda_home() -> str:
+    home = os.environ.get("CUDA_PATH") or os.environ.get("CUDA_HOME")
+    if home and os.path.isdir(home):
+        return home
+    for candidate in ("/usr/local/cuda",):
+        if os.path.isdir(candidate):
+            return candidate
+    found = shutil.which("nvcc")
+    return os.path.dirname(os.path.dirname(os.path.realpath(found))) if found else ""
+
+
+def setup_cuda_env():
+    """TVM's nvcc mode (no cuda-bindings needed) and a real toolkit root (the ``nvcc`` on PATH may
+    be a wrapper script, from which TVM would guess the wrong root)."""
+    os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
+    home = _cuda_home()
+    if home:
+        os.environ.setdefault("CUDA_PATH", home)
+        bin_dir = os.path.join(home, "bin")
+        if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = os.environ.get("PATH", "") + os.pathsep + bin_dir
+
+
+def cuda_available() -> bool:
+    try:
+        return bool(tvm.runtime.enabled("cuda") and tvm.cuda(0).exist)
+    except Exception:  # noqa: BLE001 - no driver, no runtime: no GPU
+        return False
+
+
+def device_arch() -> str:
+    """sm_XY of GPU 0, or the default when there is none."""
+    if cuda_available():
+        return "sm_" + tvm.cuda(0).compute_version.replace(".", "")
+    return DEFAULT_ARCH
+
+
+def cuda_target(arch: str | None = None) -> tvm.target.Target:
+    return tvm.target.Target({
+        "kind": "cuda", "arch": arch or device_arch(), "max_shared_memory_per_block": 49152,
+        "max_threads_per_block": 1024, "thread_warp_size": 32, "registers_per_block": 65536,
+        "host": {"kind": "llvm"}})
+
+
+@dataclass
+class KernelReport:
+    """ptxas's report for one kernel."""
+
+    name: str
+    registers: int = 0
+    shared_bytes: int = 0
+    stack_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    barriers: int = 0
+
+    @property
+    def spills(self) -> int:
+        return self.spill_store_bytes + self.spill_load_bytes
+
+
+def parse_ptxas(text: str) -> list[KernelReport]:
+    kernels: list[KernelReport] = []
+    cur = None
+    for line in text.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line) or \
+            re.search(r"Function properties for (\S+)", line)
+        if m:
+            if cur is None or cur.name != m.group(1):
+                cur = next((k for k in kernels if k.name == m.group(1)), None)
+                if cur is None:
+                    cur = KernelReport(m.group(1))
+                    kernels.append(cur)
+            continue
+        if cur is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            cur.stack_bytes, cur.spill_store_bytes, cur.spill_load_bytes = map(int, m.groups())
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            cur.registers = int(m.group(1))
+            b = re.search(r"used (\d+) barriers", line)
+            s = re.search(r"(\d+) bytes smem", line)
+            cur.barriers = int(b.group(1)) if b else 0
+            cur.shared_bytes = int(s.group(1)) if s else 0
+    return kernels
+
+
+@dataclass
+class DeviceCode:
+    cuda: str
+    ptx: str
+    cubin: bytes
+    ptxas_log: str
+    kernels: list[KernelReport]
+
+
+def compile_cuda_source(code: str, arch: str) -> DeviceCode:
+    """CUDA source → PTX (nvcc, through TVM's own helper, with TVM's flags) → cubin (ptxas -v)."""
+    setup_cuda_env()
+    with tvm.target.Target({"kind": "cuda", "arch": arch}):
+        ptx = nvcc.compile_cuda(code, target_format="ptx", arch=arch, compiler="nvcc")
+    ptx_text = ptx.decode() if isinstance(ptx, (bytes, bytearray)) else str(ptx)
+    ptxas = os.path.join(_cuda_home(), "bin", "ptxas")
+    ptxas = ptxas if os.path.exists(ptxas) else "ptxas"
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(src, "w") as f:
+            f.write(ptx_text)
+        proc = subprocess.run([ptxas, "-v", "-O3", f"--gpu-name={arch}", "-o", out, src],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"ptxas failed: {proc.stderr.strip()[-2000:]}")
+        with open(out, "rb") as f:
+            cubin = f.read()
+    log = proc.stdout + proc.stderr
+    return DeviceCode(code, ptx_text, cubin, log, parse_ptxas(log))
+
+
+class _CompileHook:
+    """Replaces TVM's ``tvm_callback_cuda_compile`` so that every CUDA compile also yields the PTX
+    and the resource report (TVM's own hook discards ptxas's output)."""
+
+    def __init__(self):
+        self.arch = DEFAULT_ARCH
+        self.last: DeviceCode | None = None
+
+    def __call__(self, code):
+        self.last = compile_cuda_source(code, self.arch)
+        return bytearray(self.last.cubin)
+
+
+_HOOK = _CompileHook()
+tvm_ffi.register_global_func("tvm_callback_cuda_compile", _HOOK, override=True)
+
+
+@dataclass
+class Built:
+    executable: object
+    scheduled: str
+    lowered: str
+    device: DeviceCode
+    launch: dict = field(default_factory=dict)
+
+    @property
+    def kernel(self) -> KernelReport:
+        """The report of the main (largest) kernel."""
+        return max(self.device.kernels, key=lambda k: (k.registers, k.shared_bytes))
+
+
+@tvm.instrument.pass_instrument
+class _CaptureLowered:
+    def __init__(self):
+        self.text = None
+
+    def run_before_pass(self, mod, info):
+        if info.name == "tirx.SplitHostDevice" and self.text is None:
+            self.text = mod.script()  # now: the module is mutated in place later
+
+
+def build(sch, target: tvm.target.Target | None = None, async_copy: bool = False) -> Built:
+    """Compile a schedule for CUDA, keeping every stage's text and the compiler's report."""
+    setup_cuda_env()
+    target = target or cuda_target()
+    _HOOK.arch = str(target.arch)
+    _HOOK.last = None
+    capture = _CaptureLowered()
+    config = {"tirx.use_async_copy": True} if async_copy else {}
+    with tvm.transform.PassContext(opt_level=3, config=config, instruments=[capture]), target:
+        ex = tvm.compile(sch.mod, target=target)
+    device = _HOOK.last
+    if device is None:  # no driver: TVM kept the source; compile it ourselves
+        source = ex.mod.imports[0].inspect_source()
+        device = compile_cuda_source(source, _HOOK.arch)
+    launch = launch_extents(capture.text or "")
+    return Built(ex, sch.mod.script(), capture.text or "", device, launch)
+
+
+def launch_extents(lowered: str) -> dict:
+    """Thread and block extents from the lowered TIR's launch_thread statements."""
+    found = {}
+    for tag, extent in re.findall(r'launch_thread\("((?:blockIdx|threadIdx|vthread)\.[xyz])",\s*(\d+)\)', lowered):
+        found[tag] = int(extent)
+    return found

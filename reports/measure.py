@@ -1,0 +1,161 @@
+"""Check and time kernels on the GPU, one harness for TVM kernels and the library baselines.
+
+Timing: warm-up, then many runs each timed by a pair of CUDA events, the L2 cache flushed before
+each run (a 256 MiB write), and the median reported; where torch is missing, TVM's
+``time_evaluator`` (median of repeats, no flush) is the fallback, and the result says so.
+Correctness: fresh random inputs in [-1, 1), the output poisoned with NaN before the run, and
+‖out − ref‖ / ‖ref‖ against a float64 NumPy reference; a NaN left anywhere fails the check.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+FLUSH_BYTES = 256 << 20
+
+
+def have_torch_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    reps: int
+    method: str
+
+    def to_dict(self):
+        return asdict(self)
+
+
+def random_inputs(workload, rng=None):
+    """Fresh random inputs for a workload (a new seed every call unless ``rng`` is given)."""
+    rng = rng or np.random.default_rng()
+    return [rng.uniform(-1, 1, size=shape).astype(dtype) for shape, dtype in workload.arg_shapes()[:-1]]
+
+
+def reference(workload, inputs):
+    a, b = (x.astype(np.float64) for x in inputs)
+    return a @ b
+
+
+def rel_error(out, ref) -> float:
+    out = np.asarray(out, dtype=np.float64)
+    if not np.all(np.isfinite(out)):
+        return float("nan")
+    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), np.finfo(float).tiny))
+
+
+class CudaHarness:
+    """Device buffers and an event timer. Uses torch (DLPack views for TVM) when it is there."""
+
+    def __init__(self, flush: bool = True):
+        import tvm
+
+        self.tvm = tvm
+        self.dev = tvm.cuda(0)
+        self.torch = None
+        if have_torch_cuda():
+            import torch
+
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+            self.torch = torch
+            self.cache = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if flush else None
+
+    # buffers ----------------------------------------------------------------------------------
+    def to_device(self, array):
+        if self.torch is not None:
+            return self.torch.from_numpy(np.ascontiguousarray(array)).to("cuda")
+        return self.tvm.runtime.tensor(array, self.dev)
+
+    def empty(self, shape, dtype):
+        if self.torch is not None:
+            return self.torch.empty(shape, dtype=getattr(self.torch, dtype), device="cuda")
+        return self.tvm.runtime.empty(shape, dtype, self.dev)
+
+    def poison(self, buf):
+        if self.torch is not None:
+            buf.fill_(float("nan"))
+        else:
+            buf.copyfrom(np.full(buf.shape, np.nan, dtype=buf.dtype))
+
+    def tvm_view(self, buf):
+        return self.tvm.runtime.from_dlpack(buf) if self.torch is not None else buf
+
+    def to_numpy(self, buf):
+        self.sync()
+        return buf.cpu().numpy() if self.torch is not None else buf.numpy()
+
+    def sync(self):
+        if self.torch is not None:
+            self.torch.cuda.synchronize()
+        else:
+            self.dev.sync()
+
+    # timing -----------------------------------------------------------------------------------
+    def bench(self, fn, budget_s: float = 0.4, min_reps: int = 10, max_reps: int = 200,
+              tvm_module=None, tvm_args=None) -> Timing:
+        if self.torch is None:
+            return self._bench_tvm(tvm_module, tvm_args, budget_s)
+        torch = self.torch
+        fn()
+        self.sync()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(3):
+            fn()
+        end.record()
+        self.sync()
+        estimate_ms = max(start.elapsed_time(end) / 3, 1e-3)
+        for _ in range(min(25, max(1, int(20 / estimate_ms)))):  # warm-up: ~20 ms of runs
+            fn()
+        reps = int(min(max_reps, max(min_reps, budget_s * 1e3 / (estimate_ms + 0.05))))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for s, e in zip(starts, ends):
+            if self.cache is not None:
+                self.cache.zero_()
+            s.record()
+            fn()
+            e.record()
+        self.sync()
+        times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        method = "cuda events, L2 flushed before each run" if self.cache is not None else "cuda events"
+        return Timing(statistics.median(times), min(times), max(times), reps, method)
+
+    def _bench_tvm(self, module, args, budget_s) -> Timing:
+        if module is None:
+            raise RuntimeError("timing a non-TVM function needs torch")
+        f = module.time_evaluator("main", self.dev, number=1, repeat=3, min_repeat_ms=0)
+        once = f(*args).median
+        number = max(1, int(0.01 / max(once, 1e-7)))
+        repeat = int(min(200, max(10, budget_s / max(once * number, 1e-7))))
+        r = module.time_evaluator("main", self.dev, number=number, repeat=repeat, min_repeat_ms=0)(*args)
+        times = [t * 1e3 for t in r.results]
+        return Timing(statistics.median(times), min(times), max(times), repeat,
+                      f"tvm time_evaluator, {number} runs per repeat, no L2 flush")
+
+
+def bench_cpu(fn, budget_s: float = 0.5, min_reps: int = 3, max_reps: int = 50) -> Timing:
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    estimate = max(time.perf_counter() - t0, 1e-6)
+    reps = int(min(max_reps, max(min_reps, budget_s / estimate)))
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return Timing(statistics.median(times), min(times), max(times), reps, "host clock")

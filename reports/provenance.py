@@ -1,0 +1,45 @@
+"""Where a figure came from: GPU, TVM version, git commit, date."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+import subprocess
+
+
+def git_commit(path: str | None = None) -> str:
+    path = path or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=path, capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return os.environ.get("SCHEDLAB_COMMIT", "unknown")
+    if not commit:
+        return os.environ.get("SCHEDLAB_COMMIT", "unknown")
+    return commit + ("+dirty" if dirty else "")
+
+
+def gpu_name() -> str | None:
+    try:
+        import tvm
+
+        dev = tvm.cuda(0)
+        return dev.device_name if dev.exist else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "unknown"
+
+
+def provenance() -> dict:
+    import tvm
+
+    return {"gpu": gpu_name() or "no GPU", "tvm": tvm.__version__, "commit": git_commit(),
+            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "host": platform.node(), "python": platform.python_version()}

@@ -1,0 +1,116 @@
+"""``schedlab run``: every schedule and baseline on every workload, each in its own process with a
+time limit; then the results files, the table and the charts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from schedules import all_schedules, get, parse_workload
+
+from . import charts, tables
+from .baselines import BASELINES, GPU_BASELINES
+from .build import cuda_available, device_arch
+from .progress import Progress
+from .provenance import provenance
+
+DEFAULT_WORKLOADS = ("gemm:1024x512x2048", "gemv:16384x16", "gemv:16384x32", "gemv:16384x128")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_isolated(job: dict, timeout: float) -> dict:
+    """Run one job in a fresh Python process. A crash, a fault, a hang or a wrong answer becomes
+    this job's error row."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    base = {"workload": job["workload"], "name": job["name"]}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "reports.worker"], input=json.dumps(job), env=env,
+                              capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {**base, "status": "error", "error": f"timed out after {timeout:g} s (hang?)"}
+    for line in reversed(proc.stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                break
+    tail = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
+    hint = next((ln for ln in reversed(tail) if "CUDA" in ln or "illegal" in ln.lower()), tail[-1] if tail else "")
+    return {**base, "status": "error",
+            "error": f"process died (exit {proc.returncode}): {hint.strip()[:300]}",
+            "stderr": "\n".join(tail[-40:])}
+
+
+def plan(workloads, schedule_names=None, baseline_names=None, params=None, gpu=True):
+    """The jobs of a run: for each workload, its schedules (all of its kind by default) and baselines."""
+    jobs = []
+    for text in workloads:
+        wl = parse_workload(text)
+        specs = ([get(n) for n in schedule_names if get(n).kind == wl.kind] if schedule_names
+                 else all_schedules(wl.kind))
+        for spec in specs:
+            jobs.append({"workload": str(wl), "name": spec.name, "params": (params or {}).get(spec.name, {})})
+        names = list(BASELINES) if baseline_names is None else list(baseline_names)
+        for name in names:
+            if name not in BASELINES:
+                raise ValueError(f"unknown baseline {name!r} (known: {', '.join(BASELINES)})")
+            if name in GPU_BASELINES and name != "tvm_dlight" and not gpu:
+                continue
+            jobs.append({"workload": str(wl), "name": name})
+    return jobs
+
+
+def run(workloads=DEFAULT_WORKLOADS, schedule_names=None, baseline_names=None, out_dir="out/run",
+        timeout=300.0, params=None, progress=True, results_dir=None):
+    """The main job. Returns the results dict it wrote to ``out_dir/results.json``."""
+    for text in workloads:  # bad input fails before anything is built
+        parse_workload(text)
+    for n in schedule_names or ():
+        get(n)
+    gpu = cuda_available()
+    arch = device_arch()
+    os.makedirs(out_dir, exist_ok=True)
+    jobs = plan(workloads, schedule_names, baseline_names, params, gpu)
+    if gpu:
+        jobs.insert(0, {"workload": str(parse_workload(workloads[0])), "name": "ceilings"})
+    bar = Progress(len(jobs), "schedlab run") if progress else None
+    rows, ceilings = [], {}
+    for job in jobs:
+        job.update(gpu=gpu, arch=arch, out_dir=out_dir)
+        row = run_isolated(job, timeout)
+        if job["name"] == "ceilings":
+            ceilings = {k: v for k, v in row.items() if k not in ("workload", "kind", "name")}
+        else:
+            rows.append(row)
+        if bar:
+            status = row.get("status")
+            detail = f"{row.get('time_ms', 0):.4g} ms" if status == "ok" and "time_ms" in row else status
+            bar.update(f"{job['name']} on {job['workload']}: {detail}")
+    prov = provenance()
+    if ceilings.get("gpu"):
+        prov["gpu"] = ceilings["gpu"]
+    results = {"provenance": prov, "arch": arch, "gpu": gpu, "ceilings": ceilings,
+               "rows": tables.derive(rows)}
+    write_results(results, out_dir)
+    if results_dir:
+        write_results(results, results_dir, ir=False)
+    return results
+
+
+def write_results(results: dict, out_dir: str, ir: bool = True):
+    """results.json, results.csv, table.md and the charts (IR files are written by the workers)."""
+    os.makedirs(out_dir, exist_ok=True)
+    rows = results["rows"]
+    if not ir:
+        rows = [{k: v for k, v in r.items() if k not in ("files", "traceback", "stderr")} for r in rows]
+        results = {**results, "rows": rows}
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump(results, f, indent=1, default=float)
+    tables.to_csv(rows, os.path.join(out_dir, "results.csv"))
+    with open(os.path.join(out_dir, "table.md"), "w") as f:
+        f.write(tables.markdown(results))
+    charts.time_chart(results, os.path.join(out_dir, "time_per_step.png"))
+    charts.roofline_chart(results, os.path.join(out_dir, "roofline.png"))

@@ -1,0 +1,100 @@
+"""Schedule steps shared by several optimization steps: tiling and binding, cooperative fetch,
+register accumulators. Each helper is one named move of the classic write-ups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir
+
+
+@dataclass(frozen=True)
+class GpuLimits:
+    """What one thread block may use. Defaults are those of every CUDA GPU since Volta at the
+    default (non-opt-in) shared-memory carve-out."""
+
+    max_threads_per_block: int = 1024
+    max_shared_bytes: int = 48 * 1024
+    max_grid_y: int = 65535
+    max_grid_z: int = 65535
+    max_grid_x: int = 2**31 - 1
+    warp_size: int = 32
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def new_schedule(func) -> s_tir.Schedule:
+    return s_tir.Schedule(func)
+
+
+def tile_and_bind_2d(sch, block, tile_m, tile_n, *, rows_on="y", inner_split=None):
+    """Split the two spatial loops of ``block`` into block tiles of ``tile_m × tile_n``, bind the
+    tile index to blockIdx and the position inside it to threadIdx.
+
+    ``rows_on="y"`` puts rows on threadIdx.y and columns on threadIdx.x, so consecutive threads of a
+    warp touch consecutive columns (coalesced); ``rows_on="x"`` is the uncoalesced mapping.
+    Returns ``(bi, bj, ti, tj, k)``.
+    """
+    i, j, k = sch.get_loops(block)
+    bi, ti = sch.split(i, [None, tile_m])
+    bj, tj = sch.split(j, [None, tile_n])
+    sch.reorder(bi, bj, ti, tj, k)
+    sch.bind(bi, "blockIdx.y")
+    sch.bind(bj, "blockIdx.x")
+    if rows_on == "y":
+        sch.bind(ti, "threadIdx.y")
+        sch.bind(tj, "threadIdx.x")
+    else:
+        sch.bind(ti, "threadIdx.x")
+        sch.bind(tj, "threadIdx.y")
+    return bi, bj, ti, tj, k
+
+
+def cooperative_fetch(sch, copy_block, threads, vector=1):
+    """All threads of the block copy a tile together: fuse the copy loops, split them over
+    ``threads = (threads_y, threads_x)`` (and a vector lane), bind. Non-divisible extents become
+    predicates, so any tile size works."""
+    loops = sch.get_loops(copy_block)
+    fused = sch.fuse(*loops[-2:])
+    ty, tx = threads
+    if vector > 1:
+        _, y, x, v = sch.split(fused, [None, ty, tx, vector])
+        sch.vectorize(v)
+    else:
+        _, y, x = sch.split(fused, [None, ty, tx])
+    sch.bind(y, "threadIdx.y")
+    sch.bind(x, "threadIdx.x")
+
+
+def shared_tiles(sch, block, at_loop, threads, vector=1):
+    """Stage the A and B tiles that ``block`` reads into shared memory at ``at_loop`` (the K-outer
+    loop), fetched cooperatively. Returns the two copy blocks."""
+    copies = []
+    for index in (0, 1):
+        cache = sch.cache_read(block, index, "shared")
+        sch.compute_at(cache, at_loop, preserve_unit_loops=True)
+        cooperative_fetch(sch, cache, threads, vector)
+        copies.append(cache)
+    return copies
+
+
+def register_accumulator(sch, block, at_loop):
+    """Accumulate the block's output in registers (a ``local`` cache) and write it back once,
+    after the reduction, at ``at_loop``. Returns the write-back block."""
+    write_back = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(write_back, at_loop, preserve_unit_loops=True)
+    return write_back
+
+
+def inline_padding(sch):
+    """Fold the copies ``pad_einsum`` made (A_pad, B_pad: zero-filled reads; C_pad: a guarded
+    store) into their neighbours. Shapes that are already tile multiples have no such blocks."""
+    for name, inline in (("A_pad", sch.compute_inline), ("B_pad", sch.compute_inline),
+                         ("C_pad", sch.reverse_compute_inline)):
+        try:
+            block = sch.get_sblock(name)
+        except s_tir.ScheduleError:
+            continue
+        inline(block)

@@ -1,0 +1,133 @@
+"""The registry every part of the lab reads: the CLI, the tests, the reports and the tuner.
+
+A schedule is registered with its optimization step number, the workload kind it applies to, its
+configuration dataclass (parameters with the classic write-ups' defaults) and its builder
+``fn(workload, config) -> tvm.s_tir.Schedule``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .common import GpuLimits
+from .errors import ScheduleParamError
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The launch a configuration implies for a workload, checked against GpuLimits before any
+    build. ``threads_from``/``shared_from`` say which parameters set the figures, for error text."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0
+    threads_from: str = "threads"
+    shared_from: str = "tiles"
+
+    @property
+    def threads(self) -> int:
+        x, y, z = self.block
+        return x * y * z
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    name: str
+    kind: str  # "gemm" | "gemv"
+    step: int
+    builder: Callable
+    config_cls: type
+    aliases: tuple[str, ...] = ()
+    tags: tuple[str, ...] = field(default=())
+
+    @property
+    def summary(self) -> str:
+        doc = inspect.getdoc(self.builder) or ""
+        return " ".join(doc.split("\n\n")[0].split())
+
+    @property
+    def doc(self) -> str:
+        return inspect.getdoc(self.builder) or ""
+
+    def config(self, **overrides):
+        """The step's configuration: its defaults with ``overrides`` applied (names checked)."""
+        names = {f.name for f in dataclasses.fields(self.config_cls)}
+        for key in overrides:
+            if key not in names:
+                raise ScheduleParamError(
+                    f"{self.name}: unknown parameter {key!r} (parameters: {', '.join(sorted(names)) or 'none'})")
+        return self.config_cls(**overrides)
+
+    def validate(self, workload, cfg=None, limits: GpuLimits = GpuLimits()):
+        """Raise ScheduleParamError, naming the parameter, if ``cfg`` cannot run ``workload``."""
+        cfg = cfg if cfg is not None else self.config()
+        if workload.kind != self.kind:
+            raise ScheduleParamError(f"schedule {self.name} is for {self.kind}, not {workload.kind} ({workload})")
+        for f in dataclasses.fields(cfg):
+            value = getattr(cfg, f.name)
+            if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
+                raise ScheduleParamError(f"{self.name}: {f.name} must be positive, got {value}")
+        check = getattr(cfg, "check", None)
+        if check is not None:
+            check(workload)
+        launch = cfg.launch(workload)
+        if launch.threads > limits.max_threads_per_block:
+            raise ScheduleParamError(
+                f"{self.name}: {launch.threads_from} = {launch.threads} threads per block exceeds the "
+                f"limit of {limits.max_threads_per_block}")
+        if launch.shared_bytes > limits.max_shared_bytes:
+            raise ScheduleParamError(
+                f"{self.name}: {launch.shared_from} need {launch.shared_bytes} bytes of shared memory per "
+                f"block, more than the target allows ({limits.max_shared_bytes})")
+        for axis, extent, lim in zip("xyz", launch.grid,
+                                     (limits.max_grid_x, limits.max_grid_y, limits.max_grid_z)):
+            if extent > lim:
+                raise ScheduleParamError(
+                    f"{self.name}: grid {axis} = {extent} blocks for {workload} exceeds the limit of {lim}")
+        return launch
+
+    def build(self, workload, cfg=None, limits: GpuLimits = GpuLimits(), **overrides):
+        """Validate, then return the scheduled ``tvm.s_tir.Schedule``."""
+        cfg = cfg if cfg is not None else self.config(**overrides)
+        self.validate(workload, cfg, limits)
+        return self.builder(workload, cfg)
+
+
+_REGISTRY: dict[str, ScheduleSpec] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def register(name: str, kind: str, step: int, config: type, aliases=(), tags=()):
+    """Decorator: add a builder to the registry."""
+
+    def wrap(fn):
+        if name in _REGISTRY or name in _ALIASES:
+            raise RuntimeError(f"schedule {name} registered twice")
+        _REGISTRY[name] = ScheduleSpec(name, kind, step, fn, config, tuple(aliases), tuple(tags))
+        for alias in aliases:
+            _ALIASES[alias] = name
+        return fn
+
+    return wrap
+
+
+def get(name: str) -> ScheduleSpec:
+    key = _ALIASES.get(name, name)
+    if key not in _REGISTRY:
+        raise ScheduleParamError(
+            f"unknown schedule {name!r} (known: {', '.join(s.name for s in all_schedules())})")
+    return _REGISTRY[key]
+
+
+def all_schedules(kind: str | None = None, tag: str | None = None) -> list[ScheduleSpec]:
+    specs = sorted(_REGISTRY.values(), key=lambda s: (s.kind, s.step, s.name))
+    return [s for s in specs if (kind is None or s.kind == kind) and (tag is None or tag in s.tags)]
+
+
+def register_spec(spec: ScheduleSpec):
+    """Add a ready-made spec (the tuner registers tuned schedules this way)."""
+    _REGISTRY[spec.name] = spec
+    return spec
