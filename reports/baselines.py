@@ -16,6 +16,18 @@ BASELINES = {
 GPU_BASELINES = ("cublas", "tvm_dlight")
 
 
+class Unavailable(RuntimeError):
+    """A baseline this machine cannot run (a missing optional package): not a failure."""
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise Unavailable("torch is not installed") from None
+    return torch
+
+
 def dlight_module(workload, target):
     import tvm
     from tvm.s_tir import dlight as dl
@@ -33,7 +45,7 @@ def run_cpu_baseline(name, workload, inputs):
         out = np.empty(workload.arg_shapes()[-1][0], dtype=np.float32)
         fn = lambda: np.matmul(a, b, out=out)  # noqa: E731
     elif name == "torch_cpu":
-        import torch
+        torch = _torch()
 
         a, b = (torch.from_numpy(x) for x in inputs)
         out_t = torch.empty(workload.arg_shapes()[-1][0], dtype=torch.float32)
@@ -51,7 +63,7 @@ def cublas_call(harness: CudaHarness, workload, bufs):
     """A closure that runs the cuBLAS product on device buffers ``bufs = [a, b, out]``."""
     torch = harness.torch
     if torch is None:
-        raise RuntimeError("cuBLAS baseline needs torch with CUDA")
+        raise Unavailable("the cuBLAS baseline needs torch with CUDA")
     a, b, out = bufs
     if workload.kind == "gemm":
         return lambda: torch.matmul(a, b, out=out)

@@ -185,7 +185,9 @@ class _CaptureLowered:
 
 
 def build(sch, target: tvm.target.Target | None = None, async_copy: bool = False) -> Built:
-    """Compile a schedule for CUDA, keeping every stage's text and the compiler's report."""
+    """Compile a schedule (or a scheduled IRModule) for CUDA, keeping every stage's text and the
+    compiler's report."""
+    mod = getattr(sch, "mod", sch)
     setup_cuda_env()
     target = target or cuda_target()
     _HOOK.arch = str(target.arch)
@@ -193,13 +195,13 @@ def build(sch, target: tvm.target.Target | None = None, async_copy: bool = False
     capture = _CaptureLowered()
     config = {"tirx.use_async_copy": True} if async_copy else {}
     with tvm.transform.PassContext(opt_level=3, config=config, instruments=[capture]), target:
-        ex = tvm.compile(sch.mod, target=target)
+        ex = tvm.compile(mod, target=target)
     device = _HOOK.last
     if device is None:  # no driver: TVM kept the source; compile it ourselves
         source = ex.mod.imports[0].inspect_source()
         device = compile_cuda_source(source, _HOOK.arch)
     launch = launch_extents(capture.text or "")
-    return Built(ex, sch.mod.script(), capture.text or "", device, launch)
+    return Built(ex, mod.script(), capture.text or "", device, launch)
 
 
 def launch_extents(lowered: str) -> dict:

@@ -94,6 +94,8 @@ def markdown(results: dict) -> str:
                 thr = _num(r.get("tflops") if wl.kind == "gemm" else r.get("gbps"), ".3g")
             elif status == "no-gpu":
                 t = thr = "no GPU"
+            elif status == "unavailable":
+                t, thr = "n/a", r.get("error", "")
             else:
                 t, thr = f"**{status}**", ""
             lines.append("| " + " | ".join([
@@ -103,7 +105,7 @@ def markdown(results: dict) -> str:
                 str(r.get("threads_per_block", "")), str(r.get("registers", "")),
                 str(r.get("shared_bytes", "")), str(r.get("spill_bytes", "")), _params(r)]) + " |")
         lines.append("")
-    errors = [r for r in results["rows"] if r.get("status") not in ("ok", "no-gpu")]
+    errors = [r for r in results["rows"] if r.get("status") not in ("ok", "no-gpu", "unavailable")]
     if errors:
         lines += ["### Errors", ""] + [f"- `{r['name']}` on {r['workload']}: {r.get('error', '')}" for r in errors]
         lines.append("")

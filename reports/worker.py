@@ -154,6 +154,13 @@ def main():
     try:
         row = run_job(job)
     except Exception as e:  # noqa: BLE001 - a build or run failure is this row's error
+        from .baselines import Unavailable
+
+        if isinstance(e, Unavailable):
+            row = {"workload": job["workload"], "name": job["name"], "role": "baseline",
+                   "status": "unavailable", "error": str(e)}
+            sys.stdout.write("\n" + json.dumps(row) + "\n")
+            return
         from schedules import ScheduleParamError
 
         msg = str(e).strip().splitlines()
