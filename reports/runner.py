@@ -20,14 +20,14 @@ DEFAULT_WORKLOADS = ("gemm:1024x512x2048", "gemv:16384x16", "gemv:16384x32", "ge
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_isolated(job: dict, timeout: float) -> dict:
-    """Run one job in a fresh Python process. A crash, a fault, a hang or a wrong answer becomes
-    this job's error row."""
+def run_isolated(job: dict, timeout: float, module: str = "reports.worker") -> dict:
+    """Run one job in a fresh Python process (``python -m module``, JSON in on stdin, one JSON row
+    out). A crash, a fault, a hang or a wrong answer becomes this job's error row."""
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     base = {"workload": job["workload"], "name": job["name"]}
     try:
-        proc = subprocess.run([sys.executable, "-m", "reports.worker"], input=json.dumps(job), env=env,
+        proc = subprocess.run([sys.executable, "-m", module], input=json.dumps(job), env=env,
                               capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
         return {**base, "status": "error", "error": f"timed out after {timeout:g} s (hang?)"}

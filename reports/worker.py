@@ -104,6 +104,8 @@ def run_job(job) -> dict:
         row["error"] = (f"relative error {err:.3g} over {tol:g}" if err == err
                         else f"{int(np.isnan(out).sum())} outputs not written (NaN) or not finite")
         return row
+    if not job.get("time", True):
+        return row
     timing = h.bench(fn, tvm_module=getattr(module, "mod", None),
                      tvm_args=[h.tvm_view(b) for b in bufs])
     row.update(_timing(timing))

@@ -1,0 +1,57 @@
+"""`schedlab run` on a machine without a GPU, and the fault isolation of each schedule's process."""
+
+import json
+import os
+
+import pytest
+
+from reports.runner import run, run_isolated
+from scripts.schedlab import main
+
+
+def test_a_crashing_schedule_becomes_an_error_row():
+    row = run_isolated({"workload": "gemm:8x8x8", "name": "x", "mode": "abort"}, 30, module="tests.crash_worker")
+    assert row["status"] == "error" and "illegal memory access" in row["error"]
+
+
+def test_a_hanging_schedule_is_stopped():
+    row = run_isolated({"workload": "gemm:8x8x8", "name": "x", "mode": "hang"}, 2, module="tests.crash_worker")
+    assert row["status"] == "error" and "timed out" in row["error"]
+
+
+def test_a_worker_without_a_result_is_an_error():
+    row = run_isolated({"workload": "gemm:8x8x8", "name": "x", "mode": "garbage"}, 30, module="tests.crash_worker")
+    assert row["status"] == "error"
+
+
+def test_a_bad_config_is_that_rows_error_and_the_run_goes_on(tmp_path):
+    res = run(["gemm:64x64x64"], ["shared_cache_gemm", "naive_gemm"], baseline_names=[], out_dir=str(tmp_path),
+              params={"shared_cache_gemm": {"tile_m": 64, "tile_n": 64}}, progress=False)
+    rows = {r["name"]: r for r in res["rows"]}
+    assert rows["shared_cache_gemm"]["status"] == "error"
+    assert "threads per block" in rows["shared_cache_gemm"]["error"]
+    assert rows["naive_gemm"]["status"] in ("ok", "no-gpu")
+
+
+@pytest.mark.skipif(__import__("tests.conftest", fromlist=["HAS_GPU"]).HAS_GPU, reason="checks the no-GPU path")
+def test_run_without_gpu_builds_everything_and_invents_nothing(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "--workload", "gemm:96x80x40", "--workload", "gemv:33x17", "--schedules",
+                 "shared_cache_gemm,thread_tiling_gemm,warp_gemv", "--baselines", "numpy_cpu,cublas",
+                 "--out", str(out), "--quiet", "--strict"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    rows = {(r["workload"], r["name"]): r for r in res["rows"]}
+    for key in [("gemm:96x80x40", "shared_cache_gemm"), ("gemm:96x80x40", "thread_tiling_gemm"),
+                ("gemv:33x17", "warp_gemv")]:
+        r = rows[key]
+        assert r["status"] == "no-gpu" and "time_ms" not in r and "tflops" not in r
+        assert r["registers"] > 0 and r["spill_bytes"] == 0
+        for stage in ("scheduled", "lowered", "cuda", "ptx", "ptxas"):
+            assert os.path.getsize(r["files"][stage]) > 0
+    assert rows[("gemm:96x80x40", "numpy_cpu")]["status"] == "ok"
+    assert rows[("gemm:96x80x40", "numpy_cpu")]["rel_error"] < 1e-5
+    assert ("gemm:96x80x40", "cublas") not in rows  # no GPU: no cuBLAS row rather than an invented one
+    table = (out / "table.md").read_text()
+    assert "no GPU" in table and "shared_cache_gemm" in table
+    assert (out / "results.csv").read_text().count("\n") == len(res["rows"]) + 1
+    assert "no GPU" in capsys.readouterr().out

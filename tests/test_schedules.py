@@ -1,0 +1,132 @@
+"""CPU-side checks of every registered schedule: it compiles for sm_90 with nvcc, without spills,
+its IR shows what its step is about, its launch is the one its configuration specifies, and
+shapes that are not tile multiples build."""
+
+import re
+
+import pytest
+
+from schedules import all_schedules, get
+from tests.helpers import DEFAULT_WORKLOADS, ODD_WORKLOADS, build_spec
+
+SPECS = all_schedules()
+CLASSIC = [s for s in SPECS if s.step <= 13]
+
+
+def test_registry_has_the_classic_steps_in_order():
+    steps = {s.step: s.name for s in CLASSIC}
+    assert steps == {1: "naive_gemm", 2: "thread_1d_gemm", 3: "thread_2d_gemm", 4: "shared_cache_gemm",
+                     5: "register_cache_gemm", 6: "uncoalesced_gemm", 7: "block_tiling_gemm",
+                     8: "thread_tiling_gemm", 9: "double_buffer_gemm", 10: "warp_gemv",
+                     11: "vectorized_gemv", 12: "multi_row_gemv", 13: "gemv_dispatch"}
+    for spec in SPECS:
+        assert spec.summary, f"{spec.name} has no docstring"
+        assert get(spec.name) is spec
+        for alias in spec.aliases:
+            assert get(alias) is spec
+
+
+def test_classic_defaults():
+    assert (get("shared_cache").config().tile_m, get("shared_cache").config().tile_k) == (16, 8)
+    c = get("register_cache").config()
+    assert (c.tile_m, c.tile_n, c.tile_k) == (32, 32, 4)
+    c = get("block_tiling_gemm").config()
+    assert (c.tile_m, c.tile_n, c.tile_k) == (16, 16, 16)
+    c = get("thread_tiling_gemm").config()
+    assert (c.block_m, c.block_n, c.block_k, c.thread_m, c.thread_n) == (128, 128, 8, 8, 8)
+    assert get("thread_1d_gemm").config().rows_per_block == 32
+
+
+@pytest.fixture(scope="module")
+def built():
+    cache = {}
+
+    def get_built(name, workload=None):
+        spec = get(name)
+        workload = workload or DEFAULT_WORKLOADS[spec.kind][-1]
+        if (name, workload) not in cache:
+            cache[(name, workload)] = build_spec(spec, workload)
+        return cache[(name, workload)]
+
+    return get_built
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_compiles_with_nvcc_without_spills(spec, built):
+    b = built(spec.name)
+    assert b.device.cubin, "ptxas produced no cubin"
+    assert ".entry main_kernel" in b.device.ptx
+    assert b.device.kernels, "no ptxas report"
+    for k in b.device.kernels:
+        assert k.spills == 0, f"{k.name} spills {k.spills} bytes"
+        assert 0 < k.registers <= 255
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_launch_dimensions_are_as_configured(spec, built):
+    workload = DEFAULT_WORKLOADS[spec.kind][-1]
+    from schedules import parse_workload
+
+    launch = spec.validate(parse_workload(workload))
+    got = built(spec.name).launch
+    assert tuple(got.get(f"threadIdx.{a}", 1) for a in "xyz") == launch.block
+    assert tuple(got.get(f"blockIdx.{a}", 1) for a in "xyz") == launch.grid
+
+
+def test_shared_cache_step_uses_shared_memory_and_barriers(built):
+    b = built("shared_cache_gemm")
+    assert re.search(r"__shared__ .*float A_shared", b.device.cuda) and re.search(r"__shared__ .*float B_shared", b.device.cuda)
+    assert b.device.cuda.count("__syncthreads()") >= 2
+    assert b.kernel.shared_bytes == 4 * 8 * (16 + 16)
+    assert "C_local" not in b.device.cuda  # step 4 still accumulates in global memory
+
+
+def test_register_step_accumulates_in_a_local_buffer(built):
+    b = built("register_cache_gemm")
+    assert re.search(r"float C_local(_ptr)?\[1\]", b.device.cuda)
+    assert 'alloc_local' in b.lowered or '"local"' in b.lowered
+    assert b.kernel.shared_bytes == 4 * 4 * (32 + 32)
+
+
+def test_thread_tiling_keeps_an_8x8_register_tile_and_vector_loads(built):
+    b = built("thread_tiling_gemm")
+    assert re.search(r"float C_local(_ptr)?\[64\]", b.device.cuda)
+    assert "ld.global.nc.v4.f32" in b.device.ptx or "ld.global.v4.f32" in b.device.ptx
+    assert "ld.shared.v4.f32" in b.device.ptx
+
+
+def test_double_buffering_doubles_the_shared_tiles(built):
+    single, double = built("thread_tiling_gemm"), built("double_buffer_gemm")
+    assert double.kernel.shared_bytes == 2 * single.kernel.shared_bytes == 2 * 4 * 8 * 256
+
+
+def test_uncoalesced_differs_from_2d_only_in_the_thread_mapping(built):
+    a, b = built("thread_2d_gemm"), built("uncoalesced_gemm")
+    assert a.launch == b.launch
+    assert a.device.cuda != b.device.cuda
+
+
+@pytest.mark.parametrize("name", ["warp_gemv", "vectorized_gemv", "multi_row_gemv", "gemv_dispatch"])
+def test_gemv_reduces_with_warp_shuffles(name, built):
+    b = built(name)
+    assert "__shfl_down_sync" in b.device.cuda
+    assert "shfl.sync.down" in b.device.ptx
+
+
+def test_vectorized_gemv_loads_float4_only_when_rows_are_aligned(built):
+    assert "ld.global.nc.v4.f32" in built("vectorized_gemv", "gemv:16384x128").device.ptx
+    assert ".v4.f32" not in built("vectorized_gemv", "gemv:16384x17").device.ptx
+
+
+def test_multi_row_gemv_shuffles_within_half_warps(built):
+    cuda = built("multi_row_gemv", "gemv:16384x16").device.cuda
+    assert "__shfl_down_sync" in cuda and ", 16, 32)" not in cuda.split("__shfl_down_sync", 1)[1][:80]
+
+
+@pytest.mark.parametrize("case", [(s, w) for s in CLASSIC for w in ODD_WORKLOADS[s.kind]],
+                         ids=lambda c: f"{c[0].name}-{c[1]}")
+def test_odd_shapes_build(case):
+    spec, workload = case
+    b = build_spec(spec, workload)
+    assert b.device.cubin
+    assert all(k.spills == 0 for k in b.device.kernels)
