@@ -67,4 +67,15 @@ def cublas_call(harness: CudaHarness, workload, bufs):
     a, b, out = bufs
     if workload.kind == "gemm":
         return lambda: torch.matmul(a, b, out=out)
-    return lambda: torch.mv(a, b, out=out)
+    if workload.kind == "gemv_t":
+        a = a.t()  # a column-major view: cuBLAS runs its transposed GEMV on the same bytes
+    if a.dtype == out.dtype:
+        return lambda: torch.mv(a, b, out=out)
+    # fp16 inputs, fp32 output: cuBLAS's mixed GEMM (fp32 accumulate, fp32 result) where torch has
+    # it, else the fp16 mv (fp32 accumulate, fp16 result) plus a widening copy
+    b2 = b.unsqueeze(1)
+    try:
+        torch.mm(a, b2, out_dtype=out.dtype)
+        return lambda: out.copy_(torch.mm(a, b2, out_dtype=out.dtype).squeeze(1))
+    except (TypeError, RuntimeError):
+        return lambda: out.copy_(torch.mv(a, b))

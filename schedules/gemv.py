@@ -1,19 +1,87 @@
-"""GEMV steps, y = A·x in fp32 with A M×N row-major: one warp (or part of one) per row, partial sums
-in registers, a warp-shuffle reduction.
+"""GEMV steps, y = A·x with A M×N row-major (fp32, or fp16 inputs with an fp32 sum): a group of
+lanes per row (part of a warp, a warp, or several warps), partial sums in registers, a shuffle
+reduction; and the transposed form y = Aᵀ·x, read column-wise.
+
+GEMV moves every byte of A once and does two flops per 4 (or 2) bytes, so the only ceiling is
+device-memory bandwidth. What keeps a kernel below it: loads that are not coalesced, too few bytes
+in flight per SM (narrow loads, one load at a time per lane), idle lanes (short rows), too few
+blocks (long rows, few of them), and for the transposed form a single block per column strip.
 
 TVM emits the shuffles itself: binding the reduction loop to threadIdx.x makes
 ``LowerCrossThreadReduction`` keep per-lane partial sums and ``LowerThreadAllreduce`` reduce them
-with ``__shfl_down_sync``. Rows past M and columns past N are predicated off (``T.where``).
+with ``__shfl_down_sync``; with more than 32 lanes on a row it adds a second stage through a
+``__shared__`` buffer. Rows past M and columns past N are predicated off (``T.where``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import ceil_div, new_schedule
+from .common import ceil_div, new_schedule, register_accumulator
 from .errors import ScheduleParamError
 from .registry import Launch, register
-from .workloads import Gemv
+from .workloads import Gemv, GemvT
+
+VECTOR_BYTES = 16  # the widest load a CUDA thread issues: 128 bits (float4, or 8 halves)
+
+
+def itemsize(dtype: str) -> int:
+    return {"float32": 4, "float16": 2}[dtype]
+
+
+def widest_vector(wl) -> int:
+    """Elements in one 128-bit load of ``wl``'s input type: 4 floats or 8 halves."""
+    return VECTOR_BYTES // itemsize(wl.dtype)
+
+
+def aligned_vector(n: int, vector: int) -> int:
+    """The widest load not over ``vector`` that every row start allows: a row of A begins at
+    element i·N, so a v-element load needs N % v == 0 (float4: N % 4 == 0). The row's last,
+    partial vector is predicated off as a whole, so N need not be a multiple of lanes × vector."""
+    while vector > 1 and n % vector:
+        vector //= 2
+    return vector
+
+
+def _check_vector(wl, vector):
+    if vector not in (1, 2, 4, 8):
+        raise ScheduleParamError(f"vector must be 1, 2, 4 or 8 (elements per load), got {vector}")
+    if vector * itemsize(wl.dtype) > VECTOR_BYTES:
+        raise ScheduleParamError(
+            f"vector = {vector} {wl.dtype} elements is {vector * itemsize(wl.dtype) * 8} bits: loads are at most 128")
+
+
+# --- row-wise GEMV: the shared body ---------------------------------------------------------------
+
+def row_gemv(wl: Gemv, *, lanes: int, rows_per_warp: int, rows_per_block: int, vector: int, unroll: int):
+    """``lanes`` threads per row (threadIdx.x), ``rows_per_warp`` rows side by side in a warp
+    (threadIdx.y), ``rows_per_block`` warps or row groups per block (threadIdx.z); each lane loads
+    ``vector`` contiguous elements per instruction and has ``unroll`` such loads in flight.
+
+    The reduction loop is split k = ((ko·unroll + u)·lanes + lane)·vector + v: consecutive lanes read
+    consecutive vectors (coalesced), ``u`` is unrolled so that its ``unroll`` independent loads are
+    issued back to back, and ``v`` is a register fragment filled by one wide load.
+    """
+    sch = new_schedule(wl.prim_func())
+    block = sch.get_sblock("y")
+    i, k = sch.get_loops(block)
+    vector = aligned_vector(wl.N, vector)
+    bx, tz, ty = sch.split(i, [None, rows_per_block, rows_per_warp])
+    ko, u, tx, v = sch.split(k, [None, unroll, lanes, vector])
+    sch.reorder(bx, tz, ty, tx, ko, u, v)
+    if vector > 1:
+        for index in (0, 1):  # stage each lane's vector of A and x in registers: one wide load
+            frag = sch.cache_read(block, index, "local")
+            sch.compute_at(frag, u, preserve_unit_loops=True)
+            sch.vectorize(sch.get_loops(frag)[-1])
+        sch.unroll(v)
+    if unroll > 1:
+        sch.unroll(u)
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tz, "threadIdx.z")
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    return sch
 
 
 @dataclass(frozen=True)
@@ -21,7 +89,8 @@ class WarpRowConfig:
     lanes: int = 32           # threads that share one row (a warp, or part of one)
     rows_per_warp: int = 1    # rows one warp reduces side by side (lanes × rows_per_warp ≤ 32)
     warps_per_block: int = 4
-    vector: int = 1           # elements per lane per load (4 = 128-bit float4)
+    vector: int = 1           # elements per lane per load (4 fp32 / 8 fp16 = 128-bit)
+    unroll: int = 1           # loads in flight per lane (unrolled steps along the row)
 
     def check(self, wl):
         if self.lanes * self.rows_per_warp > 32:
@@ -29,8 +98,7 @@ class WarpRowConfig:
                 f"lanes × rows_per_warp = {self.lanes * self.rows_per_warp} must fit in one warp (32)")
         if self.rows_per_warp > 1 and 32 % (self.lanes * self.rows_per_warp):
             raise ScheduleParamError(f"lanes × rows_per_warp = {self.lanes * self.rows_per_warp} must divide 32")
-        if self.vector not in (1, 2, 4):
-            raise ScheduleParamError(f"vector must be 1, 2 or 4 (elements per load), got {self.vector}")
+        _check_vector(wl, self.vector)
 
     @property
     def rows_per_block(self) -> int:
@@ -42,38 +110,10 @@ class WarpRowConfig:
                       threads_from="lanes × rows_per_warp × warps_per_block")
 
 
-def aligned_vector(n: int, vector: int) -> int:
-    """The widest load not over ``vector`` that every row start allows: a row of A begins at
-    element i·N, so 128-bit loads need N % 4 == 0 (64-bit: N % 2 == 0)."""
-    while vector > 1 and n % vector:
-        vector //= 2
-    return vector
-
-
 def warp_row_gemv(wl: Gemv, cfg: WarpRowConfig):
-    """Shared body of the GEMV steps: ``lanes`` threads per row, ``rows_per_warp`` rows per warp,
-    ``warps_per_block`` warps per block, ``vector`` contiguous elements per lane per load."""
-    sch = new_schedule(wl.prim_func())
-    block = sch.get_sblock("y")
-    i, k = sch.get_loops(block)
-    vector = aligned_vector(wl.N, cfg.vector)
-    bx, tz, ty = sch.split(i, [None, cfg.warps_per_block, cfg.rows_per_warp])
-    if vector > 1:
-        ko, tx, v = sch.split(k, [None, cfg.lanes, vector])
-        sch.reorder(bx, tz, ty, tx, ko, v)
-        for index in (0, 1):  # stage each lane's vector of A and x in registers: one wide load
-            frag = sch.cache_read(block, index, "local")
-            sch.compute_at(frag, ko, preserve_unit_loops=True)
-            sch.vectorize(sch.get_loops(frag)[-1])
-        sch.unroll(v)
-    else:
-        ko, tx = sch.split(k, [None, cfg.lanes])
-        sch.reorder(bx, tz, ty, tx, ko)
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tz, "threadIdx.z")
-    sch.bind(ty, "threadIdx.y")
-    sch.bind(tx, "threadIdx.x")
-    return sch
+    """Steps 10–12 share this body: ``row_gemv`` with one warp's lanes split over its rows."""
+    return row_gemv(wl, lanes=cfg.lanes, rows_per_warp=cfg.rows_per_warp, rows_per_block=cfg.warps_per_block,
+                    vector=cfg.vector, unroll=cfg.unroll)
 
 
 @register("warp_gemv", "gemv", 10, WarpRowConfig, aliases=("gemv_warp",))
@@ -90,15 +130,18 @@ def warp_gemv(wl: Gemv, cfg: WarpRowConfig = WarpRowConfig()):
 @dataclass(frozen=True)
 class VectorGemvConfig(WarpRowConfig):
     vector: int = 4
+    unroll: int = 4
 
 
 @register("vectorized_gemv", "gemv", 11, VectorGemvConfig, aliases=("gemv_float4",))
 def vectorized_gemv(wl: Gemv, cfg: VectorGemvConfig = VectorGemvConfig()):
-    """One warp per row with 128-bit (float4) loads (N ≥ 128).
+    """One warp per row with 128-bit loads (float4) and several loads in flight per lane (N ≥ 128).
 
     Each lane loads four floats per instruction: a quarter of the load instructions of step 10 for
-    the same bytes, more bytes in flight per warp. Rows start 16-byte aligned only when N % 4 == 0;
-    otherwise the loads narrow to what the alignment allows (float2 or scalar).
+    the same bytes, and with ``unroll`` loads issued back to back, ``unroll`` × 16 bytes in flight
+    per lane, which is what it takes to cover DRAM latency at full bandwidth. Rows start 16-byte
+    aligned only when N % 4 == 0; otherwise the loads narrow to what the alignment allows (float2
+    or scalar), and a row's last partial vector is predicated off.
     """
     return warp_row_gemv(wl, cfg)
 
@@ -111,38 +154,192 @@ class MultiRowGemvConfig(WarpRowConfig):
 
 @register("multi_row_gemv", "gemv", 12, MultiRowGemvConfig, aliases=("gemv_multi_row",))
 def multi_row_gemv(wl: Gemv, cfg: MultiRowGemvConfig = MultiRowGemvConfig()):
-    """Several rows per warp (N ≤ 16): 16 lanes per row, two rows per warp.
+    """Several rows per warp (short rows): ``lanes`` threads per row, 32 / lanes rows per warp.
 
     With N = 16 a full warp per row would leave half its lanes idle; two half-warps each reduce
-    their own row (shuffle offsets 8, 4, 2, 1), so every lane loads useful data.
+    their own row (shuffle offsets 8, 4, 2, 1), so every lane loads useful data. With float4 loads
+    N = 16 needs only 4 lanes per row: 8 rows per warp, one 512-byte coalesced load per warp.
     """
     return warp_row_gemv(wl, cfg)
 
 
 @dataclass(frozen=True)
-class GemvDispatchConfig:
-    """Shape thresholds the dispatcher uses."""
+class MultiWarpGemvConfig:
+    warps_per_row: int = 4    # lanes on one row = 32 × warps_per_row
+    rows_per_block: int = 1
+    vector: int = 4
+    unroll: int = 2
 
-    multi_row_max_n: int = 16
-    vector_min_n: int = 128
+    @property
+    def lanes(self) -> int:
+        return 32 * self.warps_per_row
+
+    def check(self, wl):
+        _check_vector(wl, self.vector)
+
+    def launch(self, wl: Gemv) -> Launch:
+        return Launch(grid=(ceil_div(wl.M, self.rows_per_block), 1, 1),
+                      block=(self.lanes, 1, self.rows_per_block),
+                      shared_bytes=4 * self.warps_per_row * self.rows_per_block,
+                      threads_from="32 × warps_per_row × rows_per_block",
+                      shared_from="warps_per_row × rows_per_block")
+
+
+@register("multi_warp_gemv", "gemv", 13, MultiWarpGemvConfig, aliases=("gemv_multi_warp",))
+def multi_warp_gemv(wl: Gemv, cfg: MultiWarpGemvConfig = MultiWarpGemvConfig()):
+    """Several warps per row (very long rows, few of them): a two-stage reduction.
+
+    With M small and N large, one warp per row gives too few warps to keep every SM's loads in
+    flight. Here ``warps_per_row`` warps share a row: each reduces its lanes by shuffles, writes
+    one partial per warp to a ``__shared__`` buffer, and after a barrier the first warp reduces
+    those by shuffles again (TVM emits both stages when the reduction is bound to > 32 threads).
+    """
+    return row_gemv(wl, lanes=cfg.lanes, rows_per_warp=1, rows_per_block=cfg.rows_per_block,
+                    vector=cfg.vector, unroll=cfg.unroll)
+
+
+# --- the dispatcher ----------------------------------------------------------------------------
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+@dataclass(frozen=True)
+class GemvDispatchConfig:
+    """Shape thresholds the dispatcher uses (row bytes = N × element size).
+
+    Measured on an H100 (scripts/bench_gemv.py sweep, L2 flushed, see reports/gemv-bw.md):
+    - ``multi_row_max_lanes``: rows needing at most this many lanes (N / vector ≤ 16, i.e. N ≤ 64
+      fp32) share a warp: several rows per warp beat one warp per row at N = 16, 32, 64.
+    - ``multi_warp_max_rows``: with fewer rows than this, one warp per row cannot fill the GPU
+      (132 SMs × 16 warps); rows of at least ``multi_warp_min_n_bytes`` are then split over
+      ``multi_warp_warps`` warps.
+    - ``unroll_bytes``: bytes one lane should have in flight; the unroll is the number of 128-bit
+      loads that makes, capped by the row length.
+    """
+
+    multi_row_max_lanes: int = 16
+    multi_warp_max_rows: int = 2048
+    multi_warp_min_n_bytes: int = 4096
+    multi_warp_warps: int = 4
+    warps_per_block: int = 4
+    unroll_bytes: int = 64
 
     def choose(self, wl: Gemv):
-        if wl.N <= self.multi_row_max_n:
-            return multi_row_gemv, MultiRowGemvConfig()
-        if wl.N >= self.vector_min_n and wl.N % 4 == 0:
-            return vectorized_gemv, VectorGemvConfig()
-        return warp_gemv, WarpRowConfig()
+        vector = aligned_vector(wl.N, widest_vector(wl))
+        lanes_needed = ceil_div(wl.N, vector)
+        unroll_max = max(1, self.unroll_bytes // (vector * itemsize(wl.dtype)))
+        if lanes_needed <= self.multi_row_max_lanes:
+            lanes = _pow2_at_least(lanes_needed)
+            return multi_row_gemv, MultiRowGemvConfig(lanes=lanes, rows_per_warp=32 // lanes,
+                                                      warps_per_block=self.warps_per_block, vector=vector, unroll=1)
+        if wl.M < self.multi_warp_max_rows and wl.N * itemsize(wl.dtype) >= self.multi_warp_min_n_bytes:
+            per_lane = ceil_div(lanes_needed, 32 * self.multi_warp_warps)
+            return multi_warp_gemv, MultiWarpGemvConfig(warps_per_row=self.multi_warp_warps, rows_per_block=1,
+                                                        vector=vector, unroll=max(1, min(unroll_max, per_lane)))
+        unroll = max(1, min(unroll_max, ceil_div(lanes_needed, 32)))
+        if vector > 1:
+            return vectorized_gemv, VectorGemvConfig(warps_per_block=self.warps_per_block, vector=vector,
+                                                     unroll=unroll)
+        return warp_gemv, WarpRowConfig(warps_per_block=self.warps_per_block, unroll=unroll)
 
     def launch(self, wl: Gemv) -> Launch:
         _, cfg = self.choose(wl)
         return cfg.launch(wl)
 
 
-@register("gemv_dispatch", "gemv", 13, GemvDispatchConfig, aliases=("gemv_auto",))
+@register("gemv_dispatch", "gemv", 14, GemvDispatchConfig, aliases=("gemv_auto",))
 def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
-    """Dispatcher: picks among steps 10–12 by shape.
+    """Dispatcher: picks among steps 10–13 and their parameters by shape.
 
-    N ≤ 16: several rows per warp; N ≥ 128 and N % 4 == 0: float4 loads; otherwise one warp per row.
+    Short rows: several rows per warp with the widest aligned load; few long rows: several warps
+    per row; otherwise one warp per row, 128-bit loads where N allows, unrolled by the row length.
+    Thresholds are measured crossovers (see GemvDispatchConfig).
     """
     builder, chosen = cfg.choose(wl)
     return builder(wl, chosen)
+
+
+# --- the transposed form -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ColumnGemvConfig:
+    threads: int = 256          # threads per block: columns (threadIdx.x) × row slices (threadIdx.y)
+    max_threads_x: int = 32     # threads along the columns; fewer when N / vector is smaller
+    vector: int | None = None   # contiguous columns per thread per load; None: 128 bits (4 fp32, 8 fp16)
+    rows_per_slice: int | None = None  # rows one thread sums; None: chosen so that ≈ target_threads run
+    target_threads: int = 65536
+
+    def vector_for(self, wl) -> int:
+        return aligned_vector(wl.N, self.vector or widest_vector(wl))
+
+    def threads_x(self, wl) -> int:
+        return min(self.max_threads_x, self.threads, _pow2_at_least(ceil_div(wl.N, self.vector_for(wl))))
+
+    def threads_y(self, wl) -> int:
+        return max(1, self.threads // self.threads_x(wl))
+
+    def slice_rows(self, wl) -> int:
+        if self.rows_per_slice:
+            return self.rows_per_slice
+        columns = ceil_div(wl.N, self.vector_for(wl))
+        rows = 8
+        while rows < 128 and ceil_div(wl.M, rows * 2) * columns >= self.target_threads:
+            rows *= 2
+        return rows
+
+    def check(self, wl):
+        _check_vector(wl, self.vector_for(wl))
+
+    def launch(self, wl: GemvT) -> Launch:
+        tx, ty = self.threads_x(wl), self.threads_y(wl)
+        return Launch(grid=(ceil_div(wl.N, tx * self.vector_for(wl)),
+                            ceil_div(ceil_div(wl.M, self.slice_rows(wl)), ty), 1),
+                      block=(tx, ty, 1), threads_from="threads")
+
+
+@register("column_gemv_t", "gemv_t", 15, ColumnGemvConfig, aliases=("gemv_t_columns",))
+def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
+    """Transposed GEMV y = Aᵀ·x: threads along the columns, rows split into slices, two kernels (any M, N).
+
+    A warp's lanes read consecutive columns of one row (coalesced, 128-bit loads where N % 4 == 0);
+    each thread sums ``rows_per_slice`` rows of its columns in registers. The slices are spread over
+    threadIdx.y and blockIdx.y so that even a narrow A (N = 16) fills the GPU; ``rfactor`` over the
+    slice index writes one partial row per slice, and a second kernel adds the partials per column.
+    """
+    sch = new_schedule(wl.prim_func())
+    block = sch.get_sblock("y")
+    j, i = sch.get_loops(block)
+    vector = cfg.vector_for(wl)
+    tx_n, ty_n = cfg.threads_x(wl), cfg.threads_y(wl)
+    s, r = sch.split(i, [None, cfg.slice_rows(wl)])
+    rf = sch.rfactor(s, factor_axis=0)               # y_rf[s, j] = Σ_r A[s·R + r, j]·x[s·R + r]
+    j, s, r = sch.get_loops(rf)
+    by, ty = sch.split(s, [None, ty_n])
+    bx, tx, v = sch.split(j, [None, tx_n, vector])
+    sch.reorder(by, bx, ty, tx, r, v)
+    write_back = register_accumulator(sch, rf, tx)    # the slice's sums stay in registers
+    if vector > 1:
+        sch.vectorize(sch.get_loops(write_back)[-1])
+        frag = sch.cache_read(rf, 0, "local")
+        sch.compute_at(frag, r, preserve_unit_loops=True)
+        sch.vectorize(sch.get_loops(frag)[-1])
+        sch.unroll(v)
+    sch.bind(by, "blockIdx.y")
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    # second kernel: one thread per column adds its slices' partials
+    final = sch.get_sblock("y")
+    j, s = sch.get_loops(final)
+    fb, ft = sch.split(j, [None, min(256, _pow2_at_least(wl.N))])
+    sch.bind(fb, "blockIdx.x")
+    sch.bind(ft, "threadIdx.x")
+    register_accumulator(sch, final, ft)
+    return sch
+
+
+GEMV_FAMILY = ("warp_gemv", "vectorized_gemv", "multi_row_gemv", "multi_warp_gemv", "gemv_dispatch")
