@@ -209,37 +209,48 @@ def _pow2_at_least(n: int) -> int:
 
 @dataclass(frozen=True)
 class GemvDispatchConfig:
-    """Shape thresholds the dispatcher uses (row bytes = N × element size).
+    """Shape thresholds the dispatcher uses; row bytes = N × element size.
 
-    Measured on an H100 (scripts/bench_gemv.py sweep, L2 flushed, see reports/gemv-bw.md):
-    - ``multi_row_max_lanes``: rows needing at most this many lanes (N / vector ≤ 16, i.e. N ≤ 64
-      fp32) share a warp: several rows per warp beat one warp per row at N = 16, 32, 64.
-    - ``multi_warp_max_rows``: with fewer rows than this, one warp per row cannot fill the GPU
-      (132 SMs × 16 warps); rows of at least ``multi_warp_min_n_bytes`` are then split over
-      ``multi_warp_warps`` warps.
-    - ``unroll_bytes``: bytes one lane should have in flight; the unroll is the number of 128-bit
-      loads that makes, capped by the row length.
+    Each threshold is a crossover measured by ``scripts/bench_gemv.py --sweep --extra`` on an
+    NVIDIA H200 (copy bandwidth 4250 GB/s, L2 flushed before each run), 2026-11-22; the numbers
+    are in reports/gemv_bandwidth.md. Times are medians; differences under ~2 % are noise.
     """
 
-    multi_row_max_lanes: int = 16
-    multi_warp_max_rows: int = 2048
-    multi_warp_min_n_bytes: int = 4096
-    multi_warp_warps: int = 4
-    warps_per_block: int = 4
-    unroll_bytes: int = 64
+    # Rows of ≤ 256 bytes share a warp. 16384×16: 4 lanes × 8 rows 5.2 µs vs warp/row 7.0;
+    # ×32: 8 lanes 5.8 vs 7.3; ×64: 8 lanes 6.5 vs 7.6; ×128 (512 B): warp/row 8.0 = 16 lanes 8.1;
+    # ×17 (scalar): 16 lanes × 2 rows 5.7 vs warp/row 7.1.
+    multi_row_max_row_bytes: int = 256
+    multi_row_lanes_vector: int = 8    # lanes per row with 128-bit loads (×64: 8 lanes 6.5 vs 16 lanes 6.7)
+    multi_row_lanes_scalar: int = 16   # lanes per row with scalar loads (×17: 16 lanes 5.7)
+    # Rows of ≥ 4 KiB go to several warps per row. 16384×1024: 4 warps 25.5 µs vs warp/row 26.0;
+    # 16384×4096: 8 warps 71.8 vs 4 warps 72.3 vs warp/row 73.4; 8192×8192: 8 warps 72.2 vs 73.6;
+    # 16384×4097 (scalar): 8 warps 72.6 vs warp/row 77.7; fp16 16384×4096 (8 KiB): 4 warps 42.5 vs 43.5.
+    multi_warp_min_row_bytes: int = 4096
+    multi_warp_wide_row_bytes: int = 16384   # from here 8 warps per row, below it 4
+    # Few rows: enough warps per row to put about ``resident_warps`` warps on the GPU (132 SMs × 64
+    # on H100/H200), up to 32 (1024 threads). 256×65536: 8 warps 31.8 µs vs 4 warps 43.2, 2 warps 69.5.
+    resident_warps: int = 8448
+    warps_per_block: int = 4   # warp/row: 2, 4, 8 warps per block within 1 % at 16384×4096
+    max_unroll: int = 4        # loads in flight per lane: unroll 1–8 of float4 within 1 % at N ≥ 1024
 
     def choose(self, wl: Gemv):
+        item = itemsize(wl.dtype)
         vector = aligned_vector(wl.N, widest_vector(wl))
         lanes_needed = ceil_div(wl.N, vector)
-        unroll_max = max(1, self.unroll_bytes // (vector * itemsize(wl.dtype)))
-        if lanes_needed <= self.multi_row_max_lanes:
-            lanes = _pow2_at_least(lanes_needed)
+        row_bytes = wl.N * item
+        unroll_max = self.max_unroll
+        if row_bytes <= self.multi_row_max_row_bytes:
+            cap = self.multi_row_lanes_vector if vector > 1 else self.multi_row_lanes_scalar
+            lanes = min(cap, _pow2_at_least(lanes_needed))
             return multi_row_gemv, MultiRowGemvConfig(lanes=lanes, rows_per_warp=32 // lanes,
                                                       warps_per_block=self.warps_per_block, vector=vector, unroll=1)
-        if wl.M < self.multi_warp_max_rows and wl.N * itemsize(wl.dtype) >= self.multi_warp_min_n_bytes:
-            per_lane = ceil_div(lanes_needed, 32 * self.multi_warp_warps)
-            return multi_warp_gemv, MultiWarpGemvConfig(warps_per_row=self.multi_warp_warps, rows_per_block=1,
-                                                        vector=vector, unroll=max(1, min(unroll_max, per_lane)))
+        if row_bytes >= self.multi_warp_min_row_bytes:
+            warps = 8 if row_bytes >= self.multi_warp_wide_row_bytes else 4
+            while warps < 32 and wl.M * warps < self.resident_warps and 32 * warps * 2 <= lanes_needed:
+                warps *= 2
+            per_lane = ceil_div(lanes_needed, 32 * warps)
+            return multi_warp_gemv, MultiWarpGemvConfig(warps_per_row=warps, rows_per_block=1, vector=vector,
+                                                        unroll=max(1, min(unroll_max, per_lane)))
         unroll = max(1, min(unroll_max, ceil_div(lanes_needed, 32)))
         if vector > 1:
             return vectorized_gemv, VectorGemvConfig(warps_per_block=self.warps_per_block, vector=vector,
@@ -255,8 +266,9 @@ class GemvDispatchConfig:
 def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
     """Dispatcher: picks among steps 10–13 and their parameters by shape.
 
-    Short rows: several rows per warp with the widest aligned load; few long rows: several warps
-    per row; otherwise one warp per row, 128-bit loads where N allows, unrolled by the row length.
+    Short rows (≤ 256 B): several rows per warp with the widest aligned load; long rows (≥ 4 KiB):
+    several warps per row (more when there are few rows); otherwise one warp per row, 128-bit loads
+    where N allows, unrolled by the row length.
     Thresholds are measured crossovers (see GemvDispatchConfig).
     """
     builder, chosen = cfg.choose(wl)
@@ -267,13 +279,20 @@ def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
 
 @dataclass(frozen=True)
 class ColumnGemvConfig:
-    threads: int = 256          # threads per block: columns (threadIdx.x) × row slices (threadIdx.y)
+    threads: int = 256          # threads per block: columns (threadIdx.x) × rows (threadIdx.y)
     max_threads_x: int = 32     # threads along the columns; fewer when N / vector is smaller
     vector: int | None = None   # contiguous columns per thread per load; None: 128 bits (4 fp32, 8 fp16)
-    rows_per_slice: int | None = None  # rows one thread sums; None: chosen so that ≈ target_threads run
-    target_threads: int = 65536
+    rows_per_slice: int | None = None  # rows one thread sums; None: chosen from the shape (see slice_rows)
+    target_threads: int = 65536  # wide A: aim for about this many threads in the first kernel
+    narrow_max_n: int = 64      # N ≤ this: scalar loads, rows reduced inside the block (see column_gemv_t)
+    target_blocks: int = 264    # narrow A: aim for about this many blocks (2 per SM of an H100/H200)
+
+    def narrow(self, wl) -> bool:
+        return wl.N <= self.narrow_max_n
 
     def vector_for(self, wl) -> int:
+        if self.narrow(wl):
+            return 1
         return aligned_vector(wl.N, self.vector or widest_vector(wl))
 
     def threads_x(self, wl) -> int:
@@ -283,10 +302,15 @@ class ColumnGemvConfig:
         return max(1, self.threads // self.threads_x(wl))
 
     def slice_rows(self, wl) -> int:
+        """Rows one thread adds up before its sum leaves registers."""
         if self.rows_per_slice:
             return self.rows_per_slice
+        rows = 1 if self.narrow(wl) else 8
+        if self.narrow(wl):   # enough blocks of threads_y rows each
+            while rows < 64 and ceil_div(wl.M, rows * 2 * self.threads_y(wl)) >= self.target_blocks:
+                rows *= 2
+            return rows
         columns = ceil_div(wl.N, self.vector_for(wl))
-        rows = 8
         while rows < 128 and ceil_div(wl.M, rows * 2) * columns >= self.target_threads:
             rows *= 2
         return rows
@@ -295,50 +319,68 @@ class ColumnGemvConfig:
         _check_vector(wl, self.vector_for(wl))
 
     def launch(self, wl: GemvT) -> Launch:
-        tx, ty = self.threads_x(wl), self.threads_y(wl)
-        return Launch(grid=(ceil_div(wl.N, tx * self.vector_for(wl)),
-                            ceil_div(ceil_div(wl.M, self.slice_rows(wl)), ty), 1),
+        tx, ty, rows = self.threads_x(wl), self.threads_y(wl), self.slice_rows(wl)
+        blocks_y = ceil_div(wl.M, rows * ty) if self.narrow(wl) else ceil_div(ceil_div(wl.M, rows), ty)
+        return Launch(grid=(ceil_div(wl.N, tx * self.vector_for(wl)), blocks_y, 1),
                       block=(tx, ty, 1), threads_from="threads")
 
 
 @register("column_gemv_t", "gemv_t", 15, ColumnGemvConfig, aliases=("gemv_t_columns",))
 def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
-    """Transposed GEMV y = Aᵀ·x: threads along the columns, rows split into slices, two kernels (any M, N).
+    """Transposed GEMV y = Aᵀ·x: threads along the columns, rows split over threads and blocks,
+    partial sums per row slice, then a second kernel that adds the partials (any M, N).
 
-    A warp's lanes read consecutive columns of one row (coalesced, 128-bit loads where N % 4 == 0);
-    each thread sums ``rows_per_slice`` rows of its columns in registers. The slices are spread over
-    threadIdx.y and blockIdx.y so that even a narrow A (N = 16) fills the GPU; ``rfactor`` over the
-    slice index writes one partial row per slice, and a second kernel adds the partials per column.
+    A warp's lanes read consecutive columns of one row (coalesced; 128-bit loads where N % 4 == 0).
+    Wide A: each thread sums ``rows_per_slice`` rows of its vector of columns in registers; the
+    slices spread over threadIdx.y and blockIdx.y, and ``rfactor`` over the slice index writes one
+    partial row per slice. Narrow A (N ≤ narrow_max_n, one row is less than a warp's load): a
+    warp covers several rows at once, and the threadIdx.y rows of a block are reduced inside the
+    block (cross-thread reduction through shared memory), so there is one partial row per block.
+    The second kernel reduces the partials of 8–16 column groups per block across threadIdx.y.
     """
     sch = new_schedule(wl.prim_func())
     block = sch.get_sblock("y")
     j, i = sch.get_loops(block)
     vector = cfg.vector_for(wl)
-    tx_n, ty_n = cfg.threads_x(wl), cfg.threads_y(wl)
-    s, r = sch.split(i, [None, cfg.slice_rows(wl)])
-    rf = sch.rfactor(s, factor_axis=0)               # y_rf[s, j] = Σ_r A[s·R + r, j]·x[s·R + r]
-    j, s, r = sch.get_loops(rf)
-    by, ty = sch.split(s, [None, ty_n])
-    bx, tx, v = sch.split(j, [None, tx_n, vector])
-    sch.reorder(by, bx, ty, tx, r, v)
-    write_back = register_accumulator(sch, rf, tx)    # the slice's sums stay in registers
-    if vector > 1:
-        sch.vectorize(sch.get_loops(write_back)[-1])
-        frag = sch.cache_read(rf, 0, "local")
-        sch.compute_at(frag, r, preserve_unit_loops=True)
-        sch.vectorize(sch.get_loops(frag)[-1])
-        sch.unroll(v)
-    sch.bind(by, "blockIdx.y")
+    tx_n, ty_n, rows = cfg.threads_x(wl), cfg.threads_y(wl), cfg.slice_rows(wl)
+    if cfg.narrow(wl):
+        s, r, ty = sch.split(i, [None, rows, ty_n])
+        rf = sch.rfactor(s, factor_axis=0)           # y_rf[s, j]: one partial row per block
+        j, s, r, ty = sch.get_loops(rf)
+        bx, tx = sch.split(j, [None, tx_n])
+        sch.reorder(s, bx, tx, ty, r)
+        sch.unroll(r)
+        sch.bind(s, "blockIdx.y")
+    else:
+        s, r = sch.split(i, [None, rows])
+        rf = sch.rfactor(s, factor_axis=0)           # y_rf[s, j] = Σ_r A[s·R + r, j]·x[s·R + r]
+        j, s, r = sch.get_loops(rf)
+        by, ty = sch.split(s, [None, ty_n])
+        bx, tx, v = sch.split(j, [None, tx_n, vector])
+        sch.reorder(by, bx, ty, tx, r, v)
+        write_back = register_accumulator(sch, rf, tx)    # the slice's sums stay in registers
+        if vector > 1:
+            sch.vectorize(sch.get_loops(write_back)[-1])
+            frag = sch.cache_read(rf, 0, "local")
+            sch.compute_at(frag, r, preserve_unit_loops=True)
+            sch.vectorize(sch.get_loops(frag)[-1])
+            sch.unroll(v)
+        sch.bind(by, "blockIdx.y")
     sch.bind(bx, "blockIdx.x")
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
-    # second kernel: one thread per column adds its slices' partials
+    # second kernel: columns on threadIdx.x (coalesced), the partials of a column over threadIdx.y
     final = sch.get_sblock("y")
     j, s = sch.get_loops(final)
-    fb, ft = sch.split(j, [None, min(256, _pow2_at_least(wl.N))])
+    fx = min(32, _pow2_at_least(wl.N))
+    fb, ft = sch.split(j, [None, fx])
+    so, sy = sch.split(s, [None, max(1, 256 // fx)])
+    sch.reorder(fb, ft, sy, so)
+    if sch.get(so).extent.value <= 64:
+        sch.unroll(so)                               # all of a thread's partial loads in flight at once
     sch.bind(fb, "blockIdx.x")
     sch.bind(ft, "threadIdx.x")
-    register_accumulator(sch, final, ft)
+    sch.bind(sy, "threadIdx.y")
     return sch
 
 
