@@ -51,6 +51,15 @@ def _check_vector(wl, vector):
             f"vector = {vector} {wl.dtype} elements is {vector * itemsize(wl.dtype) * 8} bits: loads are at most 128")
 
 
+def inline_pads(sch, names=("A_pad", "x_pad")):
+    """Fold ``pad_einsum``'s zero-filled copies into their readers (no copies; guarded loads)."""
+    for name in names:
+        try:
+            sch.compute_inline(sch.get_sblock(name))
+        except Exception:  # noqa: BLE001 - nothing was padded along that buffer
+            continue
+
+
 # --- row-wise GEMV: the shared body ---------------------------------------------------------------
 
 def row_gemv(wl: Gemv, *, lanes: int, rows_per_warp: int, rows_per_block: int, vector: int, unroll: int):
@@ -198,6 +207,82 @@ def multi_warp_gemv(wl: Gemv, cfg: MultiWarpGemvConfig = MultiWarpGemvConfig()):
                     vector=cfg.vector, unroll=cfg.unroll)
 
 
+@dataclass(frozen=True)
+class SplitKGemvConfig:
+    splits: int | None = None     # chunks each row is cut into (blockIdx.y); None: enough for resident_warps
+    warps_per_chunk: int = 8      # lanes on one chunk = 32 × warps_per_chunk (two-stage reduction)
+    vector: int | None = None     # elements per load; None: the widest the row alignment allows
+    unroll: int = 1
+    resident_warps: int = 8448    # 132 SMs × 64 warps (H100/H200)
+
+    @property
+    def lanes(self) -> int:
+        return 32 * self.warps_per_chunk
+
+    def vector_for(self, wl) -> int:
+        return aligned_vector(wl.N, self.vector or widest_vector(wl))
+
+    def chunk(self, wl) -> int:
+        """Elements per chunk: a whole number of steps of all lanes (every chunk starts aligned),
+        and the chunks cover the padded row exactly: the split count divides the step count."""
+        step = self.lanes * self.vector_for(wl) * self.unroll
+        steps = ceil_div(wl.N, step)
+        want = self.splits or ceil_div(self.resident_warps, wl.M * self.warps_per_chunk)
+        divisors = [d for d in range(1, steps + 1) if steps % d == 0]
+        splits = next((d for d in divisors if d >= want), divisors[-1])
+        return steps // splits * step
+
+    def check(self, wl):
+        _check_vector(wl, self.vector_for(wl))
+
+    def launch(self, wl: Gemv) -> Launch:
+        return Launch(grid=(wl.M, ceil_div(wl.N, self.chunk(wl)), 1), block=(self.lanes, 1, 1),
+                      shared_bytes=4 * self.warps_per_chunk, threads_from="32 × warps_per_chunk")
+
+
+@register("split_k_gemv", "gemv", 14, SplitKGemvConfig, aliases=("gemv_split_k",))
+def split_k_gemv(wl: Gemv, cfg: SplitKGemvConfig = SplitKGemvConfig()):
+    """Split-K for very few, very long rows (M = 1 … tens): each row cut into chunks, one block
+    per (row, chunk), then a second kernel adds each row's chunk sums.
+
+    Several warps per row still leave most SMs idle when there are only a few rows; cutting each
+    row into ``splits`` chunks (``rfactor`` over the chunk index, bound to blockIdx.y) gives
+    M × splits blocks. Each block reduces its chunk like step 13 (shuffles, then shared memory);
+    the partials y_rf[chunk, row] are added by one block per row (a cross-thread reduction).
+    """
+    sch = new_schedule(wl.prim_func())
+    block = sch.get_sblock("y")
+    vector, chunk = cfg.vector_for(wl), cfg.chunk(wl)
+    # Pad the row to whole steps (zero-filled reads, inlined below): TVM 0.27 silently drops the
+    # cross-thread reduction of an rfactor block that carries a T.where predicate, and emits
+    # racy updates of y_rf instead, so the rfactor block must not need one.
+    sch.pad_einsum(block, [1, cfg.lanes * vector * cfg.unroll])
+    i, k = sch.get_loops(block)
+    ks, kr = sch.split(k, [None, chunk])
+    rf = sch.rfactor(ks, factor_axis=0)
+    i, ks, kr = sch.get_loops(rf)
+    ko, u, tx, v = sch.split(kr, [None, cfg.unroll, cfg.lanes, vector])
+    sch.reorder(i, ks, tx, ko, u, v)
+    if vector > 1:
+        for index in (0, 1):
+            frag = sch.cache_read(rf, index, "local")
+            sch.compute_at(frag, u, preserve_unit_loops=True)
+            sch.vectorize(sch.get_loops(frag)[-1])
+        sch.unroll(v)
+    if cfg.unroll > 1:
+        sch.unroll(u)
+    sch.bind(i, "blockIdx.x")
+    sch.bind(ks, "blockIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    inline_pads(sch)
+    final = sch.get_sblock("y")
+    i, s = sch.get_loops(final)
+    so, sx = sch.split(s, [None, min(256, max(32, _pow2_at_least(ceil_div(wl.N, chunk))))])
+    sch.bind(i, "blockIdx.x")
+    sch.bind(sx, "threadIdx.x")
+    return sch
+
+
 # --- the dispatcher ----------------------------------------------------------------------------
 
 def _pow2_at_least(n: int) -> int:
@@ -230,6 +315,9 @@ class GemvDispatchConfig:
     # Few rows: enough warps per row to put about ``resident_warps`` warps on the GPU (132 SMs × 64
     # on H100/H200), up to 32 (1024 threads). 256×65536: 8 warps 31.8 µs vs 4 warps 43.2, 2 warps 69.5.
     resident_warps: int = 8448
+    # Fewer rows than this (with ≥ 4 KiB rows): split-K, several blocks per row. Set from
+    # 1×65536 and 256×65536 (split_k_gemv vs multi_warp_gemv, run 2).
+    split_k_max_rows: int = 64
     warps_per_block: int = 4   # warp/row: 2, 4, 8 warps per block within 1 % at 16384×4096
     max_unroll: int = 4        # loads in flight per lane: unroll 1–8 of float4 within 1 % at N ≥ 1024
 
@@ -244,6 +332,8 @@ class GemvDispatchConfig:
             lanes = min(cap, _pow2_at_least(lanes_needed))
             return multi_row_gemv, MultiRowGemvConfig(lanes=lanes, rows_per_warp=32 // lanes,
                                                       warps_per_block=self.warps_per_block, vector=vector, unroll=1)
+        if row_bytes >= self.multi_warp_min_row_bytes and wl.M < self.split_k_max_rows:
+            return split_k_gemv, SplitKGemvConfig(vector=vector, resident_warps=self.resident_warps)
         if row_bytes >= self.multi_warp_min_row_bytes:
             warps = 8 if row_bytes >= self.multi_warp_wide_row_bytes else 4
             while warps < 32 and wl.M * warps < self.resident_warps and 32 * warps * 2 <= lanes_needed:
@@ -262,13 +352,13 @@ class GemvDispatchConfig:
         return cfg.launch(wl)
 
 
-@register("gemv_dispatch", "gemv", 14, GemvDispatchConfig, aliases=("gemv_auto",))
+@register("gemv_dispatch", "gemv", 15, GemvDispatchConfig, aliases=("gemv_auto",))
 def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
-    """Dispatcher: picks among steps 10–13 and their parameters by shape.
+    """Dispatcher: picks among steps 10–14 and their parameters by shape.
 
     Short rows (≤ 256 B): several rows per warp with the widest aligned load; long rows (≥ 4 KiB):
-    several warps per row (more when there are few rows); otherwise one warp per row, 128-bit loads
-    where N allows, unrolled by the row length.
+    several warps per row (more when there are few rows), split-K when the rows are very few;
+    otherwise one warp per row, 128-bit loads where N allows, unrolled by the row length.
     Thresholds are measured crossovers (see GemvDispatchConfig).
     """
     builder, chosen = cfg.choose(wl)
@@ -325,7 +415,7 @@ class ColumnGemvConfig:
                       block=(tx, ty, 1), threads_from="threads")
 
 
-@register("column_gemv_t", "gemv_t", 15, ColumnGemvConfig, aliases=("gemv_t_columns",))
+@register("column_gemv_t", "gemv_t", 16, ColumnGemvConfig, aliases=("gemv_t_columns",))
 def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     """Transposed GEMV y = Aᵀ·x: threads along the columns, rows split over threads and blocks,
     partial sums per row slice, then a second kernel that adds the partials (any M, N).
@@ -344,6 +434,10 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     vector = cfg.vector_for(wl)
     tx_n, ty_n, rows = cfg.threads_x(wl), cfg.threads_y(wl), cfg.slice_rows(wl)
     if cfg.narrow(wl):
+        # whole blocks of rows: the rfactor block below reduces across threads and so must carry
+        # no T.where predicate (see split_k_gemv); the padded rows read as zeros
+        sch.pad_einsum(block, [1, rows * ty_n])
+        j, i = sch.get_loops(block)
         s, r, ty = sch.split(i, [None, rows, ty_n])
         rf = sch.rfactor(s, factor_axis=0)           # y_rf[s, j]: one partial row per block
         j, s, r, ty = sch.get_loops(rf)
@@ -369,6 +463,7 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     sch.bind(bx, "blockIdx.x")
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
+    inline_pads(sch)
     # second kernel: columns on threadIdx.x (coalesced), the partials of a column over threadIdx.y
     final = sch.get_sblock("y")
     j, s = sch.get_loops(final)
@@ -384,4 +479,4 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     return sch
 
 
-GEMV_FAMILY = ("warp_gemv", "vectorized_gemv", "multi_row_gemv", "multi_warp_gemv", "gemv_dispatch")
+GEMV_FAMILY = ("warp_gemv", "vectorized_gemv", "multi_row_gemv", "multi_warp_gemv", "split_k_gemv", "gemv_dispatch")

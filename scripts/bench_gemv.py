@@ -10,8 +10,8 @@ check_error for the measure). GB/s = the workload's minimum bytes (A, x, y once)
 copy bandwidth (a 1 GiB device-to-device copy, bytes read + written) is measured in the same run.
 
 Kernel faults: everything is compiled first (in parallel, CUDA binaries cached by source), then
-each shape runs in its own child process; if a child dies, its remaining variants are retried one
-per process, so a faulting kernel costs only its own row.
+the timing runs in a child process; if it dies, the remaining variants are retried one per
+process, so a faulting kernel costs only its own row.
 
     python scripts/bench_gemv.py --out out/gemv            # the benchmark
     python scripts/bench_gemv.py --out out/gemv --sweep    # + every parameter sweep point
@@ -35,7 +35,7 @@ sys.path.insert(0, ROOT)
 
 BENCH_SHAPES = ("gemv:16384x16", "gemv:16384x32", "gemv:16384x64", "gemv:16384x128", "gemv:16384x1024",
                 "gemv:16384x4096", "gemv:8192x8192")
-EXTRA_SHAPES = ("gemv:16384x17", "gemv:16384x4097", "gemv:1x65536", "gemv:256x65536",
+EXTRA_SHAPES = ("gemv:16384x17", "gemv:16384x4097", "gemv:1x65536", "gemv:16x65536", "gemv:256x65536",
                 "gemv:16384x4096:float16", "gemv:8192x8192:float16",
                 "gemv_t:16384x16", "gemv_t:16384x4096", "gemv_t:8192x8192", "gemv_t:8192x8192:float16")
 SWEEP_EXTRA = ("gemv:16384x4097", "gemv:256x65536")  # extras that --sweep also sweeps
@@ -60,11 +60,14 @@ def variants(wl, sweep: bool):
            ("warp_gemv", "warp_gemv", {}),                      # step 10 as written up: scalar loads
            ("vectorized_gemv", "vectorized_gemv", {"vector": vmax}),
            ("multi_row_gemv", "multi_row_gemv", {}),
-           ("multi_warp_gemv", "multi_warp_gemv", {"vector": vmax})]
+           ("multi_warp_gemv", "multi_warp_gemv", {"vector": vmax}),
+           ("split_k_gemv", "split_k_gemv", {})]
     if wl.M < 2048 and wl.N * 4 >= 16384:   # few long rows: how many warps per row pays
         for wpr in (8, 16, 32):
             out.append((f"multi_warp_gemv[w={wpr}]", "multi_warp_gemv", {"warps_per_row": wpr, "vector": vmax,
                                                                         "unroll": 4}))
+        for wpc in (4, 16):
+            out.append((f"split_k_gemv[w={wpc}]", "split_k_gemv", {"warps_per_chunk": wpc}))
     if not sweep:
         return out
     seen = set()
@@ -172,9 +175,10 @@ def error_line(e) -> str:
 
 # --- the child: verify and time one shape's variants --------------------------------------------
 
-def run_shape(job):
-    """In a child process: verify then time each built variant of one workload; one JSON line each
-    to job['rows_file'] as it finishes (so a crash shows which variant was running)."""
+def run_variants(job):
+    """In a child process: measure the copy bandwidth (if asked), then verify and time each
+    variant; one JSON line each to job['rows_file'] as it finishes (so a crash shows which variant
+    was running)."""
     install_cubin_cache()
     import numpy as np
     import torch
@@ -184,15 +188,18 @@ def run_shape(job):
     from reports import measure as M
     from schedules import parse_workload
 
-    wl = parse_workload(job["workload"])
     target = B.cuda_target(job["arch"])
     policies = timing_policies(M, torch)
     torch.backends.cuda.matmul.allow_tf32 = False
     tdt = {"float32": torch.float32, "float16": torch.float16}
-    (a_shape, a_dt), (x_shape, _), (y_shape, y_dt) = wl.arg_shapes()
     tol = 1e-6   # fp16 inputs too: the sum is fp32, the reference the float64 product of the same halves
+    if job.get("copy"):
+        with open(job["rows_file"], "a") as f:
+            f.write(json.dumps({"copy": measure_copy()}) + "\n")
     for v in job["variants"]:
         row = {k: v[k] for k in v if k not in ("rows_file",)}
+        wl = parse_workload(v["workload"])
+        (a_shape, a_dt), (x_shape, _), (y_shape, y_dt) = wl.arg_shapes()
         with open(job["rows_file"], "a") as f:
             f.write(json.dumps({"started": v["label"]}) + "\n")
         try:
@@ -306,47 +313,54 @@ def _child(kind, payload, timeout):
     return proc
 
 
-def run_isolated_shape(job, timeout):
-    """Run a shape's variants in one child; after a crash, retry the unfinished ones one per child."""
+def run_isolated(job, timeout):
+    """Run all variants in one child within ``timeout`` seconds; if it dies (a kernel fault kills
+    the process), retry each unfinished variant in a child of its own while time is left, so a
+    faulting kernel costs only its own row. Returns (rows, copy measurement or None)."""
+    deadline = time.time() + timeout
     open(job["rows_file"], "w").close()
     try:
-        proc = _child("shape", job, timeout)
-        died = proc.returncode != 0
-        tail = (proc.stderr or "").strip().splitlines()[-3:]
+        proc = _child("run", job, timeout)
+        died, tail = proc.returncode != 0, (proc.stderr or "").strip().splitlines()[-3:]
     except subprocess.TimeoutExpired:
-        died, tail = True, ["timed out"]
-    rows = _read_rows(job["rows_file"])
-    done = {r["label"] for r in rows}
+        died, tail = False, ["timed out"]
+    rows, copy = _read_rows(job["rows_file"])
+    done = {(r["workload"], r["label"]) for r in rows}
+    todo = [v for v in job["variants"] if (v["workload"], v["label"]) not in done]
     if died:
-        todo = [v for v in job["variants"] if v["label"] not in done]
-        for i, v in enumerate(todo):
-            single = {**job, "variants": [v]}
-            open(job["rows_file"], "w").close()
-            try:
-                proc = _child("shape", single, timeout)
-                got = _read_rows(job["rows_file"])
-                if got:
-                    rows += got
-                else:
-                    hint = " | ".join((proc.stderr or "").strip().splitlines()[-2:])[:300]
-                    rows.append({**v, "status": "error", "error": f"process died (exit {proc.returncode}): {hint}"})
-            except subprocess.TimeoutExpired:
-                rows.append({**v, "status": "error", "error": f"timed out after {timeout} s"})
-        if not todo and tail:
-            print("shape child ended badly:", tail, file=sys.stderr)
-    return rows
+        print("child died:", " | ".join(tail)[:300], "- retrying the rest one per process", file=sys.stderr)
+    for v in todo:
+        left = deadline - time.time()
+        if not died or left < 15:
+            rows.append({**v, "status": "error", "error": "not run: time limit of the benchmark reached"})
+            continue
+        single = {**job, "variants": [v], "copy": False}
+        open(job["rows_file"], "w").close()
+        try:
+            proc = _child("run", single, min(60, left))
+            got, _ = _read_rows(job["rows_file"])
+            if got:
+                rows += got
+            else:
+                hint = " | ".join((proc.stderr or "").strip().splitlines()[-2:])[:300]
+                rows.append({**v, "status": "error", "error": f"process died (exit {proc.returncode}): {hint}"})
+        except subprocess.TimeoutExpired:
+            rows.append({**v, "status": "error", "error": "timed out"})
+    return rows, copy
 
 
 def _read_rows(path):
-    rows = []
+    rows, copy = [], None
     with open(path) as f:
         for line in f:
             line = line.strip()
             if line:
                 r = json.loads(line)
-                if "started" not in r:
+                if "copy" in r:
+                    copy = r["copy"]
+                elif "started" not in r:
                     rows.append(r)
-    return rows
+    return rows, copy
 
 
 # --- reports ------------------------------------------------------------------------------------
@@ -460,16 +474,13 @@ def main(argv=None):
     p.add_argument("--extra", action="store_true", help="also odd shapes, fp16 and the transposed form")
     p.add_argument("--sweep", action="store_true", help="also every parameter sweep point")
     p.add_argument("--jobs", type=int, default=max(1, min(16, (os.cpu_count() or 2))))
-    p.add_argument("--timeout", type=float, default=150)
+    p.add_argument("--timeout", type=float, default=600, help="seconds for the whole timing phase")
     p.add_argument("--budget", type=float, default=0.3, help="seconds of timing per variant and cache policy")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         job = json.loads(sys.stdin.read())
-        if args.child == "copy":
-            print(json.dumps(measure_copy()))
-        else:
-            run_shape(job)
+        run_variants(job)
         return 0
 
     from multiprocessing import get_context
@@ -498,32 +509,32 @@ def main(argv=None):
 
     gpu = cuda_available()
     copy = {"copy_gbps": None, "gpu": "no GPU"}
-    if gpu:
-        proc = _child("copy", {}, 120)
-        copy = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"copy bandwidth {copy['copy_gbps']:.0f} GB/s on {copy['gpu']}", flush=True)
-    rows = []
+    rows = [c for c in compiled if c["status"] == "error"]
+    runnable = []
     for text in shapes:
         wl = str(parse_workload(text))
-        mine = [c for c in compiled if c["workload"] == wl]
-        rows += [c for c in mine if c["status"] == "error"]
-        runnable = [c for c in mine if c["status"] == "built"]
+        runnable += [c for c in compiled if c["workload"] == wl and c["status"] == "built"]
         runnable.append({"workload": wl, "label": "cublas", "name": "cublas", "params": {}, "arch": arch,
                          "primary": True})
-        if not gpu:
-            rows += [{**c, "status": "no-gpu"} for c in runnable]
-            continue
-        job = {"workload": wl, "arch": arch, "variants": runnable, "budget_s": args.budget,
+    if not gpu:
+        rows += [{**c, "status": "no-gpu"} for c in runnable]
+    else:
+        job = {"arch": arch, "variants": runnable, "budget_s": args.budget, "copy": True,
                "rows_file": os.path.join(tempfile.gettempdir(), f"gemv_rows_{os.getpid()}.jsonl")}
-        got = run_isolated_shape(job, args.timeout)
+        got, measured = run_isolated(job, args.timeout)
+        copy = measured or copy
         rows += got
-        best = max((r for r in got if r.get("gbps_flush")), key=lambda r: r["gbps_flush"], default=None)
-        cub = next((r for r in got if r["name"] == "cublas"), {})
-        disp = next((r for r in got if r["label"] == "gemv_dispatch"), {})
-        print(f"{wl}: dispatch {disp.get('us_flush', float('nan')):.1f} us, cuBLAS {cub.get('us_flush', float('nan')):.1f} us, "
-              f"best {best['label'] if best else '-'} {best['us_flush'] if best else float('nan'):.1f} us "
+        print(f"copy bandwidth {copy['copy_gbps'] or float('nan'):.0f} GB/s on {copy['gpu']} "
               f"[{time.time() - t_start:.0f} s]", flush=True)
-        write_all(rows, shapes, copy, args, gpu)
+        for text in shapes:
+            wl = str(parse_workload(text))
+            mine = [r for r in got if r["workload"] == wl]
+            best = max((r for r in mine if r.get("gbps_flush")), key=lambda r: r["gbps_flush"], default=None)
+            cub = next((r for r in mine if r["name"] == "cublas"), {})
+            disp = next((r for r in mine if r["label"] == "gemv_dispatch"), {})
+            print(f"{wl}: dispatch {disp.get('us_flush', float('nan')):.1f} us, "
+                  f"cuBLAS {cub.get('us_flush', float('nan')):.1f} us, "
+                  f"best {best['label'] if best else '-'} {best['us_flush'] if best else float('nan'):.1f} us", flush=True)
     write_all(rows, shapes, copy, args, gpu)
     print(f"done in {time.time() - t_start:.0f} s → {args.out}")
     return 0
