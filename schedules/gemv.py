@@ -296,9 +296,11 @@ def _pow2_at_least(n: int) -> int:
 class GemvDispatchConfig:
     """Shape thresholds the dispatcher uses; row bytes = N × element size.
 
-    Each threshold is a crossover measured by ``scripts/bench_gemv.py --sweep --extra`` on an
-    NVIDIA H200 (copy bandwidth 4250 GB/s, L2 flushed before each run), 2026-11-22; the numbers
-    are in reports/gemv_bandwidth.md. Times are medians; differences under ~2 % are noise.
+    Each threshold is a crossover measured on an NVIDIA H200 (copy bandwidth 4250 GB/s) with
+    ``scripts/bench_gemv.py``, medians with the harness's L2 flush: the parameter sweep
+    ``--sweep --extra`` of 2026-11-22 02:59 UTC (results/gemv/sweep_h200.csv) and the benchmark of
+    03:16 UTC, commit 2c3cc0c7cdf8 (results/gemv/gemv_bench.md). Below ~0.5 µs (small shapes) or
+    ~2 % (large ones) the differences are noise.
     """
 
     # Rows of ≤ 256 bytes share a warp. 16384×16: 4 lanes × 8 rows 5.2 µs vs warp/row 7.0;
@@ -313,10 +315,12 @@ class GemvDispatchConfig:
     multi_warp_min_row_bytes: int = 4096
     multi_warp_wide_row_bytes: int = 16384   # from here 8 warps per row, below it 4
     # Few rows: enough warps per row to put about ``resident_warps`` warps on the GPU (132 SMs × 64
-    # on H100/H200), up to 32 (1024 threads). 256×65536: 8 warps 31.8 µs vs 4 warps 43.2, 2 warps 69.5.
+    # on H100/H200), up to 32 (1024 threads). 256×65536: 32 warps 26.3 µs, 16: 27.1, 8: 32.5 (31.8
+    # in the sweep), 4: 43.2, 2: 69.5.
     resident_warps: int = 8448
-    # Fewer rows than this (with ≥ 4 KiB rows): split-K, several blocks per row. Set from
-    # 1×65536 and 256×65536 (split_k_gemv vs multi_warp_gemv, run 2).
+    # Fewer rows than this (with ≥ 4 KiB rows): split-K, several blocks per row. ×65536 rows:
+    # M = 1: split-K 7.2 µs vs 32 warps/row 8.4; M = 16: 9.3 vs 9.5; M = 256: 29.0 vs 26.3. The
+    # crossover lies between 16 and 256 rows; 64 is inside it, not itself measured.
     split_k_max_rows: int = 64
     warps_per_block: int = 4   # warp/row: 2, 4, 8 warps per block within 1 % at 16384×4096
     max_unroll: int = 4        # loads in flight per lane: unroll 1–8 of float4 within 1 % at N ≥ 1024
