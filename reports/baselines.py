@@ -40,14 +40,18 @@ def dlight_module(workload, target):
 
 def run_cpu_baseline(name, workload, inputs):
     """Returns (output, Timing) for a CPU library baseline."""
+    a, b = inputs
+    if workload.kind == "gemv_t":
+        a = a.T  # y = Aᵀ·x: the same product on a transposed view
     if name == "numpy_cpu":
-        a, b = inputs
         out = np.empty(workload.arg_shapes()[-1][0], dtype=np.float32)
         fn = lambda: np.matmul(a, b, out=out)  # noqa: E731
     elif name == "torch_cpu":
         torch = _torch()
 
         a, b = (torch.from_numpy(x) for x in inputs)
+        if workload.kind == "gemv_t":
+            a = a.t()
         out_t = torch.empty(workload.arg_shapes()[-1][0], dtype=torch.float32)
         fn = (lambda: torch.matmul(a, b, out=out_t)) if workload.kind == "gemm" else \
              (lambda: torch.mv(a, b, out=out_t))
@@ -67,4 +71,15 @@ def cublas_call(harness: CudaHarness, workload, bufs):
     a, b, out = bufs
     if workload.kind == "gemm":
         return lambda: torch.matmul(a, b, out=out)
-    return lambda: torch.mv(a, b, out=out)
+    if workload.kind == "gemv_t":
+        a = a.t()  # a column-major view: cuBLAS runs its transposed GEMV on the same bytes
+    if a.dtype == out.dtype:
+        return lambda: torch.mv(a, b, out=out)
+    # fp16 inputs, fp32 output: cuBLAS's mixed GEMM (fp32 accumulate, fp32 result) where torch has
+    # it, else the fp16 mv (fp32 accumulate, fp16 result) plus a widening copy
+    b2 = b.unsqueeze(1)
+    try:
+        torch.mm(a, b2, out_dtype=out.dtype)
+        return lambda: out.copy_(torch.mm(a, b2, out_dtype=out.dtype).squeeze(1))
+    except (TypeError, RuntimeError):
+        return lambda: out.copy_(torch.mv(a, b))

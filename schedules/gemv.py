@@ -1,19 +1,96 @@
-"""GEMV steps, y = A·x in fp32 with A M×N row-major: one warp (or part of one) per row, partial sums
-in registers, a warp-shuffle reduction.
+"""GEMV steps, y = A·x with A M×N row-major (fp32, or fp16 inputs with an fp32 sum): a group of
+lanes per row (part of a warp, a warp, or several warps), partial sums in registers, a shuffle
+reduction; and the transposed form y = Aᵀ·x, read column-wise.
+
+GEMV moves every byte of A once and does two flops per 4 (or 2) bytes, so the only ceiling is
+device-memory bandwidth. What keeps a kernel below it: loads that are not coalesced, too few bytes
+in flight per SM (narrow loads, one load at a time per lane), idle lanes (short rows), too few
+blocks (long rows, few of them), and for the transposed form a single block per column strip.
 
 TVM emits the shuffles itself: binding the reduction loop to threadIdx.x makes
 ``LowerCrossThreadReduction`` keep per-lane partial sums and ``LowerThreadAllreduce`` reduce them
-with ``__shfl_down_sync``. Rows past M and columns past N are predicated off (``T.where``).
+with ``__shfl_down_sync``; with more than 32 lanes on a row it adds a second stage through a
+``__shared__`` buffer. Rows past M and columns past N are predicated off (``T.where``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import ceil_div, new_schedule
+from .common import ceil_div, new_schedule, register_accumulator
 from .errors import ScheduleParamError
 from .registry import Launch, register
-from .workloads import Gemv
+from .workloads import Gemv, GemvT
+
+VECTOR_BYTES = 16  # the widest load a CUDA thread issues: 128 bits (float4, or 8 halves)
+
+
+def itemsize(dtype: str) -> int:
+    return {"float32": 4, "float16": 2}[dtype]
+
+
+def widest_vector(wl) -> int:
+    """Elements in one 128-bit load of ``wl``'s input type: 4 floats or 8 halves."""
+    return VECTOR_BYTES // itemsize(wl.dtype)
+
+
+def aligned_vector(n: int, vector: int) -> int:
+    """The widest load not over ``vector`` that every row start allows: a row of A begins at
+    element i·N, so a v-element load needs N % v == 0 (float4: N % 4 == 0). The row's last,
+    partial vector is predicated off as a whole, so N need not be a multiple of lanes × vector."""
+    while vector > 1 and n % vector:
+        vector //= 2
+    return vector
+
+
+def _check_vector(wl, vector):
+    if vector not in (1, 2, 4, 8):
+        raise ScheduleParamError(f"vector must be 1, 2, 4 or 8 (elements per load), got {vector}")
+    if vector * itemsize(wl.dtype) > VECTOR_BYTES:
+        raise ScheduleParamError(
+            f"vector = {vector} {wl.dtype} elements is {vector * itemsize(wl.dtype) * 8} bits: loads are at most 128")
+
+
+def inline_pads(sch, names=("A_pad", "x_pad")):
+    """Fold ``pad_einsum``'s zero-filled copies into their readers (no copies; guarded loads)."""
+    for name in names:
+        try:
+            sch.compute_inline(sch.get_sblock(name))
+        except Exception:  # noqa: BLE001 - nothing was padded along that buffer
+            continue
+
+
+# --- row-wise GEMV: the shared body ---------------------------------------------------------------
+
+def row_gemv(wl: Gemv, *, lanes: int, rows_per_warp: int, rows_per_block: int, vector: int, unroll: int):
+    """``lanes`` threads per row (threadIdx.x), ``rows_per_warp`` rows side by side in a warp
+    (threadIdx.y), ``rows_per_block`` warps or row groups per block (threadIdx.z); each lane loads
+    ``vector`` contiguous elements per instruction and has ``unroll`` such loads in flight.
+
+    The reduction loop is split k = ((ko·unroll + u)·lanes + lane)·vector + v: consecutive lanes read
+    consecutive vectors (coalesced), ``u`` is unrolled so that its ``unroll`` independent loads are
+    issued back to back, and ``v`` is a register fragment filled by one wide load.
+    """
+    sch = new_schedule(wl.prim_func())
+    block = sch.get_sblock("y")
+    i, k = sch.get_loops(block)
+    vector = aligned_vector(wl.N, vector)
+    bx, tz, ty = sch.split(i, [None, rows_per_block, rows_per_warp])
+    ko, u, tx, v = sch.split(k, [None, unroll, lanes, vector])
+    sch.reorder(bx, tz, ty, tx, ko, u, v)
+    if vector > 1:
+        for index in (0, 1):  # stage each lane's vector of A and x in registers: one wide load
+            frag = sch.cache_read(block, index, "local")
+            sch.compute_at(frag, u, preserve_unit_loops=True)
+            sch.vectorize(sch.get_loops(frag)[-1])
+        sch.unroll(v)
+    if unroll > 1:
+        sch.unroll(u)
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tz, "threadIdx.z")
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    return sch
 
 
 @dataclass(frozen=True)
@@ -21,7 +98,8 @@ class WarpRowConfig:
     lanes: int = 32           # threads that share one row (a warp, or part of one)
     rows_per_warp: int = 1    # rows one warp reduces side by side (lanes × rows_per_warp ≤ 32)
     warps_per_block: int = 4
-    vector: int = 1           # elements per lane per load (4 = 128-bit float4)
+    vector: int = 1           # elements per lane per load (4 fp32 / 8 fp16 = 128-bit)
+    unroll: int = 1           # loads in flight per lane (unrolled steps along the row)
 
     def check(self, wl):
         if self.lanes * self.rows_per_warp > 32:
@@ -29,8 +107,7 @@ class WarpRowConfig:
                 f"lanes × rows_per_warp = {self.lanes * self.rows_per_warp} must fit in one warp (32)")
         if self.rows_per_warp > 1 and 32 % (self.lanes * self.rows_per_warp):
             raise ScheduleParamError(f"lanes × rows_per_warp = {self.lanes * self.rows_per_warp} must divide 32")
-        if self.vector not in (1, 2, 4):
-            raise ScheduleParamError(f"vector must be 1, 2 or 4 (elements per load), got {self.vector}")
+        _check_vector(wl, self.vector)
 
     @property
     def rows_per_block(self) -> int:
@@ -42,38 +119,10 @@ class WarpRowConfig:
                       threads_from="lanes × rows_per_warp × warps_per_block")
 
 
-def aligned_vector(n: int, vector: int) -> int:
-    """The widest load not over ``vector`` that every row start allows: a row of A begins at
-    element i·N, so 128-bit loads need N % 4 == 0 (64-bit: N % 2 == 0)."""
-    while vector > 1 and n % vector:
-        vector //= 2
-    return vector
-
-
 def warp_row_gemv(wl: Gemv, cfg: WarpRowConfig):
-    """Shared body of the GEMV steps: ``lanes`` threads per row, ``rows_per_warp`` rows per warp,
-    ``warps_per_block`` warps per block, ``vector`` contiguous elements per lane per load."""
-    sch = new_schedule(wl.prim_func())
-    block = sch.get_sblock("y")
-    i, k = sch.get_loops(block)
-    vector = aligned_vector(wl.N, cfg.vector)
-    bx, tz, ty = sch.split(i, [None, cfg.warps_per_block, cfg.rows_per_warp])
-    if vector > 1:
-        ko, tx, v = sch.split(k, [None, cfg.lanes, vector])
-        sch.reorder(bx, tz, ty, tx, ko, v)
-        for index in (0, 1):  # stage each lane's vector of A and x in registers: one wide load
-            frag = sch.cache_read(block, index, "local")
-            sch.compute_at(frag, ko, preserve_unit_loops=True)
-            sch.vectorize(sch.get_loops(frag)[-1])
-        sch.unroll(v)
-    else:
-        ko, tx = sch.split(k, [None, cfg.lanes])
-        sch.reorder(bx, tz, ty, tx, ko)
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tz, "threadIdx.z")
-    sch.bind(ty, "threadIdx.y")
-    sch.bind(tx, "threadIdx.x")
-    return sch
+    """Steps 10–12 share this body: ``row_gemv`` with one warp's lanes split over its rows."""
+    return row_gemv(wl, lanes=cfg.lanes, rows_per_warp=cfg.rows_per_warp, rows_per_block=cfg.warps_per_block,
+                    vector=cfg.vector, unroll=cfg.unroll)
 
 
 @register("warp_gemv", "gemv", 10, WarpRowConfig, aliases=("gemv_warp",))
@@ -90,15 +139,18 @@ def warp_gemv(wl: Gemv, cfg: WarpRowConfig = WarpRowConfig()):
 @dataclass(frozen=True)
 class VectorGemvConfig(WarpRowConfig):
     vector: int = 4
+    unroll: int = 4
 
 
 @register("vectorized_gemv", "gemv", 11, VectorGemvConfig, aliases=("gemv_float4",))
 def vectorized_gemv(wl: Gemv, cfg: VectorGemvConfig = VectorGemvConfig()):
-    """One warp per row with 128-bit (float4) loads (N ≥ 128).
+    """One warp per row with 128-bit loads (float4) and several loads in flight per lane (N ≥ 128).
 
     Each lane loads four floats per instruction: a quarter of the load instructions of step 10 for
-    the same bytes, more bytes in flight per warp. Rows start 16-byte aligned only when N % 4 == 0;
-    otherwise the loads narrow to what the alignment allows (float2 or scalar).
+    the same bytes, and with ``unroll`` loads issued back to back, ``unroll`` × 16 bytes in flight
+    per lane, which is what it takes to cover DRAM latency at full bandwidth. Rows start 16-byte
+    aligned only when N % 4 == 0; otherwise the loads narrow to what the alignment allows (float2
+    or scalar), and a row's last partial vector is predicated off.
     """
     return warp_row_gemv(wl, cfg)
 
@@ -111,38 +163,324 @@ class MultiRowGemvConfig(WarpRowConfig):
 
 @register("multi_row_gemv", "gemv", 12, MultiRowGemvConfig, aliases=("gemv_multi_row",))
 def multi_row_gemv(wl: Gemv, cfg: MultiRowGemvConfig = MultiRowGemvConfig()):
-    """Several rows per warp (N ≤ 16): 16 lanes per row, two rows per warp.
+    """Several rows per warp (short rows): ``lanes`` threads per row, 32 / lanes rows per warp.
 
     With N = 16 a full warp per row would leave half its lanes idle; two half-warps each reduce
-    their own row (shuffle offsets 8, 4, 2, 1), so every lane loads useful data.
+    their own row (shuffle offsets 8, 4, 2, 1), so every lane loads useful data. With float4 loads
+    N = 16 needs only 4 lanes per row: 8 rows per warp, one 512-byte coalesced load per warp.
     """
     return warp_row_gemv(wl, cfg)
 
 
 @dataclass(frozen=True)
-class GemvDispatchConfig:
-    """Shape thresholds the dispatcher uses."""
+class MultiWarpGemvConfig:
+    warps_per_row: int = 4    # lanes on one row = 32 × warps_per_row
+    rows_per_block: int = 1
+    vector: int = 4
+    unroll: int = 2
 
-    multi_row_max_n: int = 16
-    vector_min_n: int = 128
+    @property
+    def lanes(self) -> int:
+        return 32 * self.warps_per_row
+
+    def check(self, wl):
+        _check_vector(wl, self.vector)
+
+    def launch(self, wl: Gemv) -> Launch:
+        return Launch(grid=(ceil_div(wl.M, self.rows_per_block), 1, 1),
+                      block=(self.lanes, 1, self.rows_per_block),
+                      shared_bytes=4 * self.warps_per_row * self.rows_per_block,
+                      threads_from="32 × warps_per_row × rows_per_block",
+                      shared_from="warps_per_row × rows_per_block")
+
+
+@register("multi_warp_gemv", "gemv", 13, MultiWarpGemvConfig, aliases=("gemv_multi_warp",))
+def multi_warp_gemv(wl: Gemv, cfg: MultiWarpGemvConfig = MultiWarpGemvConfig()):
+    """Several warps per row (very long rows, few of them): a two-stage reduction.
+
+    With M small and N large, one warp per row gives too few warps to keep every SM's loads in
+    flight. Here ``warps_per_row`` warps share a row: each reduces its lanes by shuffles, writes
+    one partial per warp to a ``__shared__`` buffer, and after a barrier the first warp reduces
+    those by shuffles again (TVM emits both stages when the reduction is bound to > 32 threads).
+    """
+    return row_gemv(wl, lanes=cfg.lanes, rows_per_warp=1, rows_per_block=cfg.rows_per_block,
+                    vector=cfg.vector, unroll=cfg.unroll)
+
+
+@dataclass(frozen=True)
+class SplitKGemvConfig:
+    splits: int | None = None     # chunks each row is cut into (blockIdx.y); None: enough for resident_warps
+    warps_per_chunk: int = 8      # lanes on one chunk = 32 × warps_per_chunk (two-stage reduction)
+    vector: int | None = None     # elements per load; None: the widest the row alignment allows
+    unroll: int = 1
+    resident_warps: int = 8448    # 132 SMs × 64 warps (H100/H200)
+
+    @property
+    def lanes(self) -> int:
+        return 32 * self.warps_per_chunk
+
+    def vector_for(self, wl) -> int:
+        return aligned_vector(wl.N, self.vector or widest_vector(wl))
+
+    def chunk(self, wl) -> int:
+        """Elements per chunk: a whole number of steps of all lanes (every chunk starts aligned),
+        and the chunks cover the padded row exactly: the split count divides the step count."""
+        step = self.lanes * self.vector_for(wl) * self.unroll
+        steps = ceil_div(wl.N, step)
+        want = self.splits or ceil_div(self.resident_warps, wl.M * self.warps_per_chunk)
+        divisors = [d for d in range(1, steps + 1) if steps % d == 0]
+        splits = next((d for d in divisors if d >= want), divisors[-1])
+        return steps // splits * step
+
+    def check(self, wl):
+        _check_vector(wl, self.vector_for(wl))
+
+    def launch(self, wl: Gemv) -> Launch:
+        return Launch(grid=(wl.M, ceil_div(wl.N, self.chunk(wl)), 1), block=(self.lanes, 1, 1),
+                      shared_bytes=4 * self.warps_per_chunk, threads_from="32 × warps_per_chunk")
+
+
+@register("split_k_gemv", "gemv", 14, SplitKGemvConfig, aliases=("gemv_split_k",))
+def split_k_gemv(wl: Gemv, cfg: SplitKGemvConfig = SplitKGemvConfig()):
+    """Split-K for very few, very long rows (M = 1 … tens): each row cut into chunks, one block
+    per (row, chunk), then a second kernel adds each row's chunk sums.
+
+    Several warps per row still leave most SMs idle when there are only a few rows; cutting each
+    row into ``splits`` chunks (``rfactor`` over the chunk index, bound to blockIdx.y) gives
+    M × splits blocks. Each block reduces its chunk like step 13 (shuffles, then shared memory);
+    the partials y_rf[chunk, row] are added by one block per row (a cross-thread reduction).
+    """
+    sch = new_schedule(wl.prim_func())
+    block = sch.get_sblock("y")
+    vector, chunk = cfg.vector_for(wl), cfg.chunk(wl)
+    # Pad the row to whole steps (zero-filled reads, inlined below): TVM 0.27 silently drops the
+    # cross-thread reduction of an rfactor block that carries a T.where predicate, and emits
+    # racy updates of y_rf instead, so the rfactor block must not need one.
+    sch.pad_einsum(block, [1, cfg.lanes * vector * cfg.unroll])
+    i, k = sch.get_loops(block)
+    ks, kr = sch.split(k, [None, chunk])
+    rf = sch.rfactor(ks, factor_axis=0)
+    i, ks, kr = sch.get_loops(rf)
+    ko, u, tx, v = sch.split(kr, [None, cfg.unroll, cfg.lanes, vector])
+    sch.reorder(i, ks, tx, ko, u, v)
+    if vector > 1:
+        for index in (0, 1):
+            frag = sch.cache_read(rf, index, "local")
+            sch.compute_at(frag, u, preserve_unit_loops=True)
+            sch.vectorize(sch.get_loops(frag)[-1])
+        sch.unroll(v)
+    if cfg.unroll > 1:
+        sch.unroll(u)
+    sch.bind(i, "blockIdx.x")
+    sch.bind(ks, "blockIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    inline_pads(sch)
+    final = sch.get_sblock("y")
+    i, s = sch.get_loops(final)
+    so, sx = sch.split(s, [None, min(256, max(32, _pow2_at_least(ceil_div(wl.N, chunk))))])
+    sch.bind(i, "blockIdx.x")
+    sch.bind(sx, "threadIdx.x")
+    return sch
+
+
+# --- the dispatcher ----------------------------------------------------------------------------
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+@dataclass(frozen=True)
+class GemvDispatchConfig:
+    """Shape thresholds the dispatcher uses; row bytes = N × element size.
+
+    Each threshold is a crossover measured on an NVIDIA H200 (copy bandwidth 4250 GB/s) with
+    ``scripts/bench_gemv.py``, medians with the harness's L2 flush: the parameter sweep
+    ``--sweep --extra`` of 2026-11-22 02:59 UTC (results/gemv/sweep_h200.csv) and the benchmark of
+    03:16 UTC, commit 2c3cc0c7cdf8 (results/gemv/gemv_bench.md). Below ~0.5 µs (small shapes) or
+    ~2 % (large ones) the differences are noise.
+    """
+
+    # Rows of ≤ 256 bytes share a warp. 16384×16: 4 lanes × 8 rows 5.2 µs vs warp/row 7.0;
+    # ×32: 8 lanes 5.8 vs 7.3; ×64: 8 lanes 6.5 vs 7.6; ×128 (512 B): warp/row 8.0 = 16 lanes 8.1;
+    # ×17 (scalar): 16 lanes × 2 rows 5.7 vs warp/row 7.1.
+    multi_row_max_row_bytes: int = 256
+    multi_row_lanes_vector: int = 8    # lanes per row with 128-bit loads (×64: 8 lanes 6.5 vs 16 lanes 6.7)
+    multi_row_lanes_scalar: int = 16   # lanes per row with scalar loads (×17: 16 lanes 5.7)
+    # Rows of ≥ 4 KiB go to several warps per row. 16384×1024: 4 warps 25.5 µs vs warp/row 26.0;
+    # 16384×4096: 8 warps 71.8 vs 4 warps 72.3 vs warp/row 73.4; 8192×8192: 8 warps 72.2 vs 73.6;
+    # 16384×4097 (scalar): 8 warps 72.6 vs warp/row 77.7; fp16 16384×4096 (8 KiB): 4 warps 42.5 vs 43.5.
+    multi_warp_min_row_bytes: int = 4096
+    multi_warp_wide_row_bytes: int = 16384   # from here 8 warps per row, below it 4
+    # Few rows: enough warps per row to put about ``resident_warps`` warps on the GPU (132 SMs × 64
+    # on H100/H200), up to 32 (1024 threads). 256×65536: 32 warps 26.3 µs, 16: 27.1, 8: 32.5 (31.8
+    # in the sweep), 4: 43.2, 2: 69.5.
+    resident_warps: int = 8448
+    # Fewer rows than this (with ≥ 4 KiB rows): split-K, several blocks per row. ×65536 rows:
+    # M = 1: split-K 7.2 µs vs 32 warps/row 8.4; M = 16: 9.3 vs 9.5; M = 256: 29.0 vs 26.3. The
+    # crossover lies between 16 and 256 rows; 64 is inside it, not itself measured.
+    split_k_max_rows: int = 64
+    warps_per_block: int = 4   # warp/row: 2, 4, 8 warps per block within 1 % at 16384×4096
+    max_unroll: int = 4        # loads in flight per lane: unroll 1–8 of float4 within 1 % at N ≥ 1024
 
     def choose(self, wl: Gemv):
-        if wl.N <= self.multi_row_max_n:
-            return multi_row_gemv, MultiRowGemvConfig()
-        if wl.N >= self.vector_min_n and wl.N % 4 == 0:
-            return vectorized_gemv, VectorGemvConfig()
-        return warp_gemv, WarpRowConfig()
+        item = itemsize(wl.dtype)
+        vector = aligned_vector(wl.N, widest_vector(wl))
+        lanes_needed = ceil_div(wl.N, vector)
+        row_bytes = wl.N * item
+        unroll_max = self.max_unroll
+        if row_bytes <= self.multi_row_max_row_bytes:
+            cap = self.multi_row_lanes_vector if vector > 1 else self.multi_row_lanes_scalar
+            lanes = min(cap, _pow2_at_least(lanes_needed))
+            return multi_row_gemv, MultiRowGemvConfig(lanes=lanes, rows_per_warp=32 // lanes,
+                                                      warps_per_block=self.warps_per_block, vector=vector, unroll=1)
+        if row_bytes >= self.multi_warp_min_row_bytes and wl.M < self.split_k_max_rows:
+            return split_k_gemv, SplitKGemvConfig(vector=vector, resident_warps=self.resident_warps)
+        if row_bytes >= self.multi_warp_min_row_bytes:
+            warps = 8 if row_bytes >= self.multi_warp_wide_row_bytes else 4
+            while warps < 32 and wl.M * warps < self.resident_warps and 32 * warps * 2 <= lanes_needed:
+                warps *= 2
+            per_lane = ceil_div(lanes_needed, 32 * warps)
+            return multi_warp_gemv, MultiWarpGemvConfig(warps_per_row=warps, rows_per_block=1, vector=vector,
+                                                        unroll=max(1, min(unroll_max, per_lane)))
+        unroll = max(1, min(unroll_max, ceil_div(lanes_needed, 32)))
+        if vector > 1:
+            return vectorized_gemv, VectorGemvConfig(warps_per_block=self.warps_per_block, vector=vector,
+                                                     unroll=unroll)
+        return warp_gemv, WarpRowConfig(warps_per_block=self.warps_per_block, unroll=unroll)
 
     def launch(self, wl: Gemv) -> Launch:
         _, cfg = self.choose(wl)
         return cfg.launch(wl)
 
 
-@register("gemv_dispatch", "gemv", 13, GemvDispatchConfig, aliases=("gemv_auto",))
+@register("gemv_dispatch", "gemv", 15, GemvDispatchConfig, aliases=("gemv_auto",))
 def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
-    """Dispatcher: picks among steps 10–12 by shape.
+    """Dispatcher: picks among steps 10–14 and their parameters by shape.
 
-    N ≤ 16: several rows per warp; N ≥ 128 and N % 4 == 0: float4 loads; otherwise one warp per row.
+    Short rows (≤ 256 B): several rows per warp with the widest aligned load; long rows (≥ 4 KiB):
+    several warps per row (more when there are few rows), split-K when the rows are very few;
+    otherwise one warp per row, 128-bit loads where N allows, unrolled by the row length.
+    Thresholds are measured crossovers (see GemvDispatchConfig).
     """
     builder, chosen = cfg.choose(wl)
     return builder(wl, chosen)
+
+
+# --- the transposed form -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ColumnGemvConfig:
+    threads: int = 256          # threads per block: columns (threadIdx.x) × rows (threadIdx.y)
+    max_threads_x: int = 32     # threads along the columns; fewer when N / vector is smaller
+    vector: int | None = None   # contiguous columns per thread per load; None: 128 bits (4 fp32, 8 fp16)
+    rows_per_slice: int | None = None  # rows one thread sums; None: chosen from the shape (see slice_rows)
+    target_threads: int = 65536  # wide A: aim for about this many threads in the first kernel
+    narrow_max_n: int = 64      # N ≤ this: scalar loads, rows reduced inside the block (see column_gemv_t)
+    target_blocks: int = 264    # narrow A: aim for about this many blocks (2 per SM of an H100/H200)
+
+    def narrow(self, wl) -> bool:
+        return wl.N <= self.narrow_max_n
+
+    def vector_for(self, wl) -> int:
+        if self.narrow(wl):
+            return 1
+        return aligned_vector(wl.N, self.vector or widest_vector(wl))
+
+    def threads_x(self, wl) -> int:
+        return min(self.max_threads_x, self.threads, _pow2_at_least(ceil_div(wl.N, self.vector_for(wl))))
+
+    def threads_y(self, wl) -> int:
+        return max(1, self.threads // self.threads_x(wl))
+
+    def slice_rows(self, wl) -> int:
+        """Rows one thread adds up before its sum leaves registers."""
+        if self.rows_per_slice:
+            return self.rows_per_slice
+        rows = 1 if self.narrow(wl) else 8
+        if self.narrow(wl):   # enough blocks of threads_y rows each
+            while rows < 64 and ceil_div(wl.M, rows * 2 * self.threads_y(wl)) >= self.target_blocks:
+                rows *= 2
+            return rows
+        columns = ceil_div(wl.N, self.vector_for(wl))
+        while rows < 128 and ceil_div(wl.M, rows * 2) * columns >= self.target_threads:
+            rows *= 2
+        return rows
+
+    def check(self, wl):
+        _check_vector(wl, self.vector_for(wl))
+
+    def launch(self, wl: GemvT) -> Launch:
+        tx, ty, rows = self.threads_x(wl), self.threads_y(wl), self.slice_rows(wl)
+        blocks_y = ceil_div(wl.M, rows * ty) if self.narrow(wl) else ceil_div(ceil_div(wl.M, rows), ty)
+        return Launch(grid=(ceil_div(wl.N, tx * self.vector_for(wl)), blocks_y, 1),
+                      block=(tx, ty, 1), threads_from="threads")
+
+
+@register("column_gemv_t", "gemv_t", 16, ColumnGemvConfig, aliases=("gemv_t_columns",))
+def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
+    """Transposed GEMV y = Aᵀ·x: threads along the columns, rows split over threads and blocks,
+    partial sums per row slice, then a second kernel that adds the partials (any M, N).
+
+    A warp's lanes read consecutive columns of one row (coalesced; 128-bit loads where N % 4 == 0).
+    Wide A: each thread sums ``rows_per_slice`` rows of its vector of columns in registers; the
+    slices spread over threadIdx.y and blockIdx.y, and ``rfactor`` over the slice index writes one
+    partial row per slice. Narrow A (N ≤ narrow_max_n, one row is less than a warp's load): a
+    warp covers several rows at once, and the threadIdx.y rows of a block are reduced inside the
+    block (cross-thread reduction through shared memory), so there is one partial row per block.
+    The second kernel reduces the partials of 8–16 column groups per block across threadIdx.y.
+    """
+    sch = new_schedule(wl.prim_func())
+    block = sch.get_sblock("y")
+    j, i = sch.get_loops(block)
+    vector = cfg.vector_for(wl)
+    tx_n, ty_n, rows = cfg.threads_x(wl), cfg.threads_y(wl), cfg.slice_rows(wl)
+    if cfg.narrow(wl):
+        # whole blocks of rows: the rfactor block below reduces across threads and so must carry
+        # no T.where predicate (see split_k_gemv); the padded rows read as zeros
+        sch.pad_einsum(block, [1, rows * ty_n])
+        j, i = sch.get_loops(block)
+        s, r, ty = sch.split(i, [None, rows, ty_n])
+        rf = sch.rfactor(s, factor_axis=0)           # y_rf[s, j]: one partial row per block
+        j, s, r, ty = sch.get_loops(rf)
+        bx, tx = sch.split(j, [None, tx_n])
+        sch.reorder(s, bx, tx, ty, r)
+        sch.unroll(r)
+        sch.bind(s, "blockIdx.y")
+    else:
+        s, r = sch.split(i, [None, rows])
+        rf = sch.rfactor(s, factor_axis=0)           # y_rf[s, j] = Σ_r A[s·R + r, j]·x[s·R + r]
+        j, s, r = sch.get_loops(rf)
+        by, ty = sch.split(s, [None, ty_n])
+        bx, tx, v = sch.split(j, [None, tx_n, vector])
+        sch.reorder(by, bx, ty, tx, r, v)
+        write_back = register_accumulator(sch, rf, tx)    # the slice's sums stay in registers
+        if vector > 1:
+            sch.vectorize(sch.get_loops(write_back)[-1])
+            frag = sch.cache_read(rf, 0, "local")
+            sch.compute_at(frag, r, preserve_unit_loops=True)
+            sch.vectorize(sch.get_loops(frag)[-1])
+            sch.unroll(v)
+        sch.bind(by, "blockIdx.y")
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    inline_pads(sch)
+    # second kernel: columns on threadIdx.x (coalesced), the partials of a column over threadIdx.y
+    final = sch.get_sblock("y")
+    j, s = sch.get_loops(final)
+    fx = min(32, _pow2_at_least(wl.N))
+    fb, ft = sch.split(j, [None, fx])
+    so, sy = sch.split(s, [None, max(1, 256 // fx)])
+    sch.reorder(fb, ft, sy, so)
+    if sch.get(so).extent.value <= 64:
+        sch.unroll(so)                               # all of a thread's partial loads in flight at once
+    sch.bind(fb, "blockIdx.x")
+    sch.bind(ft, "threadIdx.x")
+    sch.bind(sy, "threadIdx.y")
+    return sch
+
+
+GEMV_FAMILY = ("warp_gemv", "vectorized_gemv", "multi_row_gemv", "multi_warp_gemv", "split_k_gemv", "gemv_dispatch")

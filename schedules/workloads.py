@@ -1,7 +1,9 @@
 """Workloads: what is computed (TE definitions), independent of how it is scheduled.
 
 A workload string names a kind and its sizes: ``gemm:MxNxK`` (C = A·B, A is M×K and B is K×N,
-row-major, fp32) or ``gemv:MxN`` (y = A·x, A is M×N row-major, fp32).
+row-major, fp32), ``gemv:MxN`` (y = A·x, A is M×N row-major, fp32) or ``gemv_t:MxN`` (y = Aᵀ·x, the
+same A read column-wise: x has M entries, y has N). A ``:float16`` suffix makes the inputs half
+precision; the sum and the output stay float32.
 """
 
 from __future__ import annotations
@@ -105,25 +107,53 @@ class Gemv:
 
     def __str__(self):
         suffix = "" if self.dtype == "float32" else f":{self.dtype}"
-        return f"gemv:{self.shape}{suffix}"
+        return f"{self.kind}:{self.shape}{suffix}"
 
 
-Workload = Gemm | Gemv
+@dataclass(frozen=True)
+class GemvT(Gemv):
+    """y = Aᵀ·x with A M×N row-major: y[j] = Σ_i A[i, j]·x[i] (x has M entries, y has N)."""
+
+    kind = "gemv_t"
+
+    @property
+    def min_bytes(self) -> int:
+        return _itemsize(self.dtype) * (self.M * self.N + self.M) + _itemsize(self.acc_dtype) * self.N
+
+    def prim_func(self):
+        A = te.placeholder((self.M, self.N), self.dtype, name="A")
+        x = te.placeholder((self.M,), self.dtype, name="x")
+        i = te.reduce_axis((0, self.M), name="i")
+        if self.dtype == self.acc_dtype:
+            body = lambda j: te.sum(A[i, j] * x[i], axis=i)  # noqa: E731
+        else:
+            body = lambda j: te.sum(  # noqa: E731
+                A[i, j].astype(self.acc_dtype) * x[i].astype(self.acc_dtype), axis=i)
+        y = te.compute((self.N,), body, name="y")
+        return te.create_prim_func([A, x, y]).with_attr("global_symbol", "main")
+
+    def arg_shapes(self):
+        return [((self.M, self.N), self.dtype), ((self.M,), self.dtype), ((self.N,), self.acc_dtype)]
+
+
+Workload = Gemm | Gemv | GemvT
 
 _DTYPES = ("float32", "float16")
 
 
 def parse_workload(text: str) -> Workload:
-    """``gemm:1024x512x2048``, ``gemv:16384x16``, optionally ``:float16`` for half inputs."""
-    m = re.fullmatch(r"\s*(gemm|gemv)\s*:\s*([0-9x×]+)\s*(?::\s*(\w+))?\s*", text or "")
+    """``gemm:1024x512x2048``, ``gemv:16384x16``, ``gemv_t:16384x16``, optionally ``:float16`` for
+    half inputs."""
+    m = re.fullmatch(r"\s*(gemm|gemv_t|gemv)\s*:\s*([0-9x×]+)\s*(?::\s*(\w+))?\s*", text or "")
     if not m:
         raise ScheduleParamError(
-            f"workload {text!r} is malformed: expected gemm:MxNxK or gemv:MxN (e.g. gemm:1024x512x2048)")
+            f"workload {text!r} is malformed: expected gemm:MxNxK, gemv:MxN or gemv_t:MxN (e.g. gemm:1024x512x2048)")
     kind, dims, dtype = m.group(1), parse_shape(m.group(2), 3 if m.group(1) == "gemm" else 2), m.group(3)
     dtype = dtype or "float32"
     if dtype not in _DTYPES:
         raise ScheduleParamError(f"workload dtype {dtype!r} is not one of {', '.join(_DTYPES)}")
-    return Gemm(*dims, dtype=dtype) if kind == "gemm" else Gemv(*dims, dtype=dtype)
+    cls = {"gemm": Gemm, "gemv": Gemv, "gemv_t": GemvT}[kind]
+    return cls(*dims, dtype=dtype)
 
 
 def parse_shape(text: str, ndim: int) -> tuple[int, ...]:

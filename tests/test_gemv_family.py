@@ -1,0 +1,207 @@
+"""The GEMV family: every schedule builds for sm_90 without spills and emits what its docstring
+promises (shuffles, a shared-memory second stage, float4 only where rows are 16-byte aligned);
+on a GPU, every form matches a float64 reference."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from reports.build import build, cuda_available, cuda_target
+from schedules import Gemv, GemvT, get, parse_workload
+from schedules.gemv import GEMV_FAMILY, GemvDispatchConfig, aligned_vector
+
+TARGET = cuda_target("sm_90")
+GEMV_SCHEDULES = GEMV_FAMILY
+ODD_SHAPES = [(1, 17), (1, 4097), (16384, 17), (37, 17), (5, 4097), (16384, 4097), (3, 1), (1, 65536)]
+gpu = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA GPU")
+
+
+def _build(name, wl, **params):
+    spec = get(name)
+    return build(spec.build(wl, **params), TARGET)
+
+
+def _kernel_bodies(cuda):
+    return cuda[cuda.find("{"):]
+
+
+@pytest.mark.parametrize("name", GEMV_SCHEDULES)
+@pytest.mark.parametrize("shape", [(16384, 16), (16384, 128), (16384, 4096), (8192, 8192)])
+def test_gemv_builds_without_spills_and_shuffles(name, shape):
+    built = _build(name, Gemv(*shape))
+    assert all(k.spills == 0 for k in built.device.kernels), built.device.ptxas_log
+    assert "__shfl_down_sync" in built.device.cuda or "__shfl_sync" in built.device.cuda
+    assert "shfl.sync" in built.device.ptx
+
+
+@pytest.mark.parametrize("warps_per_row", [2, 4, 8])
+def test_multi_warp_second_stage_goes_through_shared_memory(warps_per_row):
+    built = _build("multi_warp_gemv", Gemv(64, 8192), warps_per_row=warps_per_row)
+    cu = built.device.cuda
+    assert "__shared__" in cu and "__syncthreads" in cu and "__shfl_down_sync" in cu
+    assert built.kernel.shared_bytes > 0 and built.kernel.spills == 0
+
+
+@pytest.mark.parametrize("n", [16, 17, 18, 128, 4096, 4097, 4098])
+def test_float4_loads_only_where_rows_are_16_byte_aligned(n):
+    for name in ("vectorized_gemv", "gemv_dispatch"):
+        cu = _kernel_bodies(_build(name, Gemv(64, n)).device.cuda)
+        assert ("float4" in cu) == (n % 4 == 0), (name, n)
+        if n % 4 == 2:
+            assert "float2" in cu
+
+
+def test_fp16_uses_128_bit_loads_and_fp32_sum():
+    built = _build("gemv_dispatch", Gemv(1024, 4096, dtype="float16"))
+    cu = built.device.cuda
+    assert "uint4" in cu and "half* __restrict__ A" in cu and "float* __restrict__ y" in cu
+    assert built.kernel.spills == 0
+
+
+@pytest.mark.parametrize("shape", ODD_SHAPES)
+@pytest.mark.parametrize("name", GEMV_SCHEDULES)
+def test_odd_shapes_build(name, shape):
+    built = _build(name, Gemv(*shape))
+    assert built.kernel.spills == 0
+
+
+def _bodies(cuda):
+    parts = cuda.split('extern "C" __global__')
+    return [p for p in parts[1:] if "{" in p]   # parts[0] is the header; declarations have no body
+
+
+@pytest.mark.parametrize("shape", [(1, 65536), (3, 5000), (7, 65537), (1, 17), (5, 4098), (256, 65536)])
+def test_split_k_partials_are_reduced_across_threads(shape):
+    """Guards a TVM 0.27 pitfall: an rfactor block with a T.where predicate silently loses its
+    cross-thread reduction (every thread then updates y_rf in place, a race)."""
+    built = _build("split_k_gemv", Gemv(*shape))
+    bodies = _bodies(built.device.cuda)
+    assert len(bodies) == 2 and all("__shfl_down_sync" in b for b in bodies)
+    first = next(b for b in bodies if "A_ptr" in b)
+    assert "red_buf_staging" in first and "__syncthreads" in first
+    assert all(k.spills == 0 for k in built.device.kernels)
+
+
+@pytest.mark.parametrize("shape", [(1, 17), (1000, 17), (16385, 64), (3, 1), (16384, 16)])
+def test_narrow_transposed_reduces_rows_across_threads(shape):
+    built = _build("column_gemv_t", GemvT(*shape))
+    first = next(b for b in _bodies(built.device.cuda) if "A_ptr" in b)
+    assert "red_buf" in first
+
+
+@pytest.mark.parametrize("shape", [(16384, 16), (16384, 4096), (8192, 8192), (1, 17), (1000, 4097), (3, 1)])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_transposed_builds(shape, dtype):
+    built = _build("column_gemv_t", GemvT(*shape, dtype=dtype))
+    assert len(built.device.kernels) == 2 and all(k.spills == 0 for k in built.device.kernels)
+    cu = built.device.cuda
+    if shape[1] % 4 == 0 and shape[1] > 64 and dtype == "float32":   # wide A: 128-bit loads
+        assert "float4" in cu
+    if shape[1] <= 64:   # narrow A: the block's rows are reduced in shared memory, one partial per block
+        assert "__shared__" in cu
+
+
+def test_workload_strings():
+    assert str(parse_workload("gemv_t:16384x16")) == "gemv_t:16384x16"
+    wl = parse_workload("gemv:16384x4096:float16")
+    assert (wl.kind, wl.dtype, wl.acc_dtype) == ("gemv", "float16", "float32")
+    assert wl.min_bytes == 2 * (16384 * 4096 + 4096) + 4 * 16384
+    t = parse_workload("gemv_t:8x4")
+    assert t.kind == "gemv_t" and t.arg_shapes() == [((8, 4), "float32"), ((8,), "float32"), ((4,), "float32")]
+
+
+@pytest.mark.parametrize("shape", [(16384, 16), (16384, 32), (16384, 64), (16384, 128), (16384, 1024),
+                                   (16384, 4096), (8192, 8192), (1, 17), (16384, 17), (256, 65536), (1, 65536),
+                                   (16, 65536), (7, 65537)])
+def test_dispatch_choices_are_valid(shape):
+    wl = Gemv(*shape)
+    builder, cfg = GemvDispatchConfig().choose(wl)
+    spec = get(builder.__name__)
+    spec.validate(wl, cfg)
+    vector = cfg.vector_for(wl) if hasattr(cfg, "vector_for") else cfg.vector
+    assert vector == aligned_vector(wl.N, 4)
+
+
+# --- GPU: numbers against float64 --------------------------------------------------------------
+
+def gemv_error(wl, out, ref, inputs) -> float:
+    """The error the GPU tests bound by 1e-6. Normally ‖y − ref‖ / ‖ref‖ (float64 reference). For a
+    single row, or rows longer than 16384, the norm of ``ref`` can be small through cancellation
+    (one y of a sum of ± products) while fp32 rounding grows like √N, so there the error is taken
+    relative to ‖|A|·|x|‖, the size of the products being added (the usual backward-error scale)."""
+    from reports.measure import rel_error
+
+    outputs, sum_length = (wl.N, wl.M) if wl.kind == "gemv_t" else (wl.M, wl.N)
+    if outputs > 1 and sum_length <= 16384:
+        return rel_error(out, ref)
+    a, x = (np.abs(v.astype(np.float64)) for v in inputs)
+    scale = (a.T @ x) if wl.kind == "gemv_t" else (a @ x)
+    return float(np.linalg.norm(np.asarray(out, np.float64) - ref) / np.linalg.norm(scale))
+
+
+def _run_on_gpu(name, wl, **params):
+    from reports.measure import CudaHarness, random_inputs, reference
+
+    built = _build(name, wl, **params)
+    h = CudaHarness(flush=False)
+    inputs = random_inputs(wl)
+    out_shape, out_dtype = wl.arg_shapes()[-1]
+    bufs = [h.to_device(x) for x in inputs] + [h.empty(out_shape, out_dtype)]
+    h.poison(bufs[-1])
+    built.executable["main"](*[h.tvm_view(b) for b in bufs])
+    out = h.to_numpy(bufs[-1])
+    assert np.all(np.isfinite(out)), "outputs left unwritten (NaN)"
+    return gemv_error(wl, out, reference(wl, inputs), inputs)
+
+
+GPU_SHAPES = [(1, 1), (1, 17), (1, 4097), (3, 5), (16384, 16), (16384, 17), (1000, 130), (513, 4098),
+              (16384, 4096), (7, 65537)]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", GPU_SHAPES)
+@pytest.mark.parametrize("name", GEMV_SCHEDULES)
+def test_gemv_matches_float64(name, shape):
+    assert _run_on_gpu(name, Gemv(*shape)) < 1e-6
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 1), (1, 17), (16384, 16), (1000, 4097), (8192, 8192), (37, 130)])
+def test_transposed_matches_float64(shape):
+    assert _run_on_gpu("column_gemv_t", GemvT(*shape)) < 1e-6
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(16384, 4096), (1, 17), (999, 4104), (5, 65536)])
+@pytest.mark.parametrize("form", ["gemv", "gemv_t"])
+def test_fp16_inputs_fp32_sum_match_float64_of_the_same_halves(form, shape):
+    wl = (Gemv if form == "gemv" else GemvT)(*shape, dtype="float16")
+    name = "gemv_dispatch" if form == "gemv" else "column_gemv_t"
+    assert _run_on_gpu(name, wl) < 1e-6
+
+
+if __name__ == "__main__":  # the GPU tests without pytest (the device may lack it)
+    import itertools
+    import sys
+
+    failures = 0
+    cases = [(test_gemv_matches_float64, (n, s)) for n, s in itertools.product(GEMV_SCHEDULES, GPU_SHAPES)]
+    cases += [(test_transposed_matches_float64, (s,)) for s in [(1, 1), (1, 17), (16384, 16), (1000, 4097),
+                                                                 (8192, 8192), (37, 130)]]
+    cases += [(test_fp16_inputs_fp32_sum_match_float64_of_the_same_halves, (f, s))
+              for f in ("gemv", "gemv_t") for s in [(16384, 4096), (1, 17), (999, 4104), (5, 65536)]]
+    for fn, args in cases:
+        try:
+            fn(*args)
+            print("ok  ", fn.__name__, args)
+        except Exception as e:  # noqa: BLE001
+            failures += 1
+            print("FAIL", fn.__name__, args, str(e).strip().splitlines()[-1][:200] if str(e).strip() else repr(e))
+    print(f"{len(cases) - failures} passed, {failures} failed")
+    sys.exit(1 if failures else 0)
