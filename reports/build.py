@@ -205,8 +205,11 @@ def build(sch, target: tvm.target.Target | None = None, async_copy: bool = False
 
 
 def launch_extents(lowered: str) -> dict:
-    """Thread and block extents from the lowered TIR's launch_thread statements."""
+    """Thread and block extents of the first (main) kernel, from the lowered TIR's launch_thread
+    statements (a second kernel, such as split-K's final sum, opens with blockIdx.x again)."""
     found = {}
     for tag, extent in re.findall(r'launch_thread\("((?:blockIdx|threadIdx|vthread)\.[xyz])",\s*(\d+)\)', lowered):
-        found[tag] = int(extent)
+        if tag in found and tag.startswith("blockIdx"):
+            break
+        found.setdefault(tag, int(extent))
     return found

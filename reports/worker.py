@@ -151,6 +151,14 @@ def _asdict(cfg):
 import numpy as np  # noqa: E402
 
 
+def error_line(e) -> str:
+    """The line of an exception that says what went wrong (ptxas and TVM put 'error' in it;
+    the last line is often only ptxas's timing note)."""
+    msg = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    line = next((ln for ln in msg if "error" in ln.lower()), msg[-1] if msg else "")
+    return f"{type(e).__name__}: {line[:300]}"
+
+
 def main():
     job = json.loads(sys.stdin.read())
     try:
@@ -165,10 +173,8 @@ def main():
             return
         from schedules import ScheduleParamError
 
-        msg = str(e).strip().splitlines()
         row = {"workload": job["workload"], "name": job["name"], "status": "error",
-               "error": (msg[-1] if isinstance(e, ScheduleParamError) or not msg else
-                         f"{type(e).__name__}: {msg[-1][:300]}"),
+               "error": str(e) if isinstance(e, ScheduleParamError) else error_line(e),
                "traceback": traceback.format_exc()[-4000:]}
     sys.stdout.write("\n" + json.dumps(row, default=float) + "\n")
     sys.stdout.flush()

@@ -14,7 +14,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 STAGES = ("scheduled", "lowered", "cuda", "ptx")
-DEFAULT_SHAPES = {"gemm": "1024x512x2048", "gemv": "16384x128"}
+DEFAULT_SHAPES = {"gemm": "1024x512x2048", "gemv": "16384x128", "gemv_t": "16384x4096"}
 
 
 class CliError(Exception):
@@ -105,7 +105,7 @@ def make_parser():
     p = argparse.ArgumentParser(prog="schedlab", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("list", help="every schedule, its workload kind and what it does")
-    s.add_argument("--kind", choices=("gemm", "gemv"))
+    s.add_argument("--kind", choices=tuple(DEFAULT_SHAPES))
     s.set_defaults(fn=cmd_list)
     s = sub.add_parser("show", help="a schedule's IR: scheduled TIR, lowered TIR, CUDA source or PTX")
     s.add_argument("schedule")

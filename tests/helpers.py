@@ -7,9 +7,11 @@ from reports import measure as M
 from schedules import parse_workload
 
 DEFAULT_WORKLOADS = {"gemm": ["gemm:1024x512x2048"],
-                     "gemv": ["gemv:16384x16", "gemv:16384x32", "gemv:16384x128"]}
+                     "gemv": ["gemv:16384x16", "gemv:16384x32", "gemv:16384x128"],
+                 "gemv_t": ["gemv_t:16384x128"]}
 ODD_WORKLOADS = {"gemm": ["gemm:1000x500x2000", "gemm:3x5x7", "gemm:1x4097x1", "gemm:1000x500x2001"],
-                 "gemv": ["gemv:16384x17", "gemv:1x4097", "gemv:3x5", "gemv:1000x130"]}
+                 "gemv": ["gemv:16384x17", "gemv:1x4097", "gemv:3x5", "gemv:1000x130"],
+                 "gemv_t": ["gemv_t:1x4097", "gemv_t:1000x17", "gemv_t:3x5"]}
 
 
 def build_spec(spec, workload, **params):
