@@ -299,7 +299,7 @@ class GemvDispatchConfig:
     Each threshold is a crossover measured on an NVIDIA H200 (copy bandwidth 4250 GB/s) with
     ``scripts/bench_gemv.py``, medians with the harness's L2 flush: the parameter sweep
     ``--sweep --extra`` of 2026-11-22 02:59 UTC (reports/results/NVIDIA_H200/gemv_sweep/sweep.csv) and the benchmark of
-    03:16 UTC, commit 2c3cc0c7cdf8 (its table is in reports/results/NVIDIA_H200/gemv_sweep/README.md). Below ~0.5 µs (small shapes) or
+    03:16 UTC, commit 2c3cc0c7cdf8 (reports/results/NVIDIA_H200/bench_gemv/). Below ~0.5 µs (small shapes) or
     ~2 % (large ones) the differences are noise.
     """
 
