@@ -184,9 +184,11 @@ class _CaptureLowered:
             self.text = mod.script()  # now: the module is mutated in place later
 
 
-def build(sch, target: tvm.target.Target | None = None, async_copy: bool = False) -> Built:
+def build(sch, target: tvm.target.Target | None = None, async_copy: bool = False,
+          pass_config: dict | None = None) -> Built:
     """Compile a schedule (or a scheduled IRModule) for CUDA, keeping every stage's text and the
-    compiler's report."""
+    compiler's report. ``pass_config``: extra PassContext options a schedule needs (its config's
+    ``pass_config`` attribute, see :func:`pass_config_of`)."""
     mod = getattr(sch, "mod", sch)
     setup_cuda_env()
     target = target or cuda_target()
@@ -194,6 +196,7 @@ def build(sch, target: tvm.target.Target | None = None, async_copy: bool = False
     _HOOK.last = None
     capture = _CaptureLowered()
     config = {"tirx.use_async_copy": True} if async_copy else {}
+    config.update(pass_config or {})
     with tvm.transform.PassContext(opt_level=3, config=config, instruments=[capture]), target:
         ex = tvm.compile(mod, target=target)
     device = _HOOK.last
@@ -202,6 +205,16 @@ def build(sch, target: tvm.target.Target | None = None, async_copy: bool = False
         device = compile_cuda_source(source, _HOOK.arch)
     launch = launch_extents(capture.text or "")
     return Built(ex, mod.script(), capture.text or "", device, launch)
+
+
+def pass_config_of(cfg) -> dict:
+    """The PassContext options a schedule's config asks for (optional ``pass_config`` attribute)."""
+    return dict(getattr(cfg, "pass_config", None) or {})
+
+
+def build_config(sch, cfg, target: tvm.target.Target | None = None) -> Built:
+    """:func:`build` with the async-copy switch and pass options that ``cfg`` carries."""
+    return build(sch, target, async_copy=getattr(cfg, "async_copy", False), pass_config=pass_config_of(cfg))
 
 
 def launch_extents(lowered: str) -> dict:

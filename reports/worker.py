@@ -78,7 +78,7 @@ def run_job(job) -> dict:
             cfg = spec.config(**job.get("params", {}))
             spec.validate(wl, cfg)
             row.update(role="schedule", step=spec.step, device="gpu", params=_asdict(cfg))
-            built = B.build(spec.builder(wl, cfg), target, async_copy=getattr(cfg, "async_copy", False))
+            built = B.build_config(spec.builder(wl, cfg), cfg, target)
         row.update(kernel_fields(built))
         row["files"] = write_artifacts(_ir_dir(job), name, built)
         module = built.executable

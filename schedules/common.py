@@ -15,6 +15,7 @@ class GpuLimits:
 
     max_threads_per_block: int = 1024
     max_shared_bytes: int = 48 * 1024
+    max_dynamic_shared_bytes: int = 227 * 1024  # opt-in dynamic shared memory per block on sm_90
     max_grid_y: int = 65535
     max_grid_z: int = 65535
     max_grid_x: int = 2**31 - 1
@@ -88,13 +89,29 @@ def register_accumulator(sch, block, at_loop):
     return write_back
 
 
-def inline_padding(sch):
+def inline_padding(sch, only=("A_pad", "B_pad", "C_pad")):
     """Fold the copies ``pad_einsum`` made (A_pad, B_pad: zero-filled reads; C_pad: a guarded
     store) into their neighbours. Shapes that are already tile multiples have no such blocks."""
     for name, inline in (("A_pad", sch.compute_inline), ("B_pad", sch.compute_inline),
                          ("C_pad", sch.reverse_compute_inline)):
+        if name not in only:
+            continue
         try:
             block = sch.get_sblock(name)
         except s_tir.ScheduleError:
             continue
         inline(block)
+
+
+def cooperative_fetch_axes(sch, copy_block, axes, vector=1):
+    """:func:`cooperative_fetch` for any thread shape: ``axes`` is ``((tag, extent), ...)`` outermost
+    first (e.g. threadIdx.z, .y, .x of a warp-tiled block); a ``vector``-wide lane innermost."""
+    loops = sch.get_loops(copy_block)
+    fused = sch.fuse(*loops[-2:])
+    factors = [None] + [extent for _, extent in axes] + ([vector] if vector > 1 else [])
+    parts = sch.split(fused, factors)
+    if vector > 1:
+        sch.vectorize(parts[-1])
+        parts = parts[:-1]
+    for (tag, extent), loop in zip(axes, parts[1:]):
+        sch.bind(loop, tag)

@@ -26,6 +26,7 @@ class Launch:
     shared_bytes: int = 0
     threads_from: str = "threads"
     shared_from: str = "tiles"
+    dynamic_shared: bool = False  # shared memory allocated at launch ("shared.dyn"): the opt-in limit applies
 
     @property
     def threads(self) -> int:
@@ -78,10 +79,11 @@ class ScheduleSpec:
             raise ScheduleParamError(
                 f"{self.name}: {launch.threads_from} = {launch.threads} threads per block exceeds the "
                 f"limit of {limits.max_threads_per_block}")
-        if launch.shared_bytes > limits.max_shared_bytes:
+        max_shared = limits.max_dynamic_shared_bytes if launch.dynamic_shared else limits.max_shared_bytes
+        if launch.shared_bytes > max_shared:
             raise ScheduleParamError(
                 f"{self.name}: {launch.shared_from} need {launch.shared_bytes} bytes of shared memory per "
-                f"block, more than the target allows ({limits.max_shared_bytes})")
+                f"block, more than the target allows ({max_shared})")
         for axis, extent, lim in zip("xyz", launch.grid,
                                      (limits.max_grid_x, limits.max_grid_y, limits.max_grid_z)):
             if extent > lim:

@@ -1,0 +1,594 @@
+"""Fast GEMM: the steps past the classic ones (14 on), towards cuBLAS-class SIMT fp32 and tensor cores.
+
+Every fp32 step here is one body, :func:`fast_tiled`, with one knob turned on at a time; each step's
+configuration is a :class:`FastTileConfig` with that knob's defaults, so a step's docstring can say
+exactly what changed from the one before. The knobs:
+
+* ``a_layout`` / ``pad``: how the A tile sits in shared memory. ``"m_major"`` keeps A's rows as they
+  are in global memory, so both the 128-bit global load and the shared store are vector instructions;
+  a ``pad`` of 4 floats per row (``storage_align``) moves consecutive rows onto different banks, so
+  the column reads of the fragment loads do not conflict. ``"k_major"`` transposes A on the way in,
+  so a thread's column of A is one 128-bit shared load.
+* ``warps_m × warps_n``: warp tiling. Each warp owns a (block_m / warps_m) × (block_n / warps_n)
+  sub-tile and its 32 lanes form a lanes_m × lanes_n grid inside it: the lanes that share a row read
+  the same A fragment (one broadcast), those that share a column the same B fragment.
+* ``stages`` / ``async_copy``: software pipelining. ``stages=2`` without async copies stages global
+  loads through registers (step 9); with ``async_copy`` the copies are ``cp.async`` straight into a
+  ring of ``stages`` shared buffers, ``stages - 1`` tiles in flight while one is computed.
+* ``split_k``: the K loop cut into ``split_k`` slices computed by separate thread blocks
+  (``rfactor``): a first kernel writes ``split_k`` partial products, a second sums them. It multiplies
+  the number of blocks for small outputs, where one block per output tile leaves SMs idle.
+* ``group_m``: thread-block rasterization. Blocks are numbered so that consecutive blocks walk down
+  ``group_m`` block-rows of one block-column group before moving on, so the B tiles they share and the
+  A rows they reuse are still in L2.
+
+The tensor-core step (fp16 inputs, fp32 accumulation) is the WMMA recipe of TVM's dlight rule
+``MatmulTensorization``, with its tile sizes as parameters and a cp.async multi-stage pipeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir
+
+from .common import ceil_div, cooperative_fetch_axes, inline_padding, new_schedule
+from .errors import ScheduleParamError
+from .registry import Launch, register
+from .workloads import Gemm
+
+F32 = 4
+
+
+# --- the fp32 body -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FastTileConfig:
+    """Tile sizes and switches of :func:`fast_tiled` (defaults: step 14)."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 8
+    thread_m: int = 8
+    thread_n: int = 8
+    vector: int = 4          # a thread's sub-tile is vector × vector; global loads are this wide
+    warps_m: int = 1         # warps along M; 1 × 1 = no warp tiling (lanes span the whole block)
+    warps_n: int = 1
+    a_layout: str = "m_major"  # A tile in shared memory: "m_major" (as in A) or "k_major" (transposed)
+    pad: int = 4             # floats of padding per shared row (storage_align); 0 = none
+    stages: int = 1          # shared-memory buffers in the K pipeline
+    async_copy: bool = False  # cp.async global → shared (needs stages >= 2)
+    split_k: int = 1         # K slices on separate blocks, summed by a second kernel
+    group_m: int = 1         # block-rows per rasterization group (1 = row-major block order)
+    unroll: int = 256
+    fragment_pipeline: bool = False  # with async_copy: also double-buffer the register fragments
+
+    # derived ----------------------------------------------------------------------------------
+    @property
+    def threads_m(self) -> int:
+        return self.block_m // self.thread_m
+
+    @property
+    def threads_n(self) -> int:
+        return self.block_n // self.thread_n
+
+    @property
+    def threads(self) -> int:
+        return self.threads_m * self.threads_n
+
+    @property
+    def lanes_m(self) -> int:
+        return self.threads_m // self.warps_m
+
+    @property
+    def lanes_n(self) -> int:
+        return self.threads_n // self.warps_n
+
+    @property
+    def pass_config(self) -> dict:
+        """cp.async injection needs the shared tiles to stay float-typed: StorageRewrite would retype a
+        buffer that is only read as float4 into a float4 buffer, which InjectPTXAsyncCopy rejects
+        (index lanes 1 vs 4)."""
+        return {"tirx.disable_storage_rewrite": True} if self.async_copy else {}
+
+    def check(self, wl):
+        if wl.dtype != "float32":
+            raise ScheduleParamError(f"the SIMT steps take float32 inputs, not {wl.dtype}")
+        for t, b, tn, bn in (("thread_m", self.thread_m, "block_m", self.block_m),
+                             ("thread_n", self.thread_n, "block_n", self.block_n)):
+            if bn % b:
+                raise ScheduleParamError(f"thread tile {t}={b} must divide {tn}={bn}")
+            if b % self.vector:
+                raise ScheduleParamError(f"vector={self.vector} must divide {t}={b}")
+        if self.threads_m % self.warps_m or self.threads_n % self.warps_n:
+            raise ScheduleParamError(
+                f"warps_m={self.warps_m} × warps_n={self.warps_n} must divide the "
+                f"{self.threads_m} × {self.threads_n} thread grid")
+        if self.a_layout not in ("m_major", "k_major"):
+            raise ScheduleParamError(f"a_layout must be 'm_major' or 'k_major', got {self.a_layout!r}")
+        if self.async_copy and self.stages < 2:
+            raise ScheduleParamError("async_copy needs stages >= 2 (a buffer to copy into while one is read)")
+        if self.block_k % self.vector and self.a_layout == "m_major":
+            raise ScheduleParamError(f"vector={self.vector} must divide block_k={self.block_k} for m_major A")
+
+    @property
+    def dynamic_shared(self) -> bool:
+        """Tiles past the 48 KiB static limit live in dynamic shared memory (opt-in, up to 227 KiB)."""
+        return F32 * self.shared_floats() > 48 * 1024
+
+    def splits(self, wl) -> int:
+        """K slices actually used: split_k, but never more than K has tiles of block_k."""
+        return max(1, min(self.split_k, ceil_div(wl.K, self.block_k)))
+
+    def shared_floats(self) -> int:
+        rows_a = self.block_k + self.pad if self.a_layout == "m_major" else self.block_m + self.pad
+        cols_a = self.block_m if self.a_layout == "m_major" else self.block_k
+        return (rows_a * cols_a + self.block_k * (self.block_n + self.pad)) * max(self.stages, 1)
+
+    def launch(self, wl: Gemm) -> Launch:
+        tiles = ceil_div(wl.M, self.block_m) * ceil_div(wl.N, self.block_n)
+        lanes = self.lanes_m * self.lanes_n
+        return Launch(grid=(tiles, self.splits(wl), 1), block=(lanes, self.warps_n, self.warps_m),
+                      shared_bytes=F32 * self.shared_floats(), dynamic_shared=self.dynamic_shared,
+                      threads_from="(block_m / thread_m) × (block_n / thread_n)",
+                      shared_from="(A tile + B tile, padded) × stages floats")
+
+
+def fast_tiled(wl: Gemm, cfg: FastTileConfig):
+    """The fp32 body of steps 14-18. Returns the schedule."""
+    sch = new_schedule(wl.prim_func())
+    block = sch.get_sblock("C")
+    splits = cfg.splits(wl)
+    sch.pad_einsum(block, [cfg.block_m, cfg.block_n, cfg.block_k * splits])
+    i, j, k = sch.get_loops(block)
+    if splits > 1:
+        ks, k = sch.split(k, [splits, None])
+        partial = sch.rfactor(ks, factor_axis=0)  # C_rf[ks, i, j]; block "C" now sums over ks
+        final, block = block, partial
+        sch.set_scope(block, 0, "global")
+        i, j, ks, k = sch.get_loops(block)
+    # thread map: i = [block, warp, sub-tile, lane, element], the same for j
+    bi, wi, vi, ti, ii = sch.split(i, [None, cfg.warps_m, cfg.thread_m // cfg.vector, cfg.lanes_m, cfg.vector])
+    bj, wj, vj, tj, jj = sch.split(j, [None, cfg.warps_n, cfg.thread_n // cfg.vector, cfg.lanes_n, cfg.vector])
+    ko, ki = sch.split(k, [None, cfg.block_k])
+    outer = [ks] if splits > 1 else []
+    sch.reorder(*outer, bi, bj, wi, wj, vi, vj, ti, tj, ko, ki, ii, jj)
+    tile = rasterize(sch, bi, bj, cfg.group_m, ceil_div(wl.M, cfg.block_m))
+    sch.bind(tile, "blockIdx.x")
+    if outer:
+        sch.bind(ks, "blockIdx.y")
+    sch.bind(wi, "threadIdx.z")
+    sch.bind(wj, "threadIdx.y")
+    sch.bind(vi, "vthread.y")
+    sch.bind(vj, "vthread.x")
+    lane = sch.fuse(ti, tj)
+    sch.bind(lane, "threadIdx.x")
+    write_back = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(write_back, lane, preserve_unit_loops=True)
+
+    axes = (("threadIdx.z", cfg.warps_m), ("threadIdx.y", cfg.warps_n), ("threadIdx.x", cfg.lanes_m * cfg.lanes_n))
+    scope = "shared.dyn" if cfg.dynamic_shared else "shared"
+    a_shared = sch.cache_read(block, 0, scope)
+    b_shared = sch.cache_read(block, 1, scope)
+    for copy in (a_shared, b_shared):
+        sch.compute_at(copy, ko, preserve_unit_loops=True)
+    if cfg.a_layout == "k_major":
+        sch.transform_layout(a_shared, ("write", 0), lambda m, kk: (kk, m))
+        # cp.async cannot transpose 16 bytes: each thread copies single floats (4-byte cp.async)
+        cooperative_fetch_axes(sch, a_shared, axes, 1 if cfg.async_copy else cfg.vector)
+        if cfg.pad:
+            sch.storage_align(a_shared, 0, axis=0, factor=cfg.block_m, offset=cfg.pad)
+    else:
+        cooperative_fetch_axes(sch, a_shared, axes, cfg.vector)
+        if cfg.pad:
+            sch.storage_align(a_shared, 0, axis=0, factor=cfg.block_k, offset=cfg.pad)
+    cooperative_fetch_axes(sch, b_shared, axes, cfg.vector)
+    if cfg.pad:
+        sch.storage_align(b_shared, 0, axis=0, factor=cfg.block_n, offset=cfg.pad)
+
+    for index in (0, 1):  # register fragments: a column of A and a row of B per k
+        frag = sch.cache_read(block, index, "local")
+        sch.compute_at(frag, ki, preserve_unit_loops=True)
+        sch.vectorize(sch.get_loops(frag)[-1])
+    sch.unroll(ki)
+    sch.annotate(lane, "pragma_auto_unroll_max_step", cfg.unroll)
+    sch.annotate(lane, "pragma_unroll_explicit", 1)
+    sch.vectorize(sch.get_loops(write_back)[-1])
+    _pipeline(sch, cfg, ko, ki, a_shared, b_shared)
+    if splits > 1:
+        _sum_partials(sch, final)
+    inline_padding(sch)
+    sch.decompose_reduction(block, ko)
+    return sch
+
+
+def rasterize(sch, bi, bj, group_m: int, tiles_m: int):
+    """One blockIdx for the (bi, bj) tile grid, in grouped order: ``group_m`` block-rows of one
+    column sweep before the next column (``group_m=1``: plain row-major order)."""
+    if group_m <= 1:
+        return sch.fuse(bi, bj)
+    if tiles_m <= group_m:  # one group: column-major block order
+        sch.reorder(bj, bi)
+        return sch.fuse(bj, bi)
+    bio, bii = sch.split(bi, [None, group_m])
+    sch.reorder(bio, bj, bii)
+    return sch.fuse(bio, bj, bii)
+
+
+def _pipeline(sch, cfg, ko, ki, a_shared, b_shared):
+    if cfg.stages <= 1:
+        return
+    if cfg.async_copy:
+        async_pipeline(sch, ko, ki if cfg.fragment_pipeline else None, cfg.stages)
+        return
+    for copy in (a_shared, b_shared):
+        sch.annotate(copy, "tirx.manifest_shared_memory_local_stage", 1)
+        sch.annotate(copy, "double_buffer_scope", 0)
+    sch.annotate(ki, "software_pipeline_stage", [0, 0, 1])
+    sch.annotate(ki, "software_pipeline_order", [0, 1, 2])
+    sch.annotate(ko, "software_pipeline_stage", [0, 0, 0, 0, 0, 1, 1])
+    sch.annotate(ko, "software_pipeline_order", [0, 3, 1, 4, 5, 2, 6])
+
+
+def async_pipeline(sch, ko, ki, stages):
+    """cp.async ring of ``stages`` shared buffers over the K-outer loop ``ko`` (children: A copy, B
+    copy, compute); with ``ki`` given, the fragment loads inside a K tile are pipelined one k ahead."""
+    if ki is None:
+        sch.annotate(ko, "software_pipeline_stage", [0, 0, stages - 1])
+        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
+    else:
+        sch.annotate(ki, "software_pipeline_stage", [0, 0, 1])
+        sch.annotate(ki, "software_pipeline_order", [0, 1, 2])
+        # once ki is expanded, ko's children are [A copy, B copy, ki prologue, body, epilogue]
+        sch.annotate(ko, "software_pipeline_stage", [0, 0, stages - 1, stages - 1, stages - 1])
+        sch.annotate(ko, "software_pipeline_order", [0, 1, 2, 3, 4])
+    sch.annotate(ko, "software_pipeline_async_stages", [0])
+
+
+def _sum_partials(sch, final):
+    """Second kernel of split-K: one thread per output sums its split_k partials (coalesced reads)."""
+    i, j, ks = sch.get_loops(final)
+    bx, tx = sch.split(sch.fuse(i, j), [None, 256])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    # sum in a register; the guarded store into C (if padded) is inlined into this write-back
+    write_back = sch.cache_write(final, 0, "local")
+    sch.reverse_compute_at(write_back, tx, preserve_unit_loops=True)
+    sch.decompose_reduction(final, ks)
+
+
+# --- tensor cores ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TensorCoreConfig:
+    """WMMA tiles: a warp owns frags_m × frags_n 16×16 accumulators; a block warps_m × warps_n
+    warps; K advances by chunk_k × 16 per shared-memory stage."""
+
+    warps_m: int = 2
+    warps_n: int = 2
+    frags_m: int = 4
+    frags_n: int = 4
+    chunk_k: int = 2
+    stages: int = 3
+    async_copy: bool = True
+    group_m: int = 8
+    pad: int = 8  # halves of padding per shared row (storage_align), against ldmatrix bank conflicts
+    fragment_pipeline: bool = False  # with async_copy: also double-buffer the WMMA fragments
+    intrinsics: str = "wmma"  # "wmma" (wmma.load/mma/store) or "mma" (ldmatrix + mma.sync m16n8k16)
+
+    @property
+    def block_m(self) -> int:
+        return 16 * self.warps_m * self.frags_m
+
+    @property
+    def block_n(self) -> int:
+        return 16 * self.warps_n * self.frags_n
+
+    @property
+    def block_k(self) -> int:
+        return 16 * self.chunk_k
+
+    def check(self, wl):
+        if wl.dtype != "float16":
+            raise ScheduleParamError(f"tensor-core steps take float16 inputs (gemm:MxNxK:float16), not {wl.dtype}")
+        if self.async_copy and self.stages < 2:
+            raise ScheduleParamError("async_copy needs stages >= 2")
+        if self.intrinsics not in ("wmma", "mma"):
+            raise ScheduleParamError(f"intrinsics must be 'wmma' or 'mma', got {self.intrinsics!r}")
+
+    def shared_halves(self) -> int:
+        per_stage = self.block_m * (self.block_k + self.pad) + self.block_k * (self.block_n + self.pad)
+        return per_stage * max(self.stages, 2)
+
+    def launch(self, wl: Gemm) -> Launch:
+        tiles = ceil_div(wl.M, self.block_m) * ceil_div(wl.N, self.block_n)
+        acc = 4 * self.block_m * (self.block_n + 4)
+        return Launch(grid=(tiles, 1, 1), block=(32, self.warps_m * self.warps_n, 1),
+                      shared_bytes=max(2 * self.shared_halves(), acc),
+                      threads_from="32 × warps_m × warps_n",
+                      shared_from="(A + B tiles) × stages halves (dynamic shared memory)",
+                      dynamic_shared=True)
+
+
+def _tensor_intrinsics(kind: str) -> dict:
+    """TVM's registered tensor intrinsics for fp16 × fp16 → fp32, B row-major, shared.dyn tiles."""
+    from tvm.s_tir.tensor_intrin import cuda as tc
+
+    if kind == "wmma":
+        return tc.get_wmma_intrin_group(load_scope="shared.dyn", store_scope="shared.dyn",
+                                        in_dtype="float16", out_dtype="float32", trans_b=False)
+    return {"load_a": tc.LDMATRIX_f16_A_DYN_INTRIN, "load_b": tc.LDMATRIX_f16_B_DYN_INTRIN,
+            "compute": tc.MMA_f16f16f32_INTRIN, "init": tc.MMA_fill_16x16_f32_INTRIN,
+            "store": tc.MMA_store_16x16_f32_shared_dyn_INTRIN}
+
+
+def tensor_core_tiled(wl: Gemm, cfg: TensorCoreConfig):
+    """fp16 × fp16 → fp32 on tensor cores through WMMA intrinsics (dlight MatmulTensorization's
+    recipe for C = A·B with B row-major, tile sizes from ``cfg``)."""
+    sch = new_schedule(wl.prim_func())
+    block = sch.get_sblock("C")
+    sch.pad_einsum(block, [cfg.block_m, cfg.block_n, cfg.block_k])
+    i, j, k = sch.get_loops(block)
+    i, i_in = sch.split(i, [None, 16])
+    j, j_in = sch.split(j, [None, 16])
+    k, k_in = sch.split(k, [None, 16])
+    sch.reorder(i, j, k, i_in, j_in, k_in)
+    mma = sch.blockize(i_in)  # one 16×16×16 tensor-core operation
+    i0, i1, i2 = sch.split(i, [None, cfg.warps_m, cfg.frags_m])
+    j0, j1, j2 = sch.split(j, [None, cfg.warps_n, cfg.frags_n])
+    k0, k1 = sch.split(k, [None, cfg.chunk_k])
+    sch.reorder(i0, j0, i1, j1, k0, k1, i2, j2)
+    sch.bind(rasterize(sch, i0, j0, cfg.group_m, ceil_div(wl.M, cfg.block_m)), "blockIdx.x")
+    warp = sch.fuse(i1, j1)
+    sch.bind(warp, "threadIdx.y")
+    warps = cfg.warps_m * cfg.warps_n
+
+    copies = []
+    for index in (0, 1):
+        copy = sch.cache_read(mma, index, "shared.dyn")
+        sch.compute_at(copy, k0, preserve_unit_loops=True)
+        _, ty, tx, vec = sch.split(sch.fuse(*sch.get_loops(copy)[-2:]), [None, warps, 32, 8])
+        sch.bind(ty, "threadIdx.y")
+        sch.bind(tx, "threadIdx.x")
+        sch.vectorize(vec)
+        if cfg.pad:
+            sch.storage_align(copy, 0, axis=-2, factor=16, offset=cfg.pad)
+        copies.append(copy)
+    inline_padding(sch, only=("A_pad", "B_pad"))
+
+    fragment = {"wmma": ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator"),
+                "mma": ("warp", "warp", "warp")}[cfg.intrinsics]
+    frag_a = sch.cache_read(mma, 0, fragment[0])
+    frag_b = sch.cache_read(mma, 1, fragment[1])
+    sch.compute_at(frag_a, k1, preserve_unit_loops=True)
+    sch.compute_at(frag_b, k1, preserve_unit_loops=True)
+    to_global = sch.cache_write(mma, 0, "shared.dyn")
+    acc = sch.cache_write(mma, 0, fragment[2])
+    sch.storage_align(acc, 0, -2, 16, 4)  # the fp32 staging tile, rows padded by 4
+    sch.reverse_compute_at(acc, warp, preserve_unit_loops=True)
+    sch.reverse_compute_at(to_global, warp, preserve_unit_loops=True)
+    init = sch.decompose_reduction(mma, k0)
+
+    inner = {}
+    for frag, name in ((frag_a, "load_a"), (frag_b, "load_b"), (acc, "store")):
+        r, c = sch.get_loops(frag)[-2:]
+        r0, r1 = sch.split(r, [None, 16])
+        c0, c1 = sch.split(c, [None, 16])
+        sch.reorder(r0, c0, r1, c1)
+        if name != "store":
+            sch.unroll(r0)
+            sch.unroll(c0)
+        inner[name] = r1
+    intrins = _tensor_intrinsics(cfg.intrinsics)
+    if cfg.intrinsics == "mma":
+        # warp fragments in the per-lane layout that ldmatrix / mma.sync use: 32 lanes × 8 values
+        from tvm.s_tir.tensor_intrin.cuda import shared_16x16_to_ldmatrix_32x8_layout as lane_layout
+
+        def index_map(i, j):
+            return (i // 16, j // 16, *lane_layout(i % 16, j % 16))
+
+        sch.transform_layout(frag_a, ("write", 0), index_map)
+        sch.transform_layout(frag_b, ("write", 0), index_map)
+        sch.transform_layout(acc, ("read", 0), index_map)
+    for name, loop in inner.items():
+        sch.tensorize(loop, intrins[name])
+    sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], intrins["init"])
+    sch.tensorize(sch.get_loops(block)[-3], intrins["compute"])
+    inline_padding(sch, only=("C_pad",))
+    _, tx, vec = sch.split(sch.fuse(*sch.get_loops(to_global)[-2:]), [None, 32, 4])
+    sch.bind(tx, "threadIdx.x")
+    sch.vectorize(vec)
+
+    if cfg.async_copy:
+        async_pipeline(sch, k0, k1 if cfg.fragment_pipeline else None, cfg.stages)
+    elif cfg.stages >= 2:
+        for copy in copies:
+            sch.annotate(copy, "tirx.manifest_shared_memory_local_stage", 1)
+            sch.annotate(copy, "double_buffer_scope", 0)
+        sch.annotate(k0, "software_pipeline_order", [0, 3, 1, 4, 5, 2, 6])
+        sch.annotate(k0, "software_pipeline_stage", [0, 0, 0, 0, 0, 1, 1])
+        sch.annotate(k1, "software_pipeline_order", [0, 1, 2])
+        sch.annotate(k1, "software_pipeline_stage", [0, 0, 1])
+    return sch
+
+
+# --- the registered steps ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class VectorizedSharedConfig(FastTileConfig):
+    pass
+
+
+@register("vectorized_shared_gemm", "gemm", 14, VectorizedSharedConfig, aliases=("vectorized_shared",))
+def vectorized_shared_gemm(wl: Gemm, cfg: VectorizedSharedConfig = VectorizedSharedConfig()):
+    """Vectorized shared stores + padding: step 8's 128×128×8 tile with A kept m-major in shared
+    memory, so both tiles go global → shared as 128-bit loads and 128-bit stores, and every shared
+    row padded by 4 floats (storage_align).
+
+    Step 8 transposed A on the way in, which splits each float4 into 4 scalar shared stores; here the
+    store stays one instruction. The fragment reads of A walk down a column instead (scalar loads);
+    the 4-float pad puts consecutive rows 4 banks apart, so those reads do not conflict. The lesson
+    is in the measurement (H200, 4096³): 49% of cuBLAS against step 8's 80%: the stores happen once
+    per K tile, the fragment reads 8 times as often, and 8 scalar reads per k instead of 2 float4s
+    (and 167 registers, one block per SM) cost far more than the stores saved. Steps 15 on keep A
+    transposed and pad it.
+    """
+    return fast_tiled(wl, cfg)
+
+
+@dataclass(frozen=True)
+class WarpTileConfig(FastTileConfig):
+    warps_m: int = 4
+    warps_n: int = 2
+    a_layout: str = "k_major"
+    stages: int = 2
+
+
+@register("warp_tiled_gemm", "gemm", 15, WarpTileConfig, aliases=("warp_tiling",))
+def warp_tiled_gemm(wl: Gemm, cfg: WarpTileConfig = WarpTileConfig()):
+    """Warp tiling: the 256 threads form 4 × 2 warps, each owning a 32 × 64 sub-tile of C; inside a
+    warp the lanes form a 4 × 8 grid, each lane 8×8 outputs as 2×2 sub-tiles of 4×4. A is stored
+    k-major (transposed) in shared memory, with step 9's register-staged double buffer.
+
+    The lanes of a warp now share rows and columns of the warp's tile: the 8 lanes of a lane-row read
+    the same A fragment (one broadcast) and the 4 lanes of a lane-column the same B fragment, so a
+    warp's fragment loads touch 4 (A) + 8 (B) distinct float4s per sub-tile instead of up to 32, and
+    the A column is one float4 load. On an H200 this is the fastest fp32 body measured (93% of cuBLAS
+    at 4096³), ahead of the cp.async variants.
+    """
+    return fast_tiled(wl, cfg)
+
+
+@dataclass(frozen=True)
+class AsyncPipelineConfig(WarpTileConfig):
+    warps_m: int = 2
+    warps_n: int = 4
+    block_k: int = 16
+    stages: int = 4
+    async_copy: bool = True
+
+
+@register("async_pipeline_gemm", "gemm", 16, AsyncPipelineConfig, aliases=("cp_async", "async_pipeline"))
+def async_pipeline_gemm(wl: Gemm, cfg: AsyncPipelineConfig = AsyncPipelineConfig()):
+    """cp.async multi-stage pipeline: global → shared copies issued as ``cp.async`` (no register
+    staging) into a ring of 4 shared buffers of K depth 16 (66 KiB: dynamic shared memory), 3 K tiles
+    in flight while the fourth is computed.
+
+    The copies no longer pass through registers or need the threads to wait for them: a thread
+    issues its copies for tile k+3 and goes straight on to the FMAs of tile k, and waits
+    (cp.async.wait_group) only for the tile it needs next. B goes as 16-byte copies; A, stored
+    transposed, as 4-byte copies (cp.async cannot transpose within 16 bytes). Measured on an H200 it
+    is 2-3 points behind step 15's register staging at 2048³-4096³ (90% of cuBLAS): the 4-byte
+    copies of A cost issue slots the FMA loop needs, and the deeper ring buys nothing more once the
+    K loop is long.
+    """
+    return fast_tiled(wl, cfg)
+
+
+@dataclass(frozen=True)
+class SplitKConfig(WarpTileConfig):
+    split_k: int = 8
+
+
+@register("split_k_gemm", "gemm", 17, SplitKConfig, aliases=("split_k",))
+def split_k_gemm(wl: Gemm, cfg: SplitKConfig = SplitKConfig()):
+    """Split-K, for small outputs: step 15's 128×128 tiles, with K cut into 8 slices computed by
+    separate blocks (``rfactor`` → a partial product C_rf[8, M, N]), summed by a second kernel.
+
+    1024×512 has only 32 tiles of 128×128 for 132 SMs (2 resident blocks each): 12% of the GPU.
+    Eight K slices make 256 blocks, one full wave. The price is the partials, written and read back
+    once (for 1024×512: 16 MiB each way, mostly in L2) and a second launch. Measured on an H200:
+    98% of cuBLAS at 1024×512×2048 (step 15 alone: 28%); smaller 64×64 or 128×64 tiles, the other
+    way to make blocks, reached 85-91%.
+    """
+    return fast_tiled(wl, cfg)
+
+
+@dataclass(frozen=True)
+class RasterizedConfig(WarpTileConfig):
+    group_m: int = 8
+
+
+@register("rasterized_gemm", "gemm", 18, RasterizedConfig, aliases=("swizzle", "rasterized"))
+def rasterized_gemm(wl: Gemm, cfg: RasterizedConfig = RasterizedConfig()):
+    """Thread-block rasterization: step 15 with the block order grouped, 8 block-rows of one
+    block-column group at a time, instead of row by row.
+
+    The blocks resident at one moment then share 8 row panels of A and a few column panels of B
+    instead of one row panel and every column panel, so on large shapes the panels they read are
+    still in L2 when the neighbours ask for them: fewer DRAM reads for the same work. On an H200
+    (50+ MB of L2, and an fp32 SIMT kernel that reads 8 flops' worth of tile per byte) it gains
+    only 0.1-0.3%: the kernel is bound by the FMA pipe, not by DRAM.
+    """
+    return fast_tiled(wl, cfg)
+
+
+@register("tensor_core_gemm", "gemm", 19, TensorCoreConfig, aliases=("tensor_core", "wmma"))
+def tensor_core_gemm(wl: Gemm, cfg: TensorCoreConfig = TensorCoreConfig()):
+    """Tensor cores: fp16 inputs, fp32 accumulation, through TVM's WMMA intrinsics (tensorize):
+    each warp keeps 4 × 4 accumulators of 16×16 in tensor-core fragments (a 64×64 warp tile), 2 × 2
+    warps per 128×128 block, K by 32, cp.async into a 3-stage ring of padded shared tiles (dynamic
+    shared memory), grouped block order; C leaves through a padded shared tile.
+
+    One warp-wide ``wmma.mma.sync`` does 16×16×16 multiply-adds where an FMA does one. Workload
+    ``gemm:MxNxK:float16`` (output fp32). ``intrinsics="mma"`` uses ldmatrix + ``mma.sync.m16n8k16``
+    instead (TVM's MMA intrinsics); on an H200 it measured 10% slower than WMMA at 4096³. Neither
+    reaches Hopper's wgmma rate (TVM 0.27 has no wgmma intrinsic), so cuBLAS stays about 2× ahead.
+    """
+    return tensor_core_tiled(wl, cfg)
+
+
+# --- the best fp32 choice ------------------------------------------------------------------------
+H200_SMS = 132
+BLOCKS_PER_SM = 2  # step 15's body: 256 threads × ≤128 registers, 16.5 KiB shared
+
+
+def wave_efficiency(blocks: int, slots: int) -> float:
+    """Fraction of the GPU's block slots busy over the waves ``blocks`` need."""
+    return blocks / (slots * ceil_div(blocks, slots))
+
+
+def choose_fp32(wl: Gemm, sms: int = H200_SMS):
+    """The fastest measured fp32 schedule for ``wl`` (H200 sweeps, scripts/sweep_gemm.py): step 15's
+    register-staged 128×128 warp tiles everywhere, with split-K where the output has too few tiles
+    to fill the GPU. Returns ``(step name, config)``.
+
+    split_k is the smallest of 1, 2, 4, 8 whose blocks fill at least 90% of the block slots over their
+    waves (else the best-filling one), never leaving a slice fewer than 8 K tiles. Measured: 4096³
+    and 2048³ → 1 (93% of cuBLAS), 3000×1000×2500 → 4 (98%), 1024×512×2048 → 8 (98%).
+    """
+    base = WarpTileConfig(group_m=8)
+    tiles = ceil_div(wl.M, base.block_m) * ceil_div(wl.N, base.block_n)
+    slots = sms * BLOCKS_PER_SM
+    k_tiles = ceil_div(wl.K, base.block_k)
+    candidates = [s for s in (1, 2, 4, 8) if s == 1 or k_tiles >= 8 * s]
+    good = [s for s in candidates if wave_efficiency(tiles * s, slots) >= 0.9]
+    split = good[0] if good else max(candidates, key=lambda s: (wave_efficiency(tiles * s, slots), -s))
+    if split > 1:
+        return "split_k_gemm", SplitKConfig(split_k=split, group_m=8)
+    return "rasterized_gemm", RasterizedConfig()
+
+
+@dataclass(frozen=True)
+class BestConfig:
+    """No tile parameters: they are chosen per workload by :func:`choose_fp32`."""
+
+    sms: int = H200_SMS
+
+    def chosen(self, wl):
+        return choose_fp32(wl, self.sms)
+
+    def check(self, wl):
+        if wl.dtype != "float32":
+            raise ScheduleParamError(f"best_gemm is the fp32 choice; for {wl.dtype} use tensor_core_gemm")
+        self.chosen(wl)[1].check(wl)
+
+    def launch(self, wl: Gemm) -> Launch:
+        return self.chosen(wl)[1].launch(wl)
+
+
+@register("best_gemm", "gemm", 20, BestConfig, aliases=("best",))
+def best_gemm(wl: Gemm, cfg: BestConfig = BestConfig()):
+    """Best fp32: the fastest measured step and configuration for the workload's shape, chosen by
+    :func:`choose_fp32` (step 15/18's warp tiles, with split-K on small outputs).
+
+    One tile body serves every shape; what changes with the shape is how many blocks it makes.
+    """
+    return fast_tiled(wl, cfg.chosen(wl)[1])

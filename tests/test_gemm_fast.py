@@ -1,0 +1,236 @@
+"""The fast GEMM steps (14 on): they build for sm_90 without spills, the IR shows what each step
+claims (cp.async, tensor-core instructions, padded shared tiles, two split-K kernels), odd shapes
+build, bad parameters are refused, and (on a GPU) the results are right."""
+
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from reports import build as B  # noqa: E402
+from schedules import ScheduleParamError, get, parse_workload  # noqa: E402
+from schedules import gemm_fast  # noqa: E402
+
+FP32_STEPS = ["vectorized_shared_gemm", "warp_tiled_gemm", "async_pipeline_gemm", "split_k_gemm",
+              "rasterized_gemm", "best_gemm"]
+TC_STEPS = ["tensor_core_gemm"]
+DEFAULT = "gemm:1024x512x2048"
+ODD = ["gemm:3x5x7", "gemm:1000x500x2001", "gemm:1x4097x1"]
+
+
+def fp16(workload):
+    return workload + ":float16"
+
+
+def build(name, workload, **params):
+    spec = get(name)
+    wl = parse_workload(workload)
+    cfg = spec.config(**params)
+    return B.build_config(spec.build(wl, cfg), cfg, B.cuda_target("sm_90"))
+
+
+_CACHE = {}
+
+
+def built(name, workload, **params):
+    key = (name, workload, tuple(sorted(params.items())))
+    if key not in _CACHE:
+        _CACHE[key] = build(name, workload, **params)
+    return _CACHE[key]
+
+
+# --- build, resources ----------------------------------------------------------------------------
+@pytest.mark.parametrize("name", FP32_STEPS + TC_STEPS)
+def test_step_builds_for_sm90_without_spills(name):
+    wl = fp16(DEFAULT) if name in TC_STEPS else DEFAULT
+    b = built(name, wl)
+    assert b.device.kernels, "no kernel compiled"
+    for k in b.device.kernels:
+        assert k.spills == 0, f"{k.name} spills {k.spills} bytes"
+        assert k.registers <= 255
+
+
+def test_steps_are_registered_from_14_on():
+    steps = {name: get(name).step for name in FP32_STEPS + TC_STEPS}
+    assert min(steps.values()) >= 14
+    assert len(set(steps.values())) == len(steps)
+    for name in steps:
+        assert get(name).doc.strip(), f"{name} has no docstring"
+
+
+# --- what each step claims is in the IR -------------------------------------------------------
+def test_async_step_emits_cp_async():
+    b = built("async_pipeline_gemm", DEFAULT)
+    assert "cp.async" in b.device.cuda
+    assert "cp.async" in b.device.ptx
+    assert "cp.async.wait_group" in b.device.ptx or "cp.async.wait_all" in b.device.ptx
+
+
+def test_register_staged_steps_do_not_use_cp_async():
+    for name in ("vectorized_shared_gemm", "warp_tiled_gemm"):
+        assert "cp.async" not in built(name, DEFAULT).device.cuda
+
+
+def test_vectorized_step_has_128_bit_global_loads_and_shared_stores():
+    ptx = built("vectorized_shared_gemm", DEFAULT).device.ptx
+    assert re.search(r"ld\.global(\.nc)?\.v4\.", ptx)  # float4 copies are emitted as .v4.u32
+    assert re.search(r"st\.shared\.v4\.", ptx)
+
+
+def _shared_sizes(cuda):
+    """Floats per static shared array (StorageRewrite may retype one as float4)."""
+    found = re.finditer(r"__shared__ (?:alignas\(\d+\) )?(float4?) (\w+)\[(\d+)\]", cuda)
+    return {m.group(2): int(m.group(3)) * (4 if m.group(1) == "float4" else 1) for m in found}
+
+
+def test_shared_padding_is_visible():
+    cfg = get("vectorized_shared_gemm").config()
+    sizes = _shared_sizes(built("vectorized_shared_gemm", DEFAULT).device.cuda)
+    a = next(v for k, v in sizes.items() if k.startswith("A_shared"))
+    b = next(v for k, v in sizes.items() if k.startswith("B_shared"))
+    assert a == cfg.block_m * (cfg.block_k + cfg.pad) > cfg.block_m * cfg.block_k
+    assert b == cfg.block_k * (cfg.block_n + cfg.pad) > cfg.block_k * cfg.block_n
+    unpadded = _shared_sizes(built("vectorized_shared_gemm", DEFAULT, pad=1).device.cuda)
+    assert sum(unpadded.values()) < sum(sizes.values())
+
+
+def test_warp_tiling_launches_warps_on_y_and_z():
+    b = built("warp_tiled_gemm", DEFAULT)
+    cfg = get("warp_tiled_gemm").config()
+    assert b.launch["threadIdx.x"] == 32
+    assert b.launch["threadIdx.y"] == cfg.warps_n and b.launch["threadIdx.z"] == cfg.warps_m
+
+
+def test_split_k_is_two_kernels_with_partials():
+    b = built("split_k_gemm", DEFAULT)
+    assert len(b.device.kernels) == 2
+    cfg = get("split_k_gemm").config()
+    assert f"blockIdx.y" in b.device.cuda  # the K slice of the partial-product kernel
+    assert b.launch.get("blockIdx.y", 1) in (cfg.split_k, 1)
+
+
+def test_rasterization_changes_block_order():
+    plain = built("async_pipeline_gemm", "gemm:4096x4096x4096").lowered
+    grouped = built("rasterized_gemm", "gemm:4096x4096x4096").lowered
+    assert plain != grouped
+    group = get("rasterized_gemm").config().group_m
+    assert f"blockIdx_x % {group}" in grouped or f"blockIdx_x % {group * 32}" in grouped
+
+
+def test_tensor_core_step_emits_mma_instructions():
+    ptx = built("tensor_core_gemm", fp16(DEFAULT)).device.ptx
+    assert "wmma.mma.sync" in ptx and "wmma.load.a" in ptx
+    ptx = built("tensor_core_gemm", fp16(DEFAULT), intrinsics="mma").device.ptx
+    assert "mma.sync.aligned.m16n8k16" in ptx and "ldmatrix.sync" in ptx
+
+
+def test_tf32_is_not_offered():
+    """TVM 0.27 registers no tf32 tensor intrinsic (wmma groups accept float16/int8 inputs only)."""
+    from tvm.s_tir.tensor_intrin import cuda as tc
+
+    with pytest.raises(AssertionError):
+        tc.get_wmma_intrin_group("shared", "shared", "float32", "float32", False)
+    assert not [n for n in dir(tc) if "TF32" in n.upper()]
+
+
+# --- odd shapes -------------------------------------------------------------------------------
+@pytest.mark.parametrize("workload", ODD)
+@pytest.mark.parametrize("name", FP32_STEPS + TC_STEPS)
+def test_odd_shapes_build(name, workload):
+    wl = fp16(workload) if name in TC_STEPS else workload
+    b = built(name, wl)
+    assert all(k.spills == 0 for k in b.device.kernels)
+
+
+# --- parameters -------------------------------------------------------------------------------
+def test_bad_parameters_are_refused_with_their_names():
+    wl = parse_workload(DEFAULT)
+    with pytest.raises(ScheduleParamError, match="warps_m"):
+        get("warp_tiled_gemm").validate(wl, get("warp_tiled_gemm").config(warps_m=3))
+    with pytest.raises(ScheduleParamError, match="async_copy"):
+        get("async_pipeline_gemm").validate(wl, get("async_pipeline_gemm").config(stages=1))
+    with pytest.raises(ScheduleParamError, match="float16"):
+        get("tensor_core_gemm").validate(wl)
+    with pytest.raises(ScheduleParamError, match="float32"):
+        get("warp_tiled_gemm").validate(parse_workload(fp16(DEFAULT)))
+
+
+def test_best_choice_fills_the_gpu_on_small_outputs():
+    small = gemm_fast.choose_fp32(parse_workload(DEFAULT))
+    big = gemm_fast.choose_fp32(parse_workload("gemm:4096x4096x4096"))
+    assert small[1].splits(parse_workload(DEFAULT)) > 1
+    assert big[1].splits(parse_workload("gemm:4096x4096x4096")) == 1
+    for wl in ("gemm:3x5x7", "gemm:1x4097x1", "gemm:100000x16x16"):
+        name, cfg = gemm_fast.choose_fp32(parse_workload(wl))
+        get(name).validate(parse_workload(wl), cfg)
+
+
+# --- on the GPU -------------------------------------------------------------------------------
+def _has_gpu():
+    return B.cuda_available()
+
+
+@pytest.fixture(scope="module")
+def harness():
+    if not _has_gpu():
+        pytest.skip("needs a CUDA GPU")
+    from reports.measure import CudaHarness
+
+    return CudaHarness(flush=False)
+
+
+def _run(harness, name, workload, **params):
+    from reports import measure as M
+
+    wl = parse_workload(workload)
+    b = built(name, workload, **params)
+    inputs = M.random_inputs(wl)
+    shape, dtype = wl.arg_shapes()[-1]
+    bufs = [harness.to_device(x) for x in inputs] + [harness.empty(shape, dtype)]
+    harness.poison(bufs[-1])
+    b.executable["main"](*[harness.tvm_view(x) for x in bufs])
+    out = harness.to_numpy(bufs[-1])
+    assert not np.isnan(out).any(), f"{int(np.isnan(out).sum())} outputs never written"
+    return M.rel_error(out, M.reference(wl, inputs))
+
+
+GPU_FP32_CASES = ([(name, wl) for name in FP32_STEPS for wl in (DEFAULT, "gemm:1000x500x2001")]
+                  + [(name, wl) for name in ("best_gemm", "split_k_gemm") for wl in ("gemm:3x5x7", "gemm:1x4097x1")])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,workload", GPU_FP32_CASES)
+def test_fp32_steps_are_correct(harness, name, workload):
+    assert _run(harness, name, workload) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload", [DEFAULT] + ODD)
+@pytest.mark.parametrize("intrinsics", ["wmma", "mma"])
+def test_tensor_core_step_is_correct(harness, workload, intrinsics):
+    # fp16 inputs are exact in fp32 products; only the fp32 sum rounds
+    assert _run(harness, "tensor_core_gemm", fp16(workload), intrinsics=intrinsics) < 1e-4
+
+
+if __name__ == "__main__":  # the GPU checks without pytest (e.g. on a machine that lacks it)
+    from reports.measure import CudaHarness
+
+    h, failed = CudaHarness(flush=False), 0
+    cases = [(lambda n=n, w=w: test_fp32_steps_are_correct(h, n, w), f"{n} {w}") for n, w in GPU_FP32_CASES]
+    cases += [(lambda w=w, i=i: test_tensor_core_step_is_correct(h, w, i), f"tensor_core_gemm[{i}] {w}")
+              for w in [DEFAULT] + ODD for i in ("wmma", "mma")]
+    for fn, name in cases:
+        try:
+            fn()
+            print(f"PASS {name}", flush=True)
+        except Exception as e:  # noqa: BLE001
+            failed += 1
+            print(f"FAIL {name}: {str(e).splitlines()[0][:200]}", flush=True)
+    print(f"{len(cases) - failed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
