@@ -173,6 +173,7 @@ class Space:
     knobs: list[str] = field(default_factory=list)
     needs_pipeline_postproc: bool = False
     cpu: bool = False  # has a CPU twin (llvm target)
+    seeds: Callable | None = None  # wl -> decision lists measured first (the hand-written configs)
 
     def generator(self, target) -> ms.space_generator.SpaceGenerator:
         gpu = target.kind.name == "cuda"
@@ -190,13 +191,25 @@ class Space:
         return ms.space_generator.ScheduleFn(fn, sch_rules=[], postprocs=postprocs, mutator_probs=mutators)
 
 
+def tiled_seeds(wl):
+    """Steps 8/9's configuration (128×128 block, 8×8 per thread as 2×2 vthreads of 4×4, block_k 8,
+    float4 loads, unroll, 1 or 2 stages) as decisions of the tiled template, where it tiles the
+    workload perfectly."""
+    if wl.M % 128 or wl.N % 128 or wl.K % 8:
+        return []
+    i, j, k = [wl.M // 128, 2, 16, 4], [wl.N // 128, 2, 16, 4], [wl.K // 8, 8]
+    vec, unroll = TILED_VECTOR.index(4), TILED_UNROLL.index(512)
+    return [[i, j, k, vec, unroll, TILED_STAGES.index(s)] for s in (2, 1)]
+
+
 SPACES = {
     "classic": Space("classic", "classic AutoTVM template: tile_y, tile_x in {8,16,32}, tile_k in {8,16}, "
                      "vector loads off/on (36 configurations) over step 7", classic_template,
                      ["tile_y", "tile_x", "tile_k", "vector"], cpu=True),
     "tiled": Space("tiled", "register-tiled steps 8/9: block/vthread/thread/sub-tile sizes per axis, K tile, "
                    "vector width, unroll depth, pipeline stages", tiled_template,
-                   ["tile_i", "tile_j", "tile_k", "vector", "unroll", "stages"], needs_pipeline_postproc=True),
+                   ["tile_i", "tile_j", "tile_k", "vector", "unroll", "stages"], needs_pipeline_postproc=True,
+                   seeds=tiled_seeds),
     "default": Space("default", "MetaSchedule's auto-generated CUDA space (post-order-apply)", None),
 }
 

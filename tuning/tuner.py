@@ -65,6 +65,7 @@ class TuneOptions:
     time_limit_s: float | None = None
     population: int = 256
     verify: bool = True
+    seed_hand: bool = True  # measure the space's hand-written configurations first
     run_name: str | None = None
 
     def name(self) -> str:
@@ -180,28 +181,59 @@ class ExhaustiveSearch:
     def generate(self, n: int):
         cands, rejected = [], []
         for trace, insts, combo in self.iter:
-            t = trace
-            for inst, decision in zip(insts, combo):
-                t = t.with_decision(inst, decision, remove_postproc=True)
-            sch = s_tir.Schedule(self.mod)
-            t.apply_to_schedule(sch, remove_postproc=True)
-            sch.enter_postproc()
-            failed = None
-            for p in self.postprocs:
-                try:
-                    ok = p.apply(sch)
-                except Exception as e:  # noqa: BLE001
-                    ok, failed = False, f"{_pname(p)}: {str(e).strip().splitlines()[-1][:200]}"
-                if not ok:
-                    failed = failed or f"rejected by {_pname(p)} (e.g. threads or shared memory over the limit)"
-                    break
+            cand, t, failed = candidate_from_decisions(self.mod, self.postprocs, trace, insts, combo)
             if failed:
                 rejected.append((t, failed))
             else:
-                cands.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod)))
+                cands.append(cand)
             if len(cands) + len(rejected) >= n:
                 break
         return cands, rejected
+
+
+def candidate_from_decisions(mod, postprocs, trace, insts, combo):
+    """Replay ``trace`` with the decisions ``combo`` (aligned with ``insts``) onto ``mod`` and
+    postprocess it. Returns (candidate or None, the trace with the decisions, rejection reason)."""
+    t = trace
+    for inst, decision in zip(insts, combo):
+        t = t.with_decision(inst, decision, remove_postproc=True)
+    sch = s_tir.Schedule(mod)
+    t.apply_to_schedule(sch, remove_postproc=True)
+    sch.enter_postproc()
+    failed = None
+    for p in postprocs:
+        try:
+            ok = p.apply(sch)
+        except Exception as e:  # noqa: BLE001
+            ok, failed = False, f"{_pname(p)}: {str(e).strip().splitlines()[-1][:200]}"
+        if not ok:
+            failed = failed or f"rejected by {_pname(p)} (e.g. threads or shared memory over the limit)"
+            break
+    if failed:
+        return None, t, failed
+    return ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod)), t, None
+
+
+def seed_candidates(space, wl, ctx, design_spaces, mod):
+    """The space's seed configurations (the hand-written steps' tile sizes, AutoTVM-style: the
+    template's default config measured first) as candidates."""
+    from .spaces import sample_insts
+
+    if space.seeds is None or not design_spaces:
+        return []
+    trace = design_spaces[0].trace
+    insts = sample_insts(trace)
+    out = []
+    for combo in space.seeds(wl):
+        if len(combo) != len(insts):
+            continue
+        try:
+            cand, _, failed = candidate_from_decisions(mod, list(ctx.space_generator.postprocs), trace, insts, combo)
+        except Exception:  # noqa: BLE001 - a seed that does not fit this workload
+            continue
+        if cand is not None:
+            out.append(cand)
+    return out
 
 
 def _pname(p) -> str:
@@ -302,6 +334,7 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
         ctx.pre_tuning(max_trials=remaining * 4 + opts.batch, num_trials_per_iter=opts.batch,
                        design_spaces=design_spaces, database=memory, cost_model=cost_model)
     device_type = "cuda" if target.kind.name == "cuda" else "cpu"
+    pending = seed_candidates(space, wl, ctx, design_spaces, mod) if opts.seed_hand else []
     t_start = time.time()
     stale = 0
     while state.done < opts.trials:
@@ -309,7 +342,10 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
             summary["stopped"] = f"time limit of {opts.time_limit_s:g} s reached"
             break
         want = min(opts.batch, opts.trials - state.done)
-        if search is not None:
+        seeded = bool(pending)
+        if pending:
+            cands, rejected, pending = pending[:want], [], []
+        elif search is not None:
             cands, rejected = search.generate(opts.batch)
         else:
             cands, rejected = ctx.generate_measure_candidates() or [], []
@@ -359,7 +395,7 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
                 _log(trials_path, opts, run, wl_text, row, state, t_start, prior_elapsed, on_trial)
                 progressed = True
         stale = 0 if progressed or search is not None else stale + 1
-        if search is None and cands:
+        if search is None and cands and not seeded:
             ctx.notify_runner_results(cands, runner_results)
             if cost_model is not None:
                 cost_model.update(ctx, cands, runner_results)
