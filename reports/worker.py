@@ -46,6 +46,7 @@ def kernel_fields(built):
 
 
 def run_job(job) -> dict:
+    import tuning.tuned  # noqa: F401  (registers tuned_gemm)
     from schedules import get, parse_workload
 
     from . import baselines, build as B, measure as M

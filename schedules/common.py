@@ -30,18 +30,26 @@ def new_schedule(func) -> s_tir.Schedule:
     return s_tir.Schedule(func)
 
 
-def tile_and_bind_2d(sch, block, tile_m, tile_n, *, rows_on="y", inner_split=None):
+def is_one(value) -> bool:
+    """True for the plain integer 1 (a sampled knob, an ExprRV, is never known to be 1 here)."""
+    return isinstance(value, int) and value == 1
+
+
+def tile_and_bind_2d(sch, block, tile_m, tile_n, *, rows_on="y", inner_split=None, bind=True):
     """Split the two spatial loops of ``block`` into block tiles of ``tile_m × tile_n``, bind the
     tile index to blockIdx and the position inside it to threadIdx.
 
     ``rows_on="y"`` puts rows on threadIdx.y and columns on threadIdx.x, so consecutive threads of a
     warp touch consecutive columns (coalesced); ``rows_on="x"`` is the uncoalesced mapping.
-    Returns ``(bi, bj, ti, tj, k)``.
+    Tile sizes may be integers or sampled knobs (ExprRVs, for tuning spaces); ``bind=False`` leaves
+    the loops serial (the CPU twin). Returns ``(bi, bj, ti, tj, k)``.
     """
     i, j, k = sch.get_loops(block)
     bi, ti = sch.split(i, [None, tile_m])
     bj, tj = sch.split(j, [None, tile_n])
     sch.reorder(bi, bj, ti, tj, k)
+    if not bind:
+        return bi, bj, ti, tj, k
     sch.bind(bi, "blockIdx.y")
     sch.bind(bj, "blockIdx.x")
     if rows_on == "y":
@@ -53,14 +61,21 @@ def tile_and_bind_2d(sch, block, tile_m, tile_n, *, rows_on="y", inner_split=Non
     return bi, bj, ti, tj, k
 
 
-def cooperative_fetch(sch, copy_block, threads, vector=1):
+def cooperative_fetch(sch, copy_block, threads, vector=1, bind=True):
     """All threads of the block copy a tile together: fuse the copy loops, split them over
     ``threads = (threads_y, threads_x)`` (and a vector lane), bind. Non-divisible extents become
-    predicates, so any tile size works."""
+    predicates, so any tile size works. ``threads`` and ``vector`` may be sampled knobs; a sampled
+    vector width always gets its (possibly unit) vector loop. ``bind=False`` (the CPU twin) only
+    splits off and vectorizes the vector lane."""
     loops = sch.get_loops(copy_block)
     fused = sch.fuse(*loops[-2:])
+    if not bind:
+        if not is_one(vector):
+            _, v = sch.split(fused, [None, vector])
+            sch.vectorize(v)
+        return
     ty, tx = threads
-    if vector > 1:
+    if not is_one(vector):
         _, y, x, v = sch.split(fused, [None, ty, tx, vector])
         sch.vectorize(v)
     else:
@@ -69,14 +84,18 @@ def cooperative_fetch(sch, copy_block, threads, vector=1):
     sch.bind(x, "threadIdx.x")
 
 
-def shared_tiles(sch, block, at_loop, threads, vector=1):
+def shared_tiles(sch, block, at_loop, threads=None, vector=1, fetch=None, bind=True):
     """Stage the A and B tiles that ``block`` reads into shared memory at ``at_loop`` (the K-outer
-    loop), fetched cooperatively. Returns the two copy blocks."""
+    loop), fetched cooperatively (``fetch(sch, copy_block)`` replaces the fetch, e.g. by
+    MetaSchedule's cooperative-fetch annotation). Returns the two copy blocks."""
     copies = []
     for index in (0, 1):
         cache = sch.cache_read(block, index, "shared")
         sch.compute_at(cache, at_loop, preserve_unit_loops=True)
-        cooperative_fetch(sch, cache, threads, vector)
+        if fetch is not None:
+            fetch(sch, cache)
+        else:
+            cooperative_fetch(sch, cache, threads, vector, bind=bind)
         copies.append(cache)
     return copies
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import (ceil_div, inline_padding, new_schedule, register_accumulator, shared_tiles,
-                     tile_and_bind_2d)
+from .common import (ceil_div, cooperative_fetch, inline_padding, new_schedule, register_accumulator,
+                     shared_tiles, tile_and_bind_2d)
 from .errors import ScheduleParamError
 from .registry import Launch, register
 from .workloads import Gemm
@@ -140,19 +140,23 @@ class BlockTileConfig(SharedTileConfig):
     tile_k: int = 16
 
 
-def _shared_tiled(wl: Gemm, cfg: SharedTileConfig, register_acc: bool):
+def shared_tiled_gemm(sch, block, tile_m, tile_n, tile_k, register_acc: bool, vector=1, bind=True):
     """Block tile tile_m × tile_n, one output per thread, K in steps of tile_k through shared
-    memory; optionally with the accumulator in a register."""
-    sch = new_schedule(wl.prim_func())
-    block = sch.get_sblock("C")
+    memory (loads ``vector`` wide); optionally with the accumulator in a register. The sizes may be
+    integers or sampled knobs (the tuner's ``classic`` space); ``bind=False`` is the CPU twin."""
     write_back = sch.cache_write(block, 0, "local") if register_acc else None
-    _, _, _, tj, k = tile_and_bind_2d(sch, block, cfg.tile_m, cfg.tile_n)
-    ko, _ = sch.split(k, [None, cfg.tile_k])
+    _, _, _, tj, k = tile_and_bind_2d(sch, block, tile_m, tile_n, bind=bind)
+    ko, _ = sch.split(k, [None, tile_k])
     if write_back is not None:
         sch.reverse_compute_at(write_back, tj, preserve_unit_loops=True)
-    shared_tiles(sch, block, ko, threads=(cfg.tile_m, cfg.tile_n))
+    shared_tiles(sch, block, ko, threads=(tile_m, tile_n), vector=vector, bind=bind)
     sch.decompose_reduction(block, ko)
     return sch
+
+
+def _shared_tiled(wl: Gemm, cfg: SharedTileConfig, register_acc: bool):
+    sch = new_schedule(wl.prim_func())
+    return shared_tiled_gemm(sch, sch.get_sblock("C"), cfg.tile_m, cfg.tile_n, cfg.tile_k, register_acc)
 
 
 @register("shared_cache_gemm", "gemm", 4, SharedTileConfig, aliases=("shared_cache", "v3"))
@@ -232,21 +236,20 @@ class DoubleBufferConfig(ThreadTileConfig):
     stages = 2
 
 
-def thread_tiled(wl: Gemm, cfg: ThreadTileConfig):
-    """Shared body of steps 8 and 9. Returns the schedule and the named loops and blocks the
-    pipelining step annotates."""
-    sch = new_schedule(wl.prim_func())
-    block = sch.get_sblock("C")
-    # Pad M, N, K up to tile multiples: reads past the edge load zeros, the store is guarded.
-    sch.pad_einsum(block, [cfg.block_m, cfg.block_n, cfg.block_k])
+def register_tiled_gemm(sch, block, i_factors, j_factors, k_factors, fetch):
+    """The register-tiled GEMM body of steps 8 and 9 on ``block``, with the tile sizes given as
+    split factors (integers, or sampled knobs in the tuner's ``tiled`` space):
+
+    ``i_factors``/``j_factors`` = [blocks, sub-tiles per thread (vthreads), threads, sub-tile
+    width] and ``k_factors`` = [K steps, block_k]. Each thread owns (sub-tiles × width)² outputs as
+    sub-tiles strided by the threads' span (vthreads): the CUTLASS interleaved map, which keeps a
+    warp's fragment loads contiguous and conflict-free. ``fetch(sch, copy_block)`` distributes the
+    shared-memory copies over the threads. Returns the loops and blocks later steps annotate.
+    """
     i, j, k = sch.get_loops(block)
-    ty_n, tx_n = cfg.block_m // cfg.thread_m, cfg.block_n // cfg.thread_n
-    # Each thread owns thread_m × thread_n outputs as (thread_m/vector) × (thread_n/vector) sub-tiles
-    # of vector × vector, strided by the threads' span (vthreads): the CUTLASS interleaved map, which
-    # keeps a warp's fragment loads contiguous and conflict-free.
-    bi, vi, ti, ii = sch.split(i, [None, cfg.thread_m // cfg.vector, ty_n, cfg.vector])
-    bj, vj, tj, jj = sch.split(j, [None, cfg.thread_n // cfg.vector, tx_n, cfg.vector])
-    ko, ki = sch.split(k, [None, cfg.block_k])
+    bi, vi, ti, ii = sch.split(i, i_factors)
+    bj, vj, tj, jj = sch.split(j, j_factors)
+    ko, ki = sch.split(k, k_factors)
     sch.reorder(bi, bj, vi, vj, ti, tj, ko, ki, ii, jj)
     sch.bind(bi, "blockIdx.y")
     sch.bind(bj, "blockIdx.x")
@@ -255,7 +258,7 @@ def thread_tiled(wl: Gemm, cfg: ThreadTileConfig):
     sch.bind(ti, "threadIdx.y")
     sch.bind(tj, "threadIdx.x")
     write_back = register_accumulator(sch, block, tj)
-    a_shared, b_shared = shared_tiles(sch, block, ko, threads=(ty_n, tx_n), vector=cfg.vector)
+    a_shared, b_shared = shared_tiles(sch, block, ko, fetch=fetch)
     # Store A k-major in shared memory (As[k][m]) so a thread's column of A is one vector load.
     sch.transform_layout(a_shared, ("write", 0), lambda m, kk: (kk, m))
     # Register fragments: a column of A and a row of B per k, reused for thread_m × thread_n FMAs.
@@ -264,12 +267,44 @@ def thread_tiled(wl: Gemm, cfg: ThreadTileConfig):
         sch.compute_at(frag, ki, preserve_unit_loops=True)
         sch.vectorize(sch.get_loops(frag)[-1])
     sch.unroll(ki)
-    sch.annotate(tj, "pragma_auto_unroll_max_step", cfg.unroll)
-    sch.annotate(tj, "pragma_unroll_explicit", 1)
-    sch.vectorize(sch.get_loops(write_back)[-1])
+    return dict(ko=ko, ki=ki, tj=tj, a_shared=a_shared, b_shared=b_shared, write_back=write_back)
+
+
+def thread_tiled(wl: Gemm, cfg: ThreadTileConfig):
+    """Shared body of steps 8 and 9. Returns the schedule and the named loops and blocks the
+    pipelining step annotates."""
+    sch = new_schedule(wl.prim_func())
+    block = sch.get_sblock("C")
+    # Pad M, N, K up to tile multiples: reads past the edge load zeros, the store is guarded.
+    sch.pad_einsum(block, [cfg.block_m, cfg.block_n, cfg.block_k])
+    ty_n, tx_n = cfg.block_m // cfg.thread_m, cfg.block_n // cfg.thread_n
+    h = register_tiled_gemm(
+        sch, block,
+        [None, cfg.thread_m // cfg.vector, ty_n, cfg.vector],
+        [None, cfg.thread_n // cfg.vector, tx_n, cfg.vector],
+        [None, cfg.block_k],
+        fetch=lambda s, copy: cooperative_fetch(s, copy, (ty_n, tx_n), cfg.vector))
+    sch.annotate(h["tj"], "pragma_auto_unroll_max_step", cfg.unroll)
+    sch.annotate(h["tj"], "pragma_unroll_explicit", 1)
+    sch.vectorize(sch.get_loops(h["write_back"])[-1])
     inline_padding(sch)
-    sch.decompose_reduction(block, ko)
-    return sch, dict(ko=ko, ki=ki, a_shared=a_shared, b_shared=b_shared)
+    sch.decompose_reduction(block, h["ko"])
+    return sch, h
+
+
+def pipeline_double_buffer(sch, ko, ki, a_shared, b_shared):
+    """Step 9's software pipeline on a register-tiled GEMM: global loads of K tile k+1 staged in
+    registers and stored to the other of two shared buffers after the FMAs of tile k, register
+    fragments double-buffered inside the K step."""
+    for copy in (a_shared, b_shared):
+        sch.annotate(copy, "tirx.manifest_shared_memory_local_stage", 1)
+        sch.annotate(copy, "double_buffer_scope", 0)
+    # children of ki: [A fragment, B fragment, update]
+    sch.annotate(ki, "software_pipeline_stage", [0, 0, 1])
+    sch.annotate(ki, "software_pipeline_order", [0, 1, 2])
+    # children of ko once ki is expanded: [A g→r, A r→s, B g→r, B r→s, ki prologue, body, epilogue]
+    sch.annotate(ko, "software_pipeline_stage", [0, 0, 0, 0, 0, 1, 1])
+    sch.annotate(ko, "software_pipeline_order", [0, 3, 1, 4, 5, 2, 6])
 
 
 @register("thread_tiling_gemm", "gemm", 8, ThreadTileConfig, aliases=("thread_tiling", "cutlass"))
@@ -294,13 +329,5 @@ def double_buffer_gemm(wl: Gemm, cfg: DoubleBufferConfig = DoubleBufferConfig())
     fragments are double-buffered the same way inside the K step.
     """
     sch, h = thread_tiled(wl, cfg)
-    for copy in (h["a_shared"], h["b_shared"]):
-        sch.annotate(copy, "tirx.manifest_shared_memory_local_stage", 1)
-        sch.annotate(copy, "double_buffer_scope", 0)
-    # children of ki: [A fragment, B fragment, update]
-    sch.annotate(h["ki"], "software_pipeline_stage", [0, 0, 1])
-    sch.annotate(h["ki"], "software_pipeline_order", [0, 1, 2])
-    # children of ko once ki is expanded: [A g→r, A r→s, B g→r, B r→s, ki prologue, body, epilogue]
-    sch.annotate(h["ko"], "software_pipeline_stage", [0, 0, 0, 0, 0, 1, 1])
-    sch.annotate(h["ko"], "software_pipeline_order", [0, 3, 1, 4, 5, 2, 6])
+    pipeline_double_buffer(sch, h["ko"], h["ki"], h["a_shared"], h["b_shared"])
     return sch

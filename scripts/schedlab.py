@@ -35,6 +35,7 @@ def _params(items):
 
 
 def cmd_list(args):
+    import tuning.tuned  # noqa: F401  (registers tuned_gemm)
     from schedules import all_schedules
 
     specs = all_schedules(args.kind)
@@ -45,6 +46,7 @@ def cmd_list(args):
 
 
 def cmd_show(args):
+    import tuning.tuned  # noqa: F401  (registers tuned_gemm)
     from schedules import get, parse_workload
 
     if args.stage not in STAGES:
@@ -125,6 +127,9 @@ def make_parser():
     s.add_argument("--strict", action="store_true", help="exit 1 if any row failed")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=cmd_run)
+    from scripts.tune_cmd import add_parser as add_tune_parser
+
+    add_tune_parser(sub)
     return p
 
 
@@ -134,7 +139,7 @@ def main(argv=None):
 
     try:
         return args.fn(args) or 0
-    except (CliError, ScheduleParamError) as e:
+    except (CliError, ScheduleParamError, ValueError) as e:
         print(f"schedlab: error: {e}", file=sys.stderr)
         return 2
 

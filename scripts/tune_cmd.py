@@ -1,0 +1,156 @@
+"""``schedlab tune``: search a space of schedule configurations for the fastest one, resumably.
+
+    schedlab tune --workload gemm:1024x512x2048 --space tiled --trials 256 --db DIR
+    schedlab tune --workload gemm:1024x512x2048 --space classic              # all 36, exhaustively
+    schedlab tune ... --rpc-tracker 127.0.0.1:9190 --rpc-key h100              # measure on RPC servers
+
+Every trial is appended to DIR/trials.jsonl (and MetaSchedule's JSONDatabase in DIR); running the
+same command again resumes: measured candidates are not measured again. The best verified
+configuration goes to DIR/best_<workload>.json; ``SCHEDLAB_TUNED=DIR schedlab run --schedules
+tuned_gemm`` (or ``schedlab show tuned_gemm``) uses it. ``--compare`` adds, at the same trial
+budget, MetaSchedule's own auto-generated space (``default``), random search of the same space
+(``random``) and TVM's dlight schedule (``dlight``, one fixed schedule); ``--report`` writes the
+convergence chart and tables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+COMPARISONS = ("default", "random", "dlight")
+
+
+def add_parser(subparsers):
+    from tuning.cost_models import COST_MODELS
+    from tuning.spaces import SPACES
+    from tuning.tuner import STRATEGIES
+
+    s = subparsers.add_parser("tune", help="tune a schedule space (MetaSchedule), resumable, local or over RPC",
+                              description=__doc__.split("\n\n")[0])
+    s.add_argument("--workload", default="gemm:1024x512x2048", help="gemm:MxNxK (default %(default)s)")
+    s.add_argument("--space", default="tiled", choices=sorted(SPACES), help="search space (default %(default)s)")
+    s.add_argument("--strategy", choices=STRATEGIES, default=None,
+                   help="exhaustive | random | evolutionary (default: exhaustive for classic, else evolutionary)")
+    s.add_argument("--cost-model", default="ridge", choices=COST_MODELS,
+                   help="for the evolutionary strategy (default %(default)s; xgb needs xgboost)")
+    s.add_argument("--trials", type=int, default=64, help="trial budget of each run (default %(default)s)")
+    s.add_argument("--db", default="out/tune", help="tuning directory: database, trial log, best configs")
+    s.add_argument("--target", default="cuda", choices=("cuda", "llvm"))
+    s.add_argument("--arch", default=None, help="CUDA arch (default: the GPU's, else sm_90)")
+    s.add_argument("--batch", type=int, default=16, help="candidates built and measured per round")
+    s.add_argument("--builders", type=int, default=None, help="parallel build processes (default: CPU count)")
+    s.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on RPC servers of this tracker")
+    s.add_argument("--rpc-key", default=None, help="the servers' key at the tracker")
+    s.add_argument("--compare", default="default,dlight",
+                   help="comma-separated, run at the same budget: default,random,dlight, or none (default %(default)s)")
+    s.add_argument("--time-limit", type=float, default=None, metavar="S", help="stop each run after S seconds")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--population", type=int, default=256, help="evolutionary population size")
+    s.add_argument("--no-verify", action="store_true", help="skip the float64 check of the best")
+    s.add_argument("--report", nargs="?", const="", default=None, metavar="DIR",
+                   help="write the tuning report (default DIR/report); add --hand to time hand schedules")
+    s.add_argument("--hand", action="store_true", help="in the report, time tuned_gemm beside the hand "
+                   "schedules, cuBLAS and dlight (schedlab run's harness)")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(fn=cmd_tune)
+    return s
+
+
+def _options(args, **over):
+    from tuning.tuner import TuneOptions
+
+    strategy = args.strategy or ("exhaustive" if args.space == "classic" else "evolutionary")
+    base = dict(workload=args.workload, space=args.space, strategy=strategy, cost_model=args.cost_model,
+                trials=args.trials, db=args.db, target=args.target, arch=args.arch, batch=args.batch,
+                builders=args.builders, rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key, seed=args.seed,
+                time_limit_s=args.time_limit, population=args.population, verify=not args.no_verify)
+    base.update(over)
+    return TuneOptions(**base)
+
+
+def _progress_cb(quiet, trials, label):
+    if quiet:
+        return None
+    from reports.progress import Progress
+
+    bar = {}
+
+    def cb(row, state):
+        if "p" not in bar:
+            bar["p"] = Progress(trials, label)
+            bar["p"].done = state.done - 1
+        what = row["status"] if row["status"] != "ok" else f"{row['gflops']:.0f} GFLOP/s"
+        if row.get("reused"):
+            what += " (from the log)"
+        bar["p"].update(f"best {state.best_gflops:.0f} GFLOP/s · this one {what}")
+
+    return cb
+
+
+def _print_summary(s):
+    best = s.get("best")
+    rate = s.get("session_trials_per_minute")
+    line = (f"{s['run']} on {s['workload']}: {s.get('trials', 0)} trials "
+            f"({s.get('measured_now', 0)} measured now, {s.get('reused_now', 0)} from the log, "
+            f"{s.get('failed', 0)} failed in all)")
+    if rate:
+        line += f", {rate:.1f} trials/min this session"
+    print(line)
+    if s.get("stopped"):
+        print(f"  stopped: {s['stopped']}")
+    if best:
+        err = best.get("rel_error")
+        print(f"  best: {best['time_ms']:.4g} ms, {best['gflops']:.0f} GFLOP/s, rel. error vs float64 "
+              f"{'not checked' if err is None else format(err, '.2e')}; knobs {json.dumps(best['knobs'])}")
+    else:
+        print("  no valid configuration found")
+
+
+def cmd_tune(args):
+    from schedules import parse_workload
+    from tuning.tuner import measure_dlight, tune
+
+    wl = parse_workload(args.workload)
+    if wl.kind != "gemm":
+        raise ValueError("schedlab tune tunes GEMM workloads (gemm:MxNxK)")
+    compare = [c for c in (args.compare or "").split(",") if c and c != "none"]
+    for c in compare:
+        if c not in COMPARISONS:
+            raise ValueError(f"--compare {c!r} is not one of {', '.join(COMPARISONS)} (or none)")
+    if args.target == "llvm":
+        compare = [c for c in compare if c != "dlight"]
+    runs = [_options(args)]
+    if "random" in compare and runs[0].strategy != "random":
+        runs.append(_options(args, strategy="random"))
+    if "default" in compare and args.target == "cuda":
+        runs.append(_options(args, space="default", strategy="evolutionary"))
+    summaries = []
+    for opts in runs:
+        s = tune(opts, on_trial=_progress_cb(args.quiet, opts.trials, opts.name()))
+        summaries.append(s)
+        _print_summary(s)
+    if "dlight" in compare:
+        d = measure_dlight(runs[0])
+        r = d.get("result") or {}
+        print(f"dlight on {wl}: " + (f"{r['time_ms']:.4g} ms, {r['gflops']:.0f} GFLOP/s" if r.get("status") == "ok"
+                                     else f"{r.get('status')}: {r.get('reason', d.get('skipped', ''))}"))
+    from tuning.records import best_path
+
+    path = best_path(args.db, str(wl))
+    if os.path.exists(path):
+        with open(path) as f:
+            best = json.load(f)
+        print(f"best configuration of {wl} so far ({best['run']}): {best['time_ms']:.4g} ms, "
+              f"{best['gflops']:.0f} GFLOP/s -> {path}")
+        print(f"  use it: SCHEDLAB_TUNED={args.db} schedlab run --workload {wl} --schedules tuned_gemm")
+    with open(os.path.join(args.db, "last_summary.json"), "w") as f:
+        json.dump(summaries, f, indent=1, default=str)
+    if args.report is not None:
+        from reports.tuning_report import write_report
+
+        out = args.report or os.path.join(args.db, "report")
+        paths = write_report(args.db, str(wl), out, hand=args.hand)
+        print(f"report: {paths.get('markdown')}", file=sys.stderr)
+    return 0

@@ -1,0 +1,212 @@
+"""The tuner on the CPU (llvm target): the classic space has exactly 36 configurations, the trial
+log and MetaSchedule's database survive a SIGKILL and a resumed run measures nothing twice,
+measurement through an RPC tracker and server works end to end, tuned_gemm replays the best
+configuration. Bounded: small workloads, few trials, every subprocess with a time limit."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WL = "gemm:32x32x32"
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _tune_cmd(db, trials, strategy="exhaustive", extra=()):
+    return [sys.executable, "-m", "scripts.schedlab", "tune", "--target", "llvm", "--space", "classic",
+            "--workload", WL, "--strategy", strategy, "--trials", str(trials), "--batch", "2",
+            "--builders", "1", "--db", str(db), "--compare", "none", "--quiet", *extra]
+
+
+def _lines(path):
+    with open(path, "rb") as f:
+        return f.read().splitlines()
+
+
+def test_classic_space_is_the_36_autotvm_configurations():
+    import tvm
+    from tvm import s_tir
+
+    from schedules import parse_workload
+    from tuning.spaces import classic_template, enumerate_decisions, knob_values, space_size
+
+    sch = s_tir.Schedule(tvm.IRModule({"main": parse_workload("gemm:256x256x256").prim_func()}))
+    classic_template(sch)
+    assert space_size(sch.trace) == 36
+    combos = list(enumerate_decisions(sch.trace))
+    assert len(combos) == 36
+    knobs = knob_values(sch.trace, ["tile_y", "tile_x", "tile_k", "vector"])
+    assert knobs["tile_y"] in (8, 16, 32) and knobs["tile_k"] in (8, 16) and knobs["vector"] in (1, 4)
+
+
+def test_tiled_space_reuses_the_register_tiled_steps():
+    """The tiled template's trace, with the hand step's tile sizes, builds the same loop nest shape
+    as step 8 (the helpers are shared, not copied)."""
+    import tvm
+    from tvm import s_tir
+
+    from schedules import parse_workload
+    from tuning.spaces import sample_insts, tiled_template
+
+    sch = s_tir.Schedule(tvm.IRModule({"main": parse_workload("gemm:256x256x256").prim_func()}))
+    tiled_template(sch)
+    kinds = [i.kind.name for i in sample_insts(sch.trace)]
+    assert kinds == ["SamplePerfectTile"] * 3 + ["SampleCategorical"] * 3
+    names = {b.name_hint for b in [sch.get(sch.get_sblock(n)) for n in ("A_shared", "B_shared", "C_local")]}
+    assert names == {"A_shared", "B_shared", "C_local"}
+
+
+def test_repair_drops_a_cut_short_line(tmp_path):
+    from tuning import records as R
+
+    db = tmp_path / "db"
+    os.makedirs(db)
+    (db / R.WORKLOAD_FILE).write_bytes(b'["a", 1]\n["b", 2]\n["c", ')
+    (db / R.RECORD_FILE).write_bytes(b'[0, {"x": 1}]\n[2, {"x": 2}]\n[1, {"x"')
+    (db / R.TRIALS_FILE).write_bytes(b'{"run": "r", "trial": 1}\n{"run": "r", "tri')
+    dropped = R.repair_database(str(db))
+    assert dropped == {R.WORKLOAD_FILE: 1, R.RECORD_FILE: 2, R.TRIALS_FILE: 1}
+    assert _lines(db / R.RECORD_FILE) == [b'[0, {"x": 1}]']  # record 2 pointed at the lost workload
+    assert R.repair_database(str(db)) == {R.WORKLOAD_FILE: 0, R.RECORD_FILE: 0, R.TRIALS_FILE: 0}
+
+
+def test_sigkill_mid_run_then_resume(tmp_path):
+    """Kill a tuner with SIGKILL once it has recorded trials (while it is measuring more), then
+    resume: nothing recorded is lost, the database opens, no candidate is measured twice."""
+    from tuning import records as R
+
+    db = tmp_path / "db"
+    trials_path = db / R.TRIALS_FILE
+    proc = subprocess.Popen(_tune_cmd(db, 8), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            if trials_path.exists() and len(_lines(trials_path)) >= 2:
+                break
+            if proc.poll() is not None:
+                pytest.fail("the tuner ended before it could be killed")
+            time.sleep(0.2)
+        else:
+            pytest.fail("no trial recorded within 90 s")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    before = [json.loads(x) for x in _lines(trials_path) if x.strip()]
+    assert 2 <= len(before) < 8
+    # cut the log short as a kill in the middle of a write would, then resume
+    with open(trials_path, "ab") as f:
+        f.write(b'{"run": "classic/exhaustive", "tri')
+    done = subprocess.run(_tune_cmd(db, 8), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(x) for x in _lines(trials_path)]
+    trials = [r for r in rows if r.get("status") != "verify"]
+    assert len(trials) == 8
+    assert [r["trial"] for r in trials] == list(range(1, 9))
+    keys = [r["key"] for r in trials]
+    assert len(set(keys)) == 8, "a candidate was measured twice"
+    assert keys[:len(before)] == [r["key"] for r in before]  # kept as recorded
+    from tvm.s_tir import meta_schedule as ms
+
+    database = ms.database.JSONDatabase(work_dir=str(db))  # readable as is
+    assert len(database) >= len(before)
+    assert os.path.exists(R.best_path(str(db), WL))
+    # a third run has nothing left to do and measures nothing
+    again = subprocess.run(_tune_cmd(db, 8), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0
+    assert "0 measured now" in again.stdout
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_rpc_tracker_and_server_end_to_end(tmp_path):
+    """A tracker and a server on 127.0.0.1 (own process groups), a small llvm tuning run measured
+    through them, then both stopped by killing their process groups."""
+    from tuning.tuner import TuneOptions, count_rpc_servers, tune
+
+    port = _free_port()
+    key = "schedlab-test"
+    procs = []
+    try:
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
+             "--port-end", str(port + 1)], env=_env(), start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(1.5)
+        sport = _free_port()
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(sport),
+             "--port-end", str(sport + 1), "--tracker", f"127.0.0.1:{port}", "--key", key], env=_env(),
+            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                if count_rpc_servers("127.0.0.1", port, key) >= 1:
+                    break
+            except Exception:  # noqa: BLE001 - tracker not up yet
+                pass
+            time.sleep(0.5)
+        else:
+            pytest.fail("the RPC server did not register with the tracker")
+        opts = TuneOptions(workload=WL, space="classic", strategy="random", trials=3, batch=3, builders=1,
+                           db=str(tmp_path / "db"), target="llvm", rpc_tracker=f"127.0.0.1:{port}",
+                           rpc_key=key, run_timeout=30, number=1, repeat=1, min_repeat_ms=0,
+                           time_limit_s=90)
+        summary = tune(opts)
+        assert summary["rpc_servers"] == 1
+        assert summary["trials"] == 3
+        assert summary["best"]["gflops"] > 0
+        assert summary["best"]["rel_error"] < 1e-5
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(10)
+
+
+def test_tuned_gemm_replays_the_saved_best(tmp_path, monkeypatch):
+    """A saved best configuration (here: a classic trace, without measuring) is usable by name."""
+    import tvm
+    from tvm import s_tir
+
+    from schedules import get, parse_workload
+    from tuning import records as R
+    from tuning.spaces import classic_template
+
+    wl = parse_workload("gemm:64x64x64")
+    sch = s_tir.Schedule(tvm.IRModule({"main": wl.prim_func()}))
+    classic_template(sch)
+    R.save_json(R.best_path(str(tmp_path), str(wl)),
+                {"workload": str(wl), "run": "test", "time_ms": 1.0, "gflops": 1.0, "knobs": {},
+                 "launch": {"blockIdx.x": 2, "threadIdx.x": 32, "threadIdx.y": 8},
+                 "trace": R.plain(sch.trace.as_json())})
+    monkeypatch.setenv("SCHEDLAB_TUNED", str(tmp_path))
+    import tuning.tuned  # noqa: F401
+
+    spec = get("tuned_gemm")
+    launch = spec.validate(wl)
+    assert launch.threads == 256
+    built = spec.build(wl)
+    tvm.ir.assert_structural_equal(built.mod, sch.mod)
+    with pytest.raises(Exception, match="no tuned configuration"):
+        spec.validate(parse_workload("gemm:128x64x64"))

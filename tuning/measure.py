@@ -1,0 +1,174 @@
+"""Building and measuring candidates through MetaSchedule's builder and runners (local or RPC).
+
+These functions run inside MetaSchedule's worker processes (pickled by reference), so they live in
+an importable module and import what they need themselves.
+
+- :func:`build_in_target_scope`: the default build, inside ``with target:`` (TVM's CUDA compile
+  hook reads ``Target.current()``; the default LocalBuilder fails on a host without a driver).
+- :func:`checked_evaluator_local` / :func:`checked_evaluator_rpc`: before timing, run the candidate
+  once into a NaN-poisoned output and compare sampled outputs with a float64 dot product; a wrong or
+  unwritten output raises (the trial is recorded as failed, with the reason).
+- :func:`verify_evaluator_local` / :func:`verify_evaluator_rpc`: the full float64 check of the best
+  candidate; returns the relative error in place of run times.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SAMPLES = 512
+SAMPLE_TOLERANCE = 1e-4
+FULL_TOLERANCE = 1e-5
+
+
+class WrongResult(RuntimeError):
+    pass
+
+
+def build_in_target_scope(mod, target, _params):
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    with target:
+        return tvm.compile(mod, target=target).mod
+
+
+def _run_once(rt_mod, device, args):
+    out = args[-1]
+    out.copyfrom(np.full(out.shape, np.nan, dtype=out.dtype))
+    rt_mod[rt_mod.entry_name](*args)
+    device.sync()
+    return [a.numpy() for a in args]
+
+
+def _reference_at(inputs, rows, cols):
+    a, b = (x.astype(np.float64) for x in inputs)
+    if b.ndim == 1:  # gemv: y = A x
+        return a[rows] @ b
+    return np.einsum("sk,ks->s", a[rows], b[:, cols])
+
+
+def sampled_check(rt_mod, device, args, samples: int = SAMPLES, tol: float = SAMPLE_TOLERANCE):
+    """Raise WrongResult unless every output is finite and ``samples`` random outputs match float64."""
+    *inputs, out = _run_once(rt_mod, device, args)
+    if not np.all(np.isfinite(out)):
+        raise WrongResult(f"wrong result: {int((~np.isfinite(out)).sum())} of {out.size} outputs not "
+                          "written or not finite")
+    rng = np.random.default_rng(0)
+    rows = rng.integers(0, out.shape[0], samples)
+    cols = rng.integers(0, out.shape[1], samples) if out.ndim == 2 else None
+    ref = _reference_at(inputs, rows, cols)
+    got = out[rows, cols] if out.ndim == 2 else out[rows]
+    err = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
+    if not err <= tol:
+        raise WrongResult(f"wrong result: relative error {err:.3g} over {tol:g} on {samples} sampled outputs")
+    return err
+
+
+def full_error(rt_mod, device, args) -> float:
+    *inputs, out = _run_once(rt_mod, device, args)
+    if not np.all(np.isfinite(out)):
+        return float("inf")
+    a, b = (x.astype(np.float64) for x in inputs)
+    ref = a @ b
+    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def _uniform_inputs(args):
+    """Overwrite the inputs with uniform [-1, 1) values (the measure fill may be all-equal)."""
+    rng = np.random.default_rng(1)
+    for a in args[:-1]:
+        a.copyfrom(rng.uniform(-1, 1, size=a.shape).astype(a.dtype))
+
+
+def checked_evaluator_local(rt_mod, device, evaluator_config, repeated_args):
+    from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
+
+    _uniform_inputs(repeated_args[0])
+    sampled_check(rt_mod, device, repeated_args[0])
+    return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
+
+
+def checked_evaluator_rpc(session, rt_mod, device, evaluator_config, repeated_args):
+    return checked_evaluator_local(rt_mod, device, evaluator_config, repeated_args)
+
+
+def verify_evaluator_local(rt_mod, device, evaluator_config, repeated_args):
+    _uniform_inputs(repeated_args[0])
+    return [full_error(rt_mod, device, repeated_args[0])]
+
+
+def verify_evaluator_rpc(session, rt_mod, device, evaluator_config, repeated_args):
+    return verify_evaluator_local(rt_mod, device, evaluator_config, repeated_args)
+
+
+def classify_error(msg: str | None, stage: str) -> tuple[str, str]:
+    """(status, one-line reason) from a builder/runner error message."""
+    text = (msg or "").strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    hint = next((ln for ln in reversed(lines) if "WrongResult" in ln or "wrong result" in ln), None)
+    if hint:
+        return "wrong", hint[hint.find("wrong result"):][:300]
+    for key, label in (("Timeout", "timeout"), ("illegal", "GPU fault"), ("CUDA_ERROR", "CUDA error"),
+                       ("too many resources", "too many resources for launch")):
+        for ln in lines:
+            if key in ln:
+                return stage, f"{label}: {ln[:250]}"
+    last = lines[-1] if lines else "unknown error"
+    return stage, last[:300]
+
+
+def warm_up_worker():
+    """Pay TVM's one-time compiler start-up (over ten seconds on some hosts) when a build worker
+    starts, not on its first candidate."""
+    import os
+
+    import tvm
+    from tvm import te
+
+    os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
+    a = te.placeholder((4,), "float32", name="a")
+    b = te.compute((4,), lambda i: a[i] + 1.0, name="b")
+    tvm.compile(te.create_prim_func([a, b]), target="llvm")
+
+
+def build_and_export(mod, target) -> str:
+    from tvm.s_tir.meta_schedule.builder.local_builder import default_export
+
+    return default_export(build_in_target_scope(mod, target, None))
+
+
+def make_parallel_builder(max_workers: int, timeout_sec: float):
+    """A MetaSchedule builder over a pool of build processes that stays up for the whole run
+    (MetaSchedule's LocalBuilder starts a fresh pool for every batch, paying TVM's start-up again)."""
+    from tvm.support.popen_pool import PopenPoolExecutor
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+
+    @derived_object
+    class ParallelBuilder(PyBuilder):
+        def __init__(self):
+            super().__init__()
+            self.pool = None  # started on the first build
+
+        def build(self, build_inputs):
+            if self.pool is None:
+                self.pool = PopenPoolExecutor(max_workers=max_workers, timeout=timeout_sec,
+                                              initializer=warm_up_worker)
+            futures = [self.pool.submit(build_and_export, b.mod, b.target) for b in build_inputs]
+            results = []
+            for fut in futures:
+                try:
+                    results.append(BuilderResult(fut.result(), None))
+                except TimeoutError:
+                    results.append(BuilderResult(None, f"Timeout: build killed after {timeout_sec:g} s"))
+                except Exception as e:  # noqa: BLE001 - the candidate's build error
+                    results.append(BuilderResult(None, f"{type(e).__name__}: {e}"))
+            return results
+
+        def shutdown(self):
+            if self.pool is not None:
+                self.pool.shutdown()
+
+    return ParallelBuilder()

@@ -1,0 +1,155 @@
+"""The tuning database directory: MetaSchedule's JSONDatabase plus the lab's own trial log, both
+append-only JSON-lines files that survive a SIGKILL at any moment.
+
+Layout of ``DIR``:
+- ``database_workload.json``, ``database_tuning_record.json``: MetaSchedule's JSONDatabase
+  (``compile_tir``/``query_schedule`` read it; a record is a trace + its run times).
+- ``trials.jsonl``: one line per trial of every run: run name, knob values, status (ok, build,
+  run, wrong, invalid), failure reason, time, throughput, and the full trace of good candidates.
+- ``best_<workload>.json``: the best verified configuration of a workload (what ``tuned_gemm``
+  replays).
+
+Crash safety: a process killed while appending can leave at most one partial last line. JSONDatabase
+refuses to open a file with a malformed line, so :func:`repair_jsonl` drops partial or malformed
+lines (rewriting the file atomically: a temporary file, fsync, rename) before either file is opened,
+and records whose workload line was lost. Every append is one ``write`` of a complete line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+TRIALS_FILE = "trials.jsonl"
+
+
+def plain(obj):
+    """TVM containers/immediates → plain JSON values."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if hasattr(obj, "value") and type(obj).__name__ in ("IntImm", "FloatImm", "StringImm"):
+        return obj.value
+    if isinstance(obj, dict) or type(obj).__name__ == "Map":
+        return {str(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) or type(obj).__name__ in ("Array", "List"):
+        return [plain(x) for x in obj]
+    if type(obj).__name__ == "String":
+        return str(obj)
+    try:
+        return int(obj)
+    except (TypeError, ValueError):
+        return str(obj)
+
+
+def _atomic_write(path: str, data: bytes):
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def repair_jsonl(path: str, keep=None) -> int:
+    """Drop lines that are not complete JSON (a write cut short by a kill), and lines for which
+    ``keep(index, value)`` is false. Returns how many lines were dropped; the file is only
+    rewritten (atomically) when something was dropped."""
+    if not os.path.exists(path):
+        return 0
+    with open(path, "rb") as f:
+        raw = f.read()
+    good, dropped = [], 0
+    for line in raw.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:  # cut short by a kill (or garbage): drop it
+            dropped += 1
+            continue
+        if keep is not None and not keep(len(good), value):
+            dropped += 1
+            continue
+        good.append(line)
+    data = b"".join(line + b"\n" for line in good)
+    if data != raw:
+        _atomic_write(path, data)
+    return dropped
+
+
+def append_jsonl(path: str, value: dict):
+    """Append one line with a single write (O_APPEND); a kill leaves at most a partial last line."""
+    line = (json.dumps(value, default=plain, separators=(",", ":")) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read_jsonl(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def repair_database(db_dir: str) -> dict:
+    """Make every file of a tuning directory readable again after a crash. Returns the counts of
+    dropped lines per file."""
+    os.makedirs(db_dir, exist_ok=True)
+    wl_path, rec_path = os.path.join(db_dir, WORKLOAD_FILE), os.path.join(db_dir, RECORD_FILE)
+    dropped = {WORKLOAD_FILE: repair_jsonl(wl_path)}
+    n_workloads = sum(1 for _ in read_jsonl(wl_path))
+
+    def valid_record(_, value):
+        return isinstance(value, list) and len(value) == 2 and isinstance(value[0], int) \
+            and 0 <= value[0] < n_workloads
+
+    dropped[RECORD_FILE] = repair_jsonl(rec_path, valid_record)
+    dropped[TRIALS_FILE] = repair_jsonl(os.path.join(db_dir, TRIALS_FILE))
+    return dropped
+
+
+def open_database(db_dir: str):
+    """Repair, then open MetaSchedule's JSONDatabase in ``db_dir``."""
+    from tvm.s_tir import meta_schedule as ms
+
+    repair_database(db_dir)
+    return ms.database.JSONDatabase(work_dir=db_dir, allow_missing=True)
+
+
+def trace_key(workload: str, space: str, trace_json) -> str:
+    """Identity of a candidate: the workload, the space and its trace before postprocessing."""
+    text = json.dumps([workload, space, plain(trace_json)], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha1(text.encode()).hexdigest()[:20]
+
+
+def workload_slug(workload: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", workload).strip("_")
+
+
+def best_path(db_dir: str, workload: str) -> str:
+    return os.path.join(db_dir, f"best_{workload_slug(workload)}.json")
+
+
+def save_json(path: str, value: dict):
+    _atomic_write(path, (json.dumps(value, indent=1, default=plain) + "\n").encode())
+
+
+def trials(db_dir: str, workload: str | None = None, run: str | None = None) -> list[dict]:
+    rows = read_jsonl(os.path.join(db_dir, TRIALS_FILE))
+    return [r for r in rows if (workload is None or r.get("workload") == workload)
+            and (run is None or r.get("run") == run)]

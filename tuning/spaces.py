@@ -1,0 +1,286 @@
+"""Search spaces written like AutoTVM templates: a schedule function over the lab's own schedule
+helpers whose knobs are MetaSchedule sampling instructions (``sample_categorical``,
+``sample_perfect_tile``). MetaSchedule records the function as a trace; a configuration is one
+set of decisions for the trace's sampling instructions, and replaying the trace with those
+decisions rebuilds the schedule.
+
+- ``classic``: the classic AutoTVM matmul example, exactly: block tile y and x in {8, 16, 32},
+  K tile in {8, 16}, vectorized shared-memory loads off/on: 3·3·2·2 = 36 configurations, over the
+  step-7 schedule (shared-memory tiles, one output per thread, register accumulator).
+- ``tiled``: the fast register-tiled schedules of steps 8 and 9: block, thread (register) and
+  sub-tile sizes of each axis and the K tile (perfect tiles), the cooperative-load vector width,
+  the unroll depth and the number of pipeline stages (1 = step 8, 2 = step 9's double buffering).
+- ``default``: MetaSchedule's own auto-generated space for CUDA (post-order-apply of its rules).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+
+from schedules.gemm import pipeline_double_buffer, register_tiled_gemm, shared_tiled_gemm
+
+PIPELINE_KEY = "schedlab.pipeline_stages"
+PIPELINE_INNER_KEY = "schedlab.pipeline_inner"
+
+
+def _uniform(n):
+    return [1.0 / n] * n
+
+
+# --- classic -----------------------------------------------------------------------------------
+CLASSIC_TILES = [8, 16, 32]
+CLASSIC_K_TILES = [8, 16]
+CLASSIC_VECTOR = [1, 4]  # vectorized (float4) loads off / on
+
+
+def classic_template(sch, bind: bool = True):
+    """The classic AutoTVM template: tile_y, tile_x ∈ {8, 16, 32}, tile_k ∈ {8, 16}, vectorized
+    loads off/on, over step 7 (shared-memory block tiling with a register accumulator)."""
+    block = sch.get_sblock("C")
+    tile_y = sch.sample_categorical(CLASSIC_TILES, _uniform(3))
+    tile_x = sch.sample_categorical(CLASSIC_TILES, _uniform(3))
+    tile_k = sch.sample_categorical(CLASSIC_K_TILES, _uniform(2))
+    vector = sch.sample_categorical(CLASSIC_VECTOR, _uniform(2))
+    shared_tiled_gemm(sch, block, tile_y, tile_x, tile_k, register_acc=True, vector=vector, bind=bind)
+    return sch
+
+
+# --- tiled -------------------------------------------------------------------------------------
+TILED_VECTOR = [1, 2, 4]
+TILED_UNROLL = [0, 16, 64, 512]
+TILED_STAGES = [1, 2]
+
+
+def tiled_template(sch, max_inner: int = 4, max_block_k: int = 32):
+    """Steps 8/9 as a template. Each spatial axis is split by ``sample_perfect_tile`` into
+    [blocks, sub-tiles per thread (vthreads), threads, sub-tile width ≤ 4]; K into [steps, block_k];
+    the shared-memory copies are annotated for MetaSchedule's cooperative fetch with a sampled
+    vector width; the unroll depth is MetaSchedule's ``unroll_explicit`` knob; the pipeline-stage
+    knob is read by :class:`ApplyPipelineStages` after sampling."""
+    block = sch.get_sblock("C")
+    i, j, k = sch.get_loops(block)
+    fi = sch.sample_perfect_tile(i, n=4, max_innermost_factor=max_inner)
+    fj = sch.sample_perfect_tile(j, n=4, max_innermost_factor=max_inner)
+    fk = sch.sample_perfect_tile(k, n=2, max_innermost_factor=max_block_k)
+    vector = sch.sample_categorical(TILED_VECTOR, _uniform(len(TILED_VECTOR)))
+
+    def fetch(s, copy):
+        s.fuse(*s.get_loops(copy)[-2:])  # the postprocessor splits the fused copy loop over threads
+        s.annotate(copy, "meta_schedule.cooperative_fetch", vector)
+
+    h = register_tiled_gemm(sch, block, fi, fj, fk, fetch)
+    unroll = sch.sample_categorical(TILED_UNROLL, _uniform(len(TILED_UNROLL)))
+    sch.annotate(sch.get_sblock("root"), "meta_schedule.unroll_explicit", unroll)
+    stages = sch.sample_categorical(TILED_STAGES, _uniform(len(TILED_STAGES)))
+    sch.annotate(h["ko"], PIPELINE_KEY, stages)
+    sch.annotate(h["ki"], PIPELINE_INNER_KEY, 1)
+    sch.decompose_reduction(block, h["ko"])
+    return sch
+
+
+def _update_block(sch):
+    """The GEMM's update block (``C_update`` once the reduction is decomposed)."""
+    for name in ("C_update", "C"):
+        try:
+            return sch.get_sblock(name)
+        except Exception:  # noqa: BLE001
+            continue
+    return None
+
+
+@derived_object
+class ApplyPipelineStages(ms.postproc.PyPostproc):
+    """Postprocessor: where the ``tiled`` space sampled 2 pipeline stages, apply step 9's software
+    pipeline (schedules.gemm.pipeline_double_buffer) to the annotated K loops; remove the marks."""
+
+    def _initialize_with_tune_context(self, context) -> None:  # noqa: D401
+        pass
+
+    def apply(self, sch) -> bool:
+        block = _update_block(sch)
+        if block is None:  # not our space
+            return True
+        ko = ki = None
+        stages = 1
+        for loop in sch.get_loops(block):
+            ann = sch.get(loop).annotations
+            if PIPELINE_KEY in ann:
+                ko, stages = loop, int(ann[PIPELINE_KEY])
+            if PIPELINE_INNER_KEY in ann:
+                ki = loop
+        if ko is None:
+            return True
+        sch.unannotate(ko, PIPELINE_KEY)
+        if ki is not None:
+            sch.unannotate(ki, PIPELINE_INNER_KEY)
+        if stages >= 2 and ki is not None:
+            pipeline_double_buffer(sch, ko, ki, sch.get_sblock("A_shared"), sch.get_sblock("B_shared"))
+        return True
+
+    def clone(self):
+        return ApplyPipelineStages()
+
+
+@derived_object
+class TileConstraints(ms.postproc.PyPostproc):
+    """Postprocessor: AutoTVM-style filters on the ``tiled`` space's tiles, rejecting (before any
+    build) configurations that cannot be fast: fewer than ``min_threads`` or more than
+    ``max_threads`` threads per block, or more than ``max_per_thread`` outputs per thread axis (the
+    register tile; larger ones spill). The search strategy then samples another one."""
+
+    def __init__(self, min_threads: int = 32, max_threads: int = 1024, max_per_thread: int = 8):
+        self.min_threads, self.max_threads, self.max_per_thread = min_threads, max_threads, max_per_thread
+
+    def _initialize_with_tune_context(self, context) -> None:  # noqa: D401
+        pass
+
+    def apply(self, sch) -> bool:
+        block = _update_block(sch)
+        if block is None:
+            return True
+        threads, per_thread = 1, {"y": 1, "x": 1}
+        loops = sch.get_loops(block)
+        for n, loop in enumerate(loops):
+            stmt = sch.get(loop)
+            tag = stmt.thread_binding.thread_tag if stmt.thread_binding is not None else ""
+            extent = int(stmt.extent)
+            if tag.startswith("threadIdx"):
+                threads *= extent
+            elif tag.startswith("vthread"):
+                per_thread[tag[-1]] *= extent
+        # the two innermost spatial loops of the update are the sub-tile widths
+        for axis, loop in zip(("y", "x"), loops[-2:]):
+            per_thread[axis] *= int(sch.get(loop).extent)
+        return (self.min_threads <= threads <= self.max_threads
+                and max(per_thread.values()) <= self.max_per_thread)
+
+    def clone(self):
+        return TileConstraints(self.min_threads, self.max_threads, self.max_per_thread)
+
+
+# --- the registry of spaces --------------------------------------------------------------------
+@dataclass
+class Space:
+    name: str
+    description: str
+    template: Callable | None  # None: MetaSchedule's post-order-apply (auto-generated) space
+    knobs: list[str] = field(default_factory=list)
+    needs_pipeline_postproc: bool = False
+    cpu: bool = False  # has a CPU twin (llvm target)
+    seeds: Callable | None = None  # wl -> decision lists measured first (the hand-written configs)
+
+    def generator(self, target) -> ms.space_generator.SpaceGenerator:
+        gpu = target.kind.name == "cuda"
+        if self.template is None:
+            return ms.space_generator.PostOrderApply(sch_rules="from-target", postprocs="from-target",
+                                                     mutator_probs="from-target")
+        if not gpu and not self.cpu:
+            raise ValueError(f"space {self.name!r} is for CUDA targets only")
+        postprocs = list(ms.postproc.Postproc.create("cuda" if gpu else "llvm"))
+        if self.needs_pipeline_postproc:
+            postprocs[:0] = [TileConstraints(), ApplyPipelineStages()]
+        mutators = ms.mutator.Mutator.create("cuda" if gpu else "llvm")
+        template = self.template
+        fn = (lambda sch: template(sch)) if gpu else (lambda sch: template(sch, bind=False))
+        return ms.space_generator.ScheduleFn(fn, sch_rules=[], postprocs=postprocs, mutator_probs=mutators)
+
+
+def tiled_seeds(wl):
+    """Steps 8/9's configuration (128×128 block, 8×8 per thread as 2×2 vthreads of 4×4, block_k 8,
+    float4 loads, unroll, 1 or 2 stages) as decisions of the tiled template, where it tiles the
+    workload perfectly."""
+    if wl.M % 128 or wl.N % 128 or wl.K % 8:
+        return []
+    i, j, k = [wl.M // 128, 2, 16, 4], [wl.N // 128, 2, 16, 4], [wl.K // 8, 8]
+    vec, unroll = TILED_VECTOR.index(4), TILED_UNROLL.index(512)
+    return [[i, j, k, vec, unroll, TILED_STAGES.index(s)] for s in (2, 1)]
+
+
+SPACES = {
+    "classic": Space("classic", "classic AutoTVM template: tile_y, tile_x in {8,16,32}, tile_k in {8,16}, "
+                     "vector loads off/on (36 configurations) over step 7", classic_template,
+                     ["tile_y", "tile_x", "tile_k", "vector"], cpu=True),
+    "tiled": Space("tiled", "register-tiled steps 8/9: block/vthread/thread/sub-tile sizes per axis, K tile, "
+                   "vector width, unroll depth, pipeline stages", tiled_template,
+                   ["tile_i", "tile_j", "tile_k", "vector", "unroll", "stages"], needs_pipeline_postproc=True,
+                   seeds=tiled_seeds),
+    "default": Space("default", "MetaSchedule's auto-generated CUDA space (post-order-apply)", None),
+}
+
+
+def get_space(name: str) -> Space:
+    if name not in SPACES:
+        raise ValueError(f"unknown space {name!r} (known: {', '.join(SPACES)})")
+    return SPACES[name]
+
+
+# --- decisions: naming and enumerating ---------------------------------------------------------
+SAMPLE_KINDS = ("SampleCategorical", "SamplePerfectTile")
+
+
+def sample_insts(trace):
+    """The trace's sampling instructions (the knobs), in order."""
+    return [inst for inst in trace.insts if inst.kind.name in SAMPLE_KINDS]
+
+
+def knob_values(trace, names=None) -> dict:
+    """{knob name: chosen value} of a trace: categorical knobs by value, tiles as factor lists."""
+    out = {}
+    insts = sample_insts(trace)
+    names = names if names and len(names) == len(insts) else [f"knob{n}" for n in range(len(insts))]
+    for name, inst in zip(names, insts):
+        decision = trace.decisions.get(inst) if hasattr(trace.decisions, "get") else trace.get_decision(inst)
+        if decision is None:
+            continue
+        if inst.kind.name == "SampleCategorical":
+            value = inst.attrs[0][int(decision)]
+            out[name] = value.value if hasattr(value, "value") else int(value)
+        else:
+            out[name] = [int(x) for x in decision]
+    return out
+
+
+def _perfect_tiles(extent: int, n: int, max_inner: int):
+    """Every way of writing ``extent`` as an ordered product of ``n`` factors, the last ≤ max_inner."""
+    def rec(rest, parts):
+        if parts == 1:
+            yield [rest]
+            return
+        for d in range(1, rest + 1):
+            if rest % d == 0:
+                for tail in rec(rest // d, parts - 1):
+                    yield [d] + tail
+    for tiles in rec(extent, n):
+        if max_inner <= 0 or tiles[-1] <= max_inner:
+            yield tiles
+
+
+def decision_choices(inst, decision):
+    """All decisions a sampling instruction can take (its current ``decision`` gives a tile's extent)."""
+    if inst.kind.name == "SampleCategorical":
+        return list(range(len(inst.attrs[0])))
+    n, max_inner = int(inst.attrs[0]), int(inst.attrs[1])
+    extent = math.prod(int(x) for x in decision)
+    return list(_perfect_tiles(extent, n, max_inner))
+
+
+def space_size(trace) -> int:
+    return math.prod(len(decision_choices(i, trace.get_decision(i))) for i in sample_insts(trace))
+
+
+def enumerate_decisions(trace, limit: int = 100_000):
+    """Every combination of decisions of the trace's knobs, as lists aligned with sample_insts."""
+    insts = sample_insts(trace)
+    choices = [decision_choices(i, trace.get_decision(i)) for i in insts]
+    size = math.prod(len(c) for c in choices)
+    if size > limit:
+        raise ValueError(f"the space has {size} configurations, too many to enumerate (limit {limit}); "
+                         "use --strategy random or evolutionary")
+    for combo in itertools.product(*choices):
+        yield list(combo)

@@ -1,0 +1,633 @@
+"""The tuner: search a space for the fastest configuration of a workload, measuring candidates with
+MetaSchedule's builder (parallel local processes) and runner (local, or every RPC server under a
+tracker key), recording every trial so that a run can be resumed.
+
+Strategies:
+- ``exhaustive``: every configuration of the space (MetaSchedule has no such strategy: the
+  decisions of the space's sampling instructions are enumerated, each set replayed onto the
+  workload, postprocessed and measured like any other candidate); for small spaces (``classic``).
+- ``random``: MetaSchedule's replay-trace (random decisions).
+- ``evolutionary``: MetaSchedule's evolutionary search guided by a cost model (``--cost-model``).
+
+Resuming: a run is named ``space/strategy[/cost model]``; its trials are lines of
+``DIR/trials.jsonl``. A later run with the same name continues until it has ``trials`` of them, and
+any candidate already measured in that space (by any run) is answered from the log, not measured
+again. The search strategy is told those answers, so the search itself continues rather than
+restarts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import tvm
+from tvm import s_tir
+from tvm.s_tir import meta_schedule as ms
+
+from schedules import parse_workload
+
+from . import records as R
+from .cost_models import make_cost_model
+from .measure import (make_parallel_builder, checked_evaluator_local, checked_evaluator_rpc,
+                      classify_error, verify_evaluator_local, verify_evaluator_rpc, FULL_TOLERANCE)
+from .spaces import get_space, knob_values
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STRATEGIES = ("exhaustive", "random", "evolutionary")
+FAILED_SECS = 1e10  # what MetaSchedule records for a failed candidate
+
+
+@dataclass
+class TuneOptions:
+    workload: str = "gemm:1024x512x2048"
+    space: str = "tiled"
+    strategy: str = "evolutionary"
+    cost_model: str = "ridge"
+    trials: int = 64
+    db: str = "out/tune"
+    target: str = "cuda"  # cuda | llvm
+    arch: str | None = None
+    batch: int = 16  # candidates per round
+    builders: int | None = None  # parallel build processes (default: the CPU count)
+    rpc_tracker: str | None = None  # HOST:PORT
+    rpc_key: str | None = None
+    rpc_servers: int | None = None  # measure on this many servers at once (default: all under the key)
+    build_timeout: float = 60.0
+    run_timeout: float = 30.0
+    number: int = 3
+    repeat: int = 3
+    min_repeat_ms: int = 20
+    seed: int = 0
+    time_limit_s: float | None = None
+    population: int = 256
+    verify: bool = True
+    seed_hand: bool = True  # measure the space's hand-written configurations first
+    run_name: str | None = None
+
+    def name(self) -> str:
+        if self.run_name:
+            return self.run_name
+        base = f"{self.space}/{self.strategy}"
+        return base + (f"/{self.cost_model}" if self.strategy == "evolutionary" else "")
+
+
+# --- environment, target, builder, runner ------------------------------------------------------
+def setup_env():
+    """Worker processes inherit these: the repository on the path (they unpickle our functions),
+    TVM's nvcc compile mode and a real CUDA root."""
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if ROOT not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in paths if p])
+    os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
+    if not os.environ.get("CUDA_PATH") and os.path.isdir("/usr/local/cuda"):
+        os.environ["CUDA_PATH"] = "/usr/local/cuda"
+
+
+def device_arch(default="sm_90") -> str:
+    try:
+        if tvm.runtime.enabled("cuda") and tvm.cuda(0).exist:
+            return "sm_" + tvm.cuda(0).compute_version.replace(".", "")
+    except Exception:  # noqa: BLE001
+        pass
+    return default
+
+
+def make_target(kind: str = "cuda", arch: str | None = None):
+    if kind == "cuda":
+        return tvm.target.Target({
+            "kind": "cuda", "arch": arch or device_arch(), "max_shared_memory_per_block": 49152,
+            "max_threads_per_block": 1024, "thread_warp_size": 32, "registers_per_block": 65536,
+            "host": {"kind": "llvm"}})
+    if kind == "llvm":
+        return tvm.target.Target({"kind": "llvm", "num-cores": max(1, min(4, os.cpu_count() or 1))})
+    raise ValueError(f"unknown target {kind!r} (cuda or llvm)")
+
+
+def parse_tracker(text: str) -> tuple[str, int]:
+    host, sep, port = (text or "").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"--rpc-tracker {text!r} is malformed: expected HOST:PORT")
+    return host, int(port)
+
+
+def count_rpc_servers(host: str, port: int, key: str) -> int:
+    """Servers registered under ``key`` at the tracker (free or busy)."""
+    from tvm import rpc
+
+    summary = rpc.connect_tracker(host, port).summary()
+    n = sum(1 for s in summary.get("server_info", []) if str(s.get("key", "")).split(":")[-1] == key)
+    queue = summary.get("queue_info", {}).get(key, {})
+    return max(n, int(queue.get("free", 0)) + int(queue.get("pending", 0) and 0))
+
+
+def make_builder(opts: TuneOptions):
+    """Parallel local build processes that live for the whole run (see measure.make_parallel_builder)."""
+    return make_parallel_builder(opts.builders or os.cpu_count() or 1, opts.build_timeout)
+
+
+def make_runner(opts: TuneOptions, verify: bool = False):
+    config = ms.runner.EvaluatorConfig(number=opts.number, repeat=opts.repeat,
+                                       min_repeat_ms=opts.min_repeat_ms, enable_cpu_cache_flush=False)
+    if opts.rpc_tracker:
+        if not opts.rpc_key:
+            raise ValueError("--rpc-tracker needs --rpc-key")
+        host, port = parse_tracker(opts.rpc_tracker)
+        servers = opts.rpc_servers or count_rpc_servers(host, port, opts.rpc_key)
+        if servers < 1:
+            raise ValueError(f"no RPC server is registered under key {opts.rpc_key!r} at {opts.rpc_tracker}")
+        rpc_config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=opts.rpc_key,
+                                         session_timeout_sec=int(max(opts.run_timeout, 10)))
+        return ms.runner.RPCRunner(rpc_config=rpc_config, evaluator_config=config, max_workers=servers,
+                                   f_run_evaluator=verify_evaluator_rpc if verify else checked_evaluator_rpc), servers
+    return ms.runner.LocalRunner(timeout_sec=opts.run_timeout, evaluator_config=config,
+                                 f_run_evaluator=verify_evaluator_local if verify else checked_evaluator_local), 1
+
+
+def _strategy(opts: TuneOptions):
+    if opts.strategy == "random":
+        return ms.search_strategy.ReplayTrace(max_fail_count=200)
+    if opts.strategy == "evolutionary":
+        return ms.search_strategy.EvolutionarySearch(
+            population_size=opts.population, init_min_unmeasured=min(50, opts.population // 2))
+    if opts.strategy == "exhaustive":
+        return ms.search_strategy.ReplayTrace()  # unused; the context needs one
+    raise ValueError(f"unknown strategy {opts.strategy!r} (known: {', '.join(STRATEGIES)})")
+
+
+# --- exhaustive search -------------------------------------------------------------------------
+class ExhaustiveSearch:
+    """Every decision set of the design spaces, in order, as measure candidates; configurations a
+    postprocessor rejects (too many threads, too much shared memory...) come back as rejections."""
+
+    def __init__(self, ctx, design_spaces, mod):
+        from .spaces import enumerate_decisions, sample_insts
+
+        self.ctx, self.mod = ctx, mod
+        self.postprocs = list(ctx.space_generator.postprocs)
+
+        def combos():
+            for ds in design_spaces:
+                trace = ds.trace
+                insts = sample_insts(trace)
+                for combo in enumerate_decisions(trace):
+                    yield trace, insts, combo
+
+        self.iter = combos()
+
+    def generate(self, n: int):
+        cands, rejected = [], []
+        for trace, insts, combo in self.iter:
+            cand, t, failed = candidate_from_decisions(self.mod, self.postprocs, trace, insts, combo)
+            if failed:
+                rejected.append((t, failed))
+            else:
+                cands.append(cand)
+            if len(cands) + len(rejected) >= n:
+                break
+        return cands, rejected
+
+
+def candidate_from_decisions(mod, postprocs, trace, insts, combo):
+    """Replay ``trace`` with the decisions ``combo`` (aligned with ``insts``) onto ``mod`` and
+    postprocess it. Returns (candidate or None, the trace with the decisions, rejection reason)."""
+    t = trace
+    for inst, decision in zip(insts, combo):
+        t = t.with_decision(inst, decision, remove_postproc=True)
+    sch = s_tir.Schedule(mod)
+    t.apply_to_schedule(sch, remove_postproc=True)
+    sch.enter_postproc()
+    failed = None
+    for p in postprocs:
+        try:
+            ok = p.apply(sch)
+        except Exception as e:  # noqa: BLE001
+            ok, failed = False, f"{_pname(p)}: {str(e).strip().splitlines()[-1][:200]}"
+        if not ok:
+            failed = failed or f"rejected by {_pname(p)} (e.g. threads or shared memory over the limit)"
+            break
+    if failed:
+        return None, t, failed
+    return ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod)), t, None
+
+
+def seed_candidates(space, wl, ctx, design_spaces, mod):
+    """The space's seed configurations (the hand-written steps' tile sizes, AutoTVM-style: the
+    template's default config measured first) as candidates."""
+    from .spaces import sample_insts
+
+    if space.seeds is None or not design_spaces:
+        return []
+    trace = design_spaces[0].trace
+    insts = sample_insts(trace)
+    out = []
+    for combo in space.seeds(wl):
+        if len(combo) != len(insts):
+            continue
+        try:
+            cand, _, failed = candidate_from_decisions(mod, list(ctx.space_generator.postprocs), trace, insts, combo)
+        except Exception:  # noqa: BLE001 - a seed that does not fit this workload
+            continue
+        if cand is not None:
+            out.append(cand)
+    return out
+
+
+def _pname(p) -> str:
+    name = type(p).__name__
+    if name == "_PyPostproc":
+        try:
+            return p.legacy_repr() if hasattr(p, "legacy_repr") else "python postproc"
+        except Exception:  # noqa: BLE001
+            return "python postproc"
+    return name
+
+
+# --- the main loop -----------------------------------------------------------------------------
+@dataclass
+class RunState:
+    run: str
+    trials: int
+    done: int = 0
+    measured: int = 0
+    reused: int = 0
+    failed: int = 0
+    best_gflops: float = 0.0
+    best_ms: float | None = None
+    started: float = field(default_factory=time.time)
+    keys: set = field(default_factory=set)
+    elapsed_s: float = 0.0
+
+
+def tune(opts: TuneOptions, on_trial=None) -> dict:
+    """Run (or resume) one tuning run. ``on_trial(row, state)`` is called after every trial.
+    Returns a summary: the run's best (verified) trial, counts and trials per minute."""
+    setup_env()
+    wl = parse_workload(opts.workload)
+    wl_text = str(wl)
+    target = make_target(opts.target, opts.arch)
+    space = get_space(opts.space)
+    func = wl.prim_func()
+    mod = tvm.IRModule({"main": func})
+    run = opts.name()
+    os.makedirs(opts.db, exist_ok=True)
+    database = R.open_database(opts.db)
+    trials_path = os.path.join(opts.db, R.TRIALS_FILE)
+    past = R.trials(opts.db, wl_text)
+    mine = [r for r in past if r.get("run") == run and r.get("status") != "verify"]
+    cache = {r["key"]: r for r in past if r.get("space") == opts.space and r.get("key")
+             and r.get("status") not in ("invalid", "verify")}
+    state = RunState(run, opts.trials, done=len(mine), keys={r["key"] for r in mine if r.get("key")})
+    for r in mine:
+        if r.get("status") == "ok" and r["gflops"] > state.best_gflops:
+            state.best_gflops, state.best_ms = r["gflops"], r["time_ms"]
+    prior_elapsed = max((r.get("elapsed_s", 0.0) for r in mine), default=0.0)
+
+    ctx = ms.TuneContext(mod, target=target, space_generator=space.generator(target),
+                         search_strategy=_strategy(opts), task_name=run,
+                         rand_state=opts.seed + 7919 * len(mine), num_threads=os.cpu_count() or 1)
+    design_spaces = ctx.generate_design_space()
+    cost_model = make_cost_model(opts.cost_model, opts.seed) if opts.strategy == "evolutionary" else None
+    workload_entry = database.commit_workload(mod)
+    memory = ms.database.MemoryDatabase()
+    mem_workload = memory.commit_workload(mod)
+    # this run's own earlier results seed the strategy (resume continues the search)
+    for r in mine:
+        if r.get("status") == "ok" and r.get("trace"):
+            try:
+                sch = s_tir.Schedule(mod)
+                s_tir.schedule.Trace.apply_json_to_schedule(r["trace"], sch)
+                memory.commit_tuning_record(ms.database.TuningRecord(
+                    sch.trace, mem_workload, [r["time_ms"] / 1e3], target,
+                    ms.arg_info.ArgInfo.from_prim_func(func)))
+            except Exception:  # noqa: BLE001 - a trace that no longer applies: skip it
+                pass
+
+    remaining = opts.trials - state.done
+    summary = {"run": run, "workload": wl_text, "space": opts.space, "strategy": opts.strategy,
+               "cost_model": opts.cost_model if opts.strategy == "evolutionary" else None,
+               "target": str(target.kind.name), "options": asdict(opts)}
+    if remaining <= 0:
+        return _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start=time.time(), new_elapsed=0)
+    builder = make_builder(opts)
+    try:
+        return _search(opts, wl, mod, func, target, space, run, database, memory, workload_entry, mem_workload,
+                       cache, state, summary, prior_elapsed, ctx, design_spaces, cost_model, remaining, builder, on_trial)
+    finally:
+        builder.shutdown()
+
+
+def _search(opts, wl, mod, func, target, space, run, database, memory, workload_entry, mem_workload, cache,
+            state, summary, prior_elapsed, ctx, design_spaces, cost_model, remaining, builder, on_trial):
+    wl_text = str(wl)
+    trials_path = os.path.join(opts.db, R.TRIALS_FILE)
+
+    runner, servers = make_runner(opts)
+    summary["rpc_servers"] = servers if opts.rpc_tracker else 0
+    if opts.strategy == "exhaustive":
+        search = ExhaustiveSearch(ctx, design_spaces, mod)
+    else:
+        search = None
+        ctx.pre_tuning(max_trials=remaining * 4 + opts.batch, num_trials_per_iter=opts.batch,
+                       design_spaces=design_spaces, database=memory, cost_model=cost_model)
+    device_type = "cuda" if target.kind.name == "cuda" else "cpu"
+    pending = seed_candidates(space, wl, ctx, design_spaces, mod) if opts.seed_hand else []
+    t_start = time.time()
+    stale = 0
+    while state.done < opts.trials:
+        if opts.time_limit_s and time.time() - t_start > opts.time_limit_s:
+            summary["stopped"] = f"time limit of {opts.time_limit_s:g} s reached"
+            break
+        want = min(opts.batch, opts.trials - state.done)
+        seeded = bool(pending)
+        if pending:
+            cands, rejected, pending = pending[:want], [], []
+        elif search is not None:
+            cands, rejected = search.generate(opts.batch)
+        else:
+            cands, rejected = ctx.generate_measure_candidates() or [], []
+            cands = cands[:want]
+        if not cands and not rejected:
+            summary["stopped"] = "the strategy has no more candidates"
+            break
+        logged = state.keys
+        rows_rejected = []
+        for trace, reason in rejected:
+            key = R.trace_key(wl_text, opts.space, trace.as_json(remove_postproc=True))
+            if key not in logged:
+                rows_rejected.append(dict(key=key, status="invalid", reason=reason,
+                                          knobs=knob_values(trace, space.knobs)))
+        keys = [R.trace_key(wl_text, opts.space, c.sch.trace.as_json(remove_postproc=True)) for c in cands]
+        todo = [n for n, key in enumerate(keys) if key not in cache and key not in keys[:n]]
+        measured = _measure([cands[n] for n in todo], target, device_type, builder, runner)
+        results = {keys[n]: res for n, res in zip(todo, measured)}
+        progressed = False
+        runner_results = []
+        for cand, key in zip(cands, keys):
+            if key in results and key not in cache:
+                res, reused = results[key], False
+            else:
+                res, reused = _from_row(cache[key]), True
+            runner_results.append(ms.runner.RunnerResult(
+                res["secs"] if res["status"] == "ok" else None,
+                None if res["status"] == "ok" else (res.get("reason") or res["status"])))
+            if key in logged or state.done >= opts.trials:
+                continue  # this run has it already (a resumed run meets its old candidates again)
+            row = _trial_row(res, cand, space, wl, key, reused)
+            if not reused:
+                cache[key] = row
+                secs = res["secs"] if res["status"] == "ok" else [FAILED_SECS]
+                try:
+                    database.commit_tuning_record(ms.database.TuningRecord(
+                        cand.sch.trace, workload_entry, secs, target, cand.args_info))
+                except Exception:  # noqa: BLE001
+                    pass
+                if res["status"] == "ok":
+                    memory.commit_tuning_record(ms.database.TuningRecord(
+                        cand.sch.trace, mem_workload, secs, target, cand.args_info))
+            _log(trials_path, opts, run, wl_text, row, state, t_start, prior_elapsed, on_trial)
+            progressed = True
+        for row in rows_rejected:
+            if state.done < opts.trials:
+                _log(trials_path, opts, run, wl_text, row, state, t_start, prior_elapsed, on_trial)
+                progressed = True
+        stale = 0 if progressed or search is not None else stale + 1
+        if search is None and cands and not seeded:
+            ctx.notify_runner_results(cands, runner_results)
+            if cost_model is not None:
+                cost_model.update(ctx, cands, runner_results)
+        if stale >= 5:
+            summary["stopped"] = "the strategy keeps proposing measured candidates (space exhausted?)"
+            break
+    if search is None:
+        try:
+            ctx.post_tuning()
+        except Exception:  # noqa: BLE001
+            pass
+    new_elapsed = time.time() - t_start
+    return _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start, new_elapsed, builder)
+
+
+def _from_row(row):
+    """A logged trial as a measurement result."""
+    if row.get("status") == "ok":
+        return {"status": "ok", "secs": [row["time_ms"] / 1e3]}
+    return {"status": row.get("status", "run"), "reason": row.get("reason", "")}
+
+
+def _measure(cands, target, device_type, builder, runner) -> list[dict]:
+    if not cands:
+        return []
+    built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in cands])
+    out: list[dict | None] = [None] * len(cands)
+    to_run, idx = [], []
+    for n, (c, b) in enumerate(zip(cands, built)):
+        if b.error_msg:
+            status, reason = classify_error(b.error_msg, "build")
+            out[n] = {"status": status, "reason": reason}
+        else:
+            to_run.append(ms.runner.RunnerInput(b.artifact_path, device_type, c.args_info))
+            idx.append(n)
+    futures = runner.run(to_run) if to_run else []
+    for n, fut, rin in zip(idx, futures, to_run):
+        try:
+            res = fut.result()
+            err, secs = res.error_msg, [float(s) for s in (res.run_secs or [])]
+        except Exception as e:  # noqa: BLE001
+            err, secs = f"{type(e).__name__}: {e}", []
+        if err:
+            status, reason = classify_error(err, "run")
+            out[n] = {"status": status, "reason": reason}
+        elif not secs:
+            out[n] = {"status": "run", "reason": "no timings"}
+        else:
+            out[n] = {"status": "ok", "secs": secs}
+        _remove_artifact(rin.artifact_path)
+    return out
+
+
+def _remove_artifact(path):
+    import shutil
+
+    try:
+        shutil.rmtree(os.path.dirname(str(path)), ignore_errors=True)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _trial_row(res, cand, space, wl, key, reused) -> dict:
+    row = {"key": key, "status": res["status"], "reused": reused,
+           "knobs": knob_values(cand.sch.trace, space.knobs)}
+    if res["status"] == "ok":
+        t = float(np.median(res["secs"]))
+        row.update(time_ms=t * 1e3, gflops=wl.flops / t / 1e9, trace=R.plain(cand.sch.trace.as_json()))
+    else:
+        row["reason"] = res.get("reason", "")
+    return row
+
+
+def _log(path, opts, run, wl_text, row, state: RunState, t_start, prior_elapsed, on_trial):
+    state.done += 1
+    state.keys.add(row["key"])
+    if row.get("reused"):
+        state.reused += 1
+    elif row["status"] == "ok":
+        state.measured += 1
+    if row["status"] != "ok":
+        state.failed += 1
+    elif row["gflops"] > state.best_gflops:
+        state.best_gflops, state.best_ms = row["gflops"], row["time_ms"]
+    state.elapsed_s = prior_elapsed + time.time() - t_start
+    full = {"run": run, "workload": wl_text, "space": opts.space, "strategy": opts.strategy,
+            "cost_model": opts.cost_model if opts.strategy == "evolutionary" else None,
+            "trial": state.done, "elapsed_s": round(state.elapsed_s, 3),
+            "best_gflops": state.best_gflops, **row}
+    R.append_jsonl(path, full)
+    if on_trial:
+        on_trial(full, state)
+
+
+# --- verification and the best configuration ---------------------------------------------------
+def schedule_from_trace(wl, trace_json):
+    sch = s_tir.Schedule(tvm.IRModule({"main": wl.prim_func()}))
+    s_tir.schedule.Trace.apply_json_to_schedule(trace_json, sch)
+    return sch
+
+
+def verify(opts: TuneOptions, wl, target, trace_json, builder=None) -> float:
+    """Build the candidate again and compare its full output with float64 on the measuring device;
+    returns the relative error (inf if it failed to build or run)."""
+    sch = schedule_from_trace(wl, trace_json)
+    builder = builder or make_parallel_builder(1, opts.build_timeout)
+    vopts = TuneOptions(**{**asdict(opts), "number": 1, "repeat": 1, "min_repeat_ms": 0,
+                           "run_timeout": max(opts.run_timeout, 120.0), "rpc_servers": 1})
+    runner, _ = make_runner(vopts, verify=True)
+    device_type = "cuda" if target.kind.name == "cuda" else "cpu"
+    res = _measure([ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod))], target,
+                   device_type, builder, runner)[0]
+    return float(res["secs"][0]) if res["status"] == "ok" else float("inf")
+
+
+def _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start, new_elapsed, builder=None):
+    wl_text = str(wl)
+    rows = [r for r in R.trials(opts.db, wl_text, state.run)]
+    verified_bad = {r["key"] for r in R.trials(opts.db, wl_text) if r.get("status") == "verify"
+                    and not r.get("passed")}
+    verified_ok = {r["key"]: r.get("rel_error") for r in R.trials(opts.db, wl_text)
+                   if r.get("status") == "verify" and r.get("passed")}
+    ok = sorted((r for r in rows if r.get("status") == "ok" and r["key"] not in verified_bad),
+                key=lambda r: r["time_ms"])
+    best = None
+    for cand in ok[:5]:
+        if not opts.verify:
+            best = dict(cand, rel_error=None)
+            break
+        if cand["key"] in verified_ok:
+            best = dict(cand, rel_error=verified_ok[cand["key"]])
+            break
+        err = verify(opts, wl, target, cand["trace"], builder)
+        passed = err <= FULL_TOLERANCE
+        R.append_jsonl(os.path.join(opts.db, R.TRIALS_FILE),
+                       {"run": state.run, "workload": wl_text, "space": opts.space, "status": "verify",
+                        "key": cand["key"], "rel_error": err, "passed": passed})
+        if passed:
+            best = dict(cand, rel_error=err)
+            break
+    measured = [r for r in rows if not r.get("reused") and r.get("status") != "verify"]
+    elapsed = max((r.get("elapsed_s", 0.0) for r in rows), default=0.0)
+    summary.update(trials=len([r for r in rows if r.get("status") != "verify"]), measured_now=state.measured,
+                   reused_now=state.reused, failed=sum(1 for r in rows if r.get("status") not in ("ok", "verify")),
+                   elapsed_s=elapsed, session_s=new_elapsed,
+                   trials_per_minute=(60.0 * len(measured) / elapsed) if elapsed > 0 else None,
+                   session_trials_per_minute=(60.0 * (state.measured + state.failed) / new_elapsed)
+                   if new_elapsed > 0 else None)
+    if best is not None:
+        summary["best"] = {k: best.get(k) for k in ("key", "knobs", "time_ms", "gflops", "rel_error", "trial")}
+        save_best(opts.db, wl, target, state.run, opts.space, best)
+    return summary
+
+
+def save_best(db_dir, wl, target, run, space, best: dict):
+    """Write DIR/best_<workload>.json when ``best`` beats what is there (or nothing is)."""
+    path = R.best_path(db_dir, str(wl))
+    old = None
+    if os.path.exists(path):
+        try:
+            import json
+
+            with open(path) as f:
+                old = json.load(f)
+        except (OSError, ValueError):
+            old = None
+    if old and old.get("time_ms", float("inf")) <= best["time_ms"] and old.get("key") != best["key"]:
+        return path
+    sch = schedule_from_trace(wl, best["trace"])
+    R.save_json(path, {
+        "workload": str(wl), "space": space, "run": run, "key": best["key"], "knobs": best["knobs"],
+        "time_ms": best["time_ms"], "gflops": best["gflops"], "rel_error": best.get("rel_error"),
+        "target": str(target), "tvm": tvm.__version__, "launch": launch_of(sch),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "trace": best["trace"]})
+    return path
+
+
+def launch_of(sch) -> dict:
+    """Thread/block extents of a scheduled module (from its loop bindings)."""
+    import re
+
+    text = sch.mod.script()
+    found: dict[str, int] = {}
+    for args, tag in re.findall(r'T\.thread_binding\(([^)]*?),?\s*thread="((?:blockIdx|threadIdx|vthread)\.[xyz])"', text):
+        nums = [int(x) for x in re.findall(r"\d+", args)]
+        if not nums:
+            continue
+        extent = nums[-1] - (nums[0] if len(nums) == 2 else 0)
+        found[tag] = max(found.get(tag, 1), extent)
+    return found
+
+
+def log(msg: str):
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --- TVM's dlight rules: one fixed schedule, measured in the same harness ----------------------
+def dlight_schedule(wl, target):
+    from tvm.s_tir import dlight as dl
+
+    mod = tvm.IRModule({"main": wl.prim_func()})
+    with target:
+        mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.Fallback())(mod)
+    return s_tir.Schedule(mod)
+
+
+def measure_dlight(opts: TuneOptions, on_trial=None) -> dict:
+    """Measure TVM's dlight schedule once (run ``dlight``); logged like a one-trial run."""
+    setup_env()
+    wl = parse_workload(opts.workload)
+    target = make_target(opts.target, opts.arch)
+    if target.kind.name != "cuda":
+        return {"run": "dlight", "skipped": "dlight rules are for GPU targets"}
+    old = [r for r in R.trials(opts.db, str(wl), "dlight") if r.get("status") != "verify"]
+    if old:
+        return {"run": "dlight", "workload": str(wl), "result": old[-1]}
+    sch = dlight_schedule(wl, target)
+    builder = make_builder(TuneOptions(**{**asdict(opts), "builders": 1}))
+    try:
+        runner, _ = make_runner(opts)
+        t0 = time.time()
+        res = _measure([ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod))], target,
+                       "cuda", builder, runner)[0]
+    finally:
+        builder.shutdown()
+    row = {"key": "dlight", "status": res["status"], "reused": False, "knobs": {}}
+    if res["status"] == "ok":
+        t = float(np.median(res["secs"]))
+        row.update(time_ms=t * 1e3, gflops=wl.flops / t / 1e9)
+    else:
+        row["reason"] = res.get("reason", "")
+    state = RunState("dlight", 1)
+    dl_opts = TuneOptions(**{**asdict(opts), "space": "dlight", "strategy": "dlight"})
+    _log(os.path.join(opts.db, R.TRIALS_FILE), dl_opts, "dlight", str(wl), row, state, t0, 0.0, on_trial)
+    return {"run": "dlight", "workload": str(wl), "result": row}
