@@ -262,6 +262,7 @@ class TensorCoreConfig:
     """WMMA tiles: a warp owns frags_m × frags_n 16×16 accumulators; a block warps_m × warps_n
     warps; K advances by chunk_k × 16 per shared-memory stage."""
 
+    dtypes = ("float16",)  # input types the step takes (a class attribute, not a parameter)
     warps_m: int = 2
     warps_n: int = 2
     frags_m: int = 4
@@ -287,7 +288,7 @@ class TensorCoreConfig:
         return 16 * self.chunk_k
 
     def check(self, wl):
-        if wl.dtype != "float16":
+        if wl.dtype not in self.dtypes:
             raise ScheduleParamError(f"tensor-core steps take float16 inputs (gemm:MxNxK:float16), not {wl.dtype}")
         if self.async_copy and self.stages < 2:
             raise ScheduleParamError("async_copy needs stages >= 2")

@@ -53,6 +53,11 @@ class ScheduleSpec:
     def doc(self) -> str:
         return inspect.getdoc(self.builder) or ""
 
+    def accepts_dtype(self, workload) -> bool:
+        """Whether the step takes the workload's input type (``dtypes`` on its config; fp32 and
+        fp16 by default). ``schedlab run`` with no schedule names skips steps that do not."""
+        return workload.dtype in getattr(self.config_cls, "dtypes", ("float32", "float16"))
+
     def config(self, **overrides):
         """The step's configuration: its defaults with ``overrides`` applied (names checked)."""
         names = {f.name for f in dataclasses.fields(self.config_cls)}
