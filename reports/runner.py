@@ -51,7 +51,7 @@ def plan(workloads, schedule_names=None, baseline_names=None, params=None, gpu=T
     for text in workloads:
         wl = parse_workload(text)
         specs = ([get(n) for n in schedule_names if get(n).kind == wl.kind] if schedule_names
-                 else [s for s in all_schedules(wl.kind) if "tuned" not in s.tags])  # tuned: by name only
+                 else [s for s in all_schedules(wl.kind) if "tuned" not in s.tags and s.accepts_dtype(wl)])  # tuned: by name only
         for spec in specs:
             jobs.append({"workload": str(wl), "name": spec.name, "params": (params or {}).get(spec.name, {})})
         names = list(BASELINES) if baseline_names is None else list(baseline_names)
