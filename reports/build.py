@@ -218,8 +218,9 @@ def build_config(sch, cfg, target: tvm.target.Target | None = None) -> Built:
 
 
 def launch_extents(lowered: str) -> dict:
-    """Thread and block extents from the lowered TIR's launch_thread statements."""
+    """Thread and block extents from the lowered TIR's launch_thread statements (of the first kernel,
+    where a schedule makes several, e.g. split-K's partial products before their sum)."""
     found = {}
     for tag, extent in re.findall(r'launch_thread\("((?:blockIdx|threadIdx|vthread)\.[xyz])",\s*(\d+)\)', lowered):
-        found[tag] = int(extent)
+        found.setdefault(tag, int(extent))
     return found
