@@ -516,12 +516,12 @@ def rasterized_gemm(wl: Gemm, cfg: RasterizedConfig = RasterizedConfig()):
     instead of one row panel and every column panel, so on large shapes the panels they read are
     still in L2 when the neighbours ask for them: fewer DRAM reads for the same work. On an H200
     (50+ MB of L2, and an fp32 SIMT kernel that reads 8 flops' worth of tile per byte) it gains
-    only 0.1-0.3%: the kernel is bound by the FMA pipe, not by DRAM.
+    only 0.2-0.6%: the kernel is bound by the FMA pipe, not by DRAM.
     """
     return fast_tiled(wl, cfg)
 
 
-@register("tensor_core_gemm", "gemm", 19, TensorCoreConfig, aliases=("tensor_core", "wmma"))
+@register("tensor_core_gemm", "gemm", 19, TensorCoreConfig, aliases=("tensor_core", "wmma"), tags=("float16",))
 def tensor_core_gemm(wl: Gemm, cfg: TensorCoreConfig = TensorCoreConfig()):
     """Tensor cores: fp16 inputs, fp32 accumulation, through TVM's WMMA intrinsics (tensorize):
     each warp keeps 4 × 4 accumulators of 16×16 in tensor-core fragments (a 64×64 warp tile), 2 × 2

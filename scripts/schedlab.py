@@ -52,7 +52,8 @@ def cmd_show(args):
     if args.stage not in STAGES:
         raise CliError(f"--stage {args.stage!r} is not one of {', '.join(STAGES)}")
     spec = get(args.schedule)
-    wl = parse_workload(f"{spec.kind}:{args.shape or DEFAULT_SHAPES[spec.kind]}")
+    dtype = ":float16" if "float16" in spec.tags else ""  # the tensor-core steps take half inputs
+    wl = parse_workload(f"{spec.kind}:{args.shape or DEFAULT_SHAPES[spec.kind]}{dtype}")
     cfg = spec.config(**_params(args.param))
     spec.validate(wl, cfg)
     sch = spec.builder(wl, cfg)
@@ -64,7 +65,7 @@ def cmd_show(args):
         return
     from reports import build as B
 
-    built = B.build(sch, B.cuda_target(args.arch), async_copy=getattr(cfg, "async_copy", False))
+    built = B.build_config(sch, cfg, B.cuda_target(args.arch))
     if args.stage == "lowered":
         print(built.lowered)
     elif args.stage == "cuda":
@@ -130,11 +131,23 @@ def make_parser():
     from scripts.tune_cmd import add_parser as add_tune_parser
 
     add_tune_parser(sub)
+    s = sub.add_parser("bench-gemm", add_help=False,
+                       help="the fast GEMM schedules beside dlight and cuBLAS (scripts/bench_gemm.py; --help there)")
+    s.set_defaults(fn=cmd_bench_gemm)
     return p
 
 
+def cmd_bench_gemm(args):
+    from scripts import bench_gemm
+
+    return bench_gemm.main(args.rest)
+
+
 def main(argv=None):
-    args = make_parser().parse_args(argv)
+    args, rest = make_parser().parse_known_args(argv)
+    if rest and args.command != "bench-gemm":
+        make_parser().parse_args(argv)  # the usual error for unknown arguments
+    args.rest = rest
     from schedules import ScheduleParamError
 
     try:

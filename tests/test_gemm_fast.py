@@ -111,7 +111,7 @@ def test_split_k_is_two_kernels_with_partials():
     b = built("split_k_gemm", DEFAULT)
     assert len(b.device.kernels) == 2
     cfg = get("split_k_gemm").config()
-    assert f"blockIdx.y" in b.device.cuda  # the K slice of the partial-product kernel
+    assert "blockIdx.y" in b.device.cuda  # the K slice of the partial-product kernel
     assert b.launch.get("blockIdx.y", 1) in (cfg.split_k, 1)
 
 
