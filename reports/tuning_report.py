@@ -111,6 +111,11 @@ def hand_comparison(db: str, workload: str, out_dir: str, timeout: float = 300.0
 def write_report(db: str, workload: str, out_dir: str, hand: bool = False) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     prov = provenance()
+    measured_on = os.path.join(db, "provenance.json")
+    if os.path.exists(measured_on):  # where the trials were measured (written by the tuner)
+        with open(measured_on) as fh:
+            tuned = json.load(fh)
+        prov.update(gpu=tuned.get("gpu", prov["gpu"]), tuned_on=tuned.get("date"), tuned_host=tuned.get("host"))
     runs = load_runs(db, workload)
     summaries = {run: summarize(rows) for run, rows in runs.items()}
     lines = {}
@@ -127,7 +132,8 @@ def write_report(db: str, workload: str, out_dir: str, hand: bool = False) -> di
     caption = f"{workload} · {prov['gpu']} · TVM {prov['tvm']} · {prov['commit']} · {prov['date']}"
     chart = convergence_chart(runs, os.path.join(out_dir, f"convergence_{slug(workload)}.png"), caption, lines)
     md = [f"# Tuning report: {workload}", "", f"GPU: {prov['gpu']} · TVM {prov['tvm']} · commit "
-          f"{prov['commit']} · {prov['date']} · host {prov['host']}", "",
+          f"{prov['commit']} · report {prov['date']} · trials measured {prov.get('tuned_on') or '?'} on "
+          f"{prov.get('tuned_host') or prov['host']}", "",
           "Tuning times: MetaSchedule runner time_evaluator (median of repeats, inputs L2-resident); "
           "every candidate is checked on 512 sampled outputs against float64 before it is timed, and the "
           "best of each run against the full float64 product.", "",
@@ -167,7 +173,9 @@ def write_report(db: str, workload: str, out_dir: str, hand: bool = False) -> di
             def f(key, fmt):
                 v = r.get(key)
                 return "" if v is None else format(v, fmt)
-            md.append(f"| {r['name']} | {r.get('status')} | {f('time_ms', '.4g')} | {f('tflops', '.2f')} | "
+            status = r.get("status") if r.get("status") in ("ok", "no-gpu") else \
+                f"{r.get('status')}: {(r.get('error') or '')[:80]}".replace("|", "/")
+            md.append(f"| {r['name']} | {status} | {f('time_ms', '.4g')} | {f('tflops', '.2f')} | "
                       f"{f('pct_cublas', '.1f')} | {f('rel_error', '.1e')} | {r.get('registers', '')} | "
                       f"{r.get('shared_bytes', '')} |")
     path = os.path.join(out_dir, f"tuning_{slug(workload)}.md")

@@ -31,9 +31,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(cmd, env=None):
-    return subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+def start(cmd, env=None, log=None):
+    err = open(log, "w") if log else subprocess.DEVNULL
+    return subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
+
+
+def require_tornado():
+    """TVM's RPC tracker is a tornado application; the GPU machine's Python has no tornado."""
+    try:
+        import tornado  # noqa: F401
+    except ImportError:
+        raise SystemExit("the RPC tracker needs the tornado package (pure Python; carry a copy and put it on "
+                         "PYTHONPATH where it is not installed)") from None
 
 
 def stop(procs):
@@ -61,13 +70,16 @@ def main(argv=None):
 
     from tuning.tuner import TuneOptions, count_rpc_servers, tune
 
+    require_tornado()
     gpus = [g for g in args.gpus.split(",") if g != ""]
     key = "schedlab"
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     port = free_port()
+    os.makedirs(args.db, exist_ok=True)
+    tracker_log = os.path.join(args.db, "tracker.log")
     procs = [start([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
-                    "--port-end", str(port + 1)], env)]
+                    "--port-end", str(port + 1)], env, tracker_log)]
     results = {"gpus": gpus, "workload": args.workload, "space": args.space, "strategy": args.strategy,
                "seconds": args.seconds, "runs": []}
     try:
@@ -80,6 +92,9 @@ def main(argv=None):
                                 "--tracker", f"127.0.0.1:{port}", "--key", key], senv))
         deadline = time.time() + 60
         while time.time() < deadline:
+            if procs[0].poll() is not None:
+                with open(tracker_log) as f:
+                    raise SystemExit("the RPC tracker exited: " + f.read()[-1500:])
             try:
                 if count_rpc_servers("127.0.0.1", port, key) >= len(gpus):
                     break

@@ -53,6 +53,7 @@ def add_parser(subparsers):
                    help="write the tuning report (default DIR/report); add --hand to time hand schedules")
     s.add_argument("--hand", action="store_true", help="in the report, time tuned_gemm beside the hand "
                    "schedules, cuBLAS and dlight (schedlab run's harness)")
+    s.add_argument("--report-only", action="store_true", help="no tuning: write the report of what DIR holds")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=cmd_tune)
     return s
@@ -121,6 +122,12 @@ def cmd_tune(args):
             raise ValueError(f"--compare {c!r} is not one of {', '.join(COMPARISONS)} (or none)")
     if args.target == "llvm":
         compare = [c for c in compare if c != "dlight"]
+    if args.report_only:
+        from reports.tuning_report import write_report
+
+        paths = write_report(args.db, str(wl), args.report or os.path.join(args.db, "report"), hand=args.hand)
+        print(f"report: {paths['markdown']}")
+        return 0
     runs = [_options(args)]
     if "random" in compare and runs[0].strategy != "random":
         runs.append(_options(args, strategy="random"))

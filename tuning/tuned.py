@@ -43,6 +43,8 @@ def load_best(wl) -> dict:
             f"--db DIR` and set {ENV}=DIR") from None
     except ValueError as e:
         raise ScheduleParamError(f"tuned_gemm: {path} is not readable JSON ({e})") from None
+    if '"cuda"' not in str(rec.get("target", '"cuda"')):
+        raise ScheduleParamError(f"tuned_gemm: {path} was tuned for a CPU target; tune with --target cuda")
     if rec.get("workload") != str(wl):
         raise ScheduleParamError(f"tuned_gemm: {path} was tuned for {rec.get('workload')}, not {wl}")
     return rec

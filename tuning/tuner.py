@@ -120,8 +120,8 @@ def count_rpc_servers(host: str, port: int, key: str) -> int:
 
     summary = rpc.connect_tracker(host, port).summary()
     n = sum(1 for s in summary.get("server_info", []) if str(s.get("key", "")).split(":")[-1] == key)
-    queue = summary.get("queue_info", {}).get(key, {})
-    return max(n, int(queue.get("free", 0)) + int(queue.get("pending", 0) and 0))
+    free = int(summary.get("queue_info", {}).get(key, {}).get("free", 0))
+    return max(n, free)
 
 
 def make_builder(opts: TuneOptions):
@@ -306,6 +306,7 @@ def tune(opts: TuneOptions, on_trial=None) -> dict:
             except Exception:  # noqa: BLE001 - a trace that no longer applies: skip it
                 pass
 
+    _write_provenance(opts, target)
     remaining = opts.trials - state.done
     summary = {"run": run, "workload": wl_text, "space": opts.space, "strategy": opts.strategy,
                "cost_model": opts.cost_model if opts.strategy == "evolutionary" else None,
@@ -488,6 +489,24 @@ def _log(path, opts, run, wl_text, row, state: RunState, t_start, prior_elapsed,
     R.append_jsonl(path, full)
     if on_trial:
         on_trial(full, state)
+
+
+def _write_provenance(opts, target):
+    """DIR/provenance.json: where the trials were measured (the report reads it)."""
+    import platform
+
+    if opts.rpc_tracker:
+        device = f"RPC servers under key {opts.rpc_key} at {opts.rpc_tracker}"
+    elif target.kind.name == "cuda":
+        try:
+            device = tvm.cuda(0).device_name if tvm.cuda(0).exist else "no GPU"
+        except Exception:  # noqa: BLE001
+            device = "no GPU"
+    else:
+        device = f"CPU ({platform.processor() or platform.machine()})"
+    R.save_json(os.path.join(opts.db, "provenance.json"), {
+        "gpu": device, "tvm": tvm.__version__, "host": platform.node(), "target": str(target.kind.name),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
 
 
 # --- verification and the best configuration ---------------------------------------------------
