@@ -60,6 +60,23 @@ def rel_error(out, ref) -> float:
     return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), np.finfo(float).tiny))
 
 
+def product_error(workload, out, inputs, ref=None) -> float:
+    """The error the checks bound: ‖out − ref‖ / ‖ref‖ against float64. For a single output, or
+    sums longer than 16384 terms, ‖ref‖ can be small through cancellation (one y of a sum of ±
+    products) while fp32 rounding grows like √K, so there the error is taken relative to ‖|A|·|B|‖,
+    the size of the products being added (the usual backward-error scale). NaN when any output is
+    not finite (never written)."""
+    ref = reference(workload, inputs) if ref is None else ref
+    sum_length = inputs[0].shape[0] if workload.kind == "gemv_t" else inputs[0].shape[-1]
+    if ref.size > 1 and sum_length <= 16384:
+        return rel_error(out, ref)
+    out = np.asarray(out, dtype=np.float64)
+    if not np.all(np.isfinite(out)):
+        return float("nan")
+    scale = reference(workload, [np.abs(x) for x in inputs])
+    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(scale), np.finfo(float).tiny))
+
+
 class CudaHarness:
     """Device buffers and an event timer. Uses torch (DLPack views for TVM) when it is there."""
 

@@ -78,30 +78,36 @@ def run(workloads=DEFAULT_WORKLOADS, schedule_names=None, baseline_names=None, o
     if gpu:
         jobs.insert(0, {"workload": str(parse_workload(workloads[0])), "name": "ceilings"})
     bar = Progress(len(jobs), "schedlab run") if progress else None
+    prov = provenance()
     rows, ceilings = [], {}
+
+    def results(done: bool) -> dict:
+        return {"provenance": prov, "arch": arch, "gpu": gpu, "ceilings": ceilings, "complete": done,
+                "rows": tables.derive(rows)}
+
     for job in jobs:
         job.update(gpu=gpu, arch=arch, out_dir=out_dir)
         row = run_isolated(job, timeout)
         if job["name"] == "ceilings":
             ceilings = {k: v for k, v in row.items() if k not in ("workload", "kind", "name")}
+            if ceilings.get("gpu"):
+                prov["gpu"] = ceilings["gpu"]
         else:
             rows.append(row)
+            # after every row: a run that is cut short still leaves what it measured
+            write_results(results(False), out_dir, charts_too=False)
         if bar:
             status = row.get("status")
             detail = f"{row.get('time_ms', 0):.4g} ms" if status == "ok" and "time_ms" in row else status
             bar.update(f"{job['name']} on {job['workload']}: {detail}")
-    prov = provenance()
-    if ceilings.get("gpu"):
-        prov["gpu"] = ceilings["gpu"]
-    results = {"provenance": prov, "arch": arch, "gpu": gpu, "ceilings": ceilings,
-               "rows": tables.derive(rows)}
-    write_results(results, out_dir)
+    final = results(True)
+    write_results(final, out_dir)
     if results_dir:
-        write_results(results, results_dir, ir=False)
-    return results
+        write_results(final, results_dir, ir=False)
+    return final
 
 
-def write_results(results: dict, out_dir: str, ir: bool = True):
+def write_results(results: dict, out_dir: str, ir: bool = True, charts_too: bool = True):
     """results.json, results.csv, table.md and the charts (IR files are written by the workers)."""
     os.makedirs(out_dir, exist_ok=True)
     rows = results["rows"]
@@ -113,5 +119,7 @@ def write_results(results: dict, out_dir: str, ir: bool = True):
     tables.to_csv(rows, os.path.join(out_dir, "results.csv"))
     with open(os.path.join(out_dir, "table.md"), "w") as f:
         f.write(tables.markdown(results))
+    if not charts_too:
+        return
     charts.time_chart(results, os.path.join(out_dir, "time_per_step.png"))
     charts.roofline_chart(results, os.path.join(out_dir, "roofline.png"))

@@ -69,6 +69,10 @@ def _params(r):
 def markdown(results: dict) -> str:
     prov = results["provenance"]
     lines = [f"GPU: {prov['gpu']} · TVM {prov['tvm']} · commit {prov['commit']} · {prov['date']}", ""]
+    if results.get("complete") is False:
+        lines += ["**Partial: the run was cut short; the rows below are those it finished.**", ""]
+    if prov.get("commit_note"):
+        lines += [f"(commit: {prov['commit_note']})", ""]
     c = results.get("ceilings") or {}
     if c.get("copy_gbps"):
         lines += [f"Measured ceilings: copy bandwidth {c['copy_gbps']:.0f} GB/s, cuBLAS 8192³ "

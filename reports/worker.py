@@ -64,7 +64,7 @@ def run_job(job) -> dict:
         return {**row, **measure_ceilings()}
     if name in ("numpy_cpu", "torch_cpu"):
         out, timing = baselines.run_cpu_baseline(name, wl, inputs)
-        row.update(role="baseline", device="cpu", rel_error=M.rel_error(out, ref), **_timing(timing))
+        row.update(role="baseline", device="cpu", rel_error=M.product_error(wl, out, inputs, ref), **_timing(timing))
         return row
 
     module = None
@@ -98,7 +98,7 @@ def run_job(job) -> dict:
     h.poison(bufs[-1])
     fn()
     out = h.to_numpy(bufs[-1])
-    row["rel_error"] = err = M.rel_error(out, ref)
+    row["rel_error"] = err = M.product_error(wl, out, inputs, ref)
     tol = job.get("tolerance", 1e-5)
     if not err <= tol:
         row["status"] = "wrong"

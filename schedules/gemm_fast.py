@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm import s_tir
 
 from .common import ceil_div, cooperative_fetch_axes, inline_padding, new_schedule
 from .errors import ScheduleParamError
+from .gemm import pipeline_double_buffer
 from .registry import Launch, register
 from .workloads import Gemm
 
@@ -220,13 +220,7 @@ def _pipeline(sch, cfg, ko, ki, a_shared, b_shared):
     if cfg.async_copy:
         async_pipeline(sch, ko, ki if cfg.fragment_pipeline else None, cfg.stages)
         return
-    for copy in (a_shared, b_shared):
-        sch.annotate(copy, "tirx.manifest_shared_memory_local_stage", 1)
-        sch.annotate(copy, "double_buffer_scope", 0)
-    sch.annotate(ki, "software_pipeline_stage", [0, 0, 1])
-    sch.annotate(ki, "software_pipeline_order", [0, 1, 2])
-    sch.annotate(ko, "software_pipeline_stage", [0, 0, 0, 0, 0, 1, 1])
-    sch.annotate(ko, "software_pipeline_order", [0, 3, 1, 4, 5, 2, 6])
+    pipeline_double_buffer(sch, ko, ki, a_shared, b_shared)
 
 
 def async_pipeline(sch, ko, ki, stages):

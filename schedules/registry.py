@@ -53,10 +53,14 @@ class ScheduleSpec:
     def doc(self) -> str:
         return inspect.getdoc(self.builder) or ""
 
+    @property
+    def input_dtypes(self) -> tuple[str, ...]:
+        return getattr(self.config_cls, "dtypes", ("float32", "float16"))
+
     def accepts_dtype(self, workload) -> bool:
         """Whether the step takes the workload's input type (``dtypes`` on its config; fp32 and
         fp16 by default). ``schedlab run`` with no schedule names skips steps that do not."""
-        return workload.dtype in getattr(self.config_cls, "dtypes", ("float32", "float16"))
+        return workload.dtype in self.input_dtypes
 
     def config(self, **overrides):
         """The step's configuration: its defaults with ``overrides`` applied (names checked)."""
@@ -113,9 +117,7 @@ def register(name: str, kind: str, step: int, config: type, aliases=(), tags=())
     def wrap(fn):
         if name in _REGISTRY or name in _ALIASES:
             raise RuntimeError(f"schedule {name} registered twice")
-        _REGISTRY[name] = ScheduleSpec(name, kind, step, fn, config, tuple(aliases), tuple(tags))
-        for alias in aliases:
-            _ALIASES[alias] = name
+        register_spec(ScheduleSpec(name, kind, step, fn, config, tuple(aliases), tuple(tags)))
         return fn
 
     return wrap
@@ -137,4 +139,6 @@ def all_schedules(kind: str | None = None, tag: str | None = None) -> list[Sched
 def register_spec(spec: ScheduleSpec):
     """Add a ready-made spec (the tuner registers tuned schedules this way)."""
     _REGISTRY[spec.name] = spec
+    for alias in spec.aliases:
+        _ALIASES[alias] = spec.name
     return spec

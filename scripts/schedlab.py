@@ -52,7 +52,7 @@ def cmd_show(args):
     if args.stage not in STAGES:
         raise CliError(f"--stage {args.stage!r} is not one of {', '.join(STAGES)}")
     spec = get(args.schedule)
-    dtype = ":float16" if "float16" in spec.tags else ""  # the tensor-core steps take half inputs
+    dtype = "" if "float32" in spec.input_dtypes else f":{spec.input_dtypes[0]}"  # tensor cores: half inputs
     wl = parse_workload(f"{spec.kind}:{args.shape or DEFAULT_SHAPES[spec.kind]}{dtype}")
     cfg = spec.config(**_params(args.param))
     spec.validate(wl, cfg)

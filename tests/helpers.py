@@ -14,14 +14,21 @@ ODD_WORKLOADS = {"gemm": ["gemm:1000x500x2000", "gemm:3x5x7", "gemm:1x4097x1", "
                  "gemv_t": ["gemv_t:1x4097", "gemv_t:1000x17", "gemv_t:3x5"]}
 
 
+def default_workload(spec) -> str:
+    """The largest default workload of the spec's kind, in an input type the spec takes."""
+    text = DEFAULT_WORKLOADS[spec.kind][-1]
+    return text if "float32" in spec.input_dtypes else f"{text}:{spec.input_dtypes[0]}"
+
+
 def build_spec(spec, workload, **params):
     wl = parse_workload(workload) if isinstance(workload, str) else workload
     cfg = spec.config(**params)
-    return B.build(spec.build(wl, cfg), B.cuda_target(), async_copy=getattr(cfg, "async_copy", False))
+    return B.build_config(spec.build(wl, cfg), cfg, B.cuda_target())
 
 
 def run_on_gpu(harness, spec, workload, **params):
-    """Build, run once on fresh random inputs into a NaN-poisoned output; return rel. error."""
+    """Build, run once on fresh random inputs into a NaN-poisoned output; return the error
+    (reports.measure.product_error: relative to ‖ref‖, or to ‖|A|·|B|‖ where ‖ref‖ can cancel)."""
     wl = parse_workload(workload)
     built = build_spec(spec, wl, **params)
     inputs = M.random_inputs(wl)
@@ -31,4 +38,4 @@ def run_on_gpu(harness, spec, workload, **params):
     built.executable["main"](*[harness.tvm_view(b) for b in bufs])
     out = harness.to_numpy(bufs[-1])
     assert not np.isnan(out).any(), f"{int(np.isnan(out).sum())} outputs never written"
-    return M.rel_error(out, M.reference(wl, inputs))
+    return M.product_error(wl, out, inputs)

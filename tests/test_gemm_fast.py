@@ -6,7 +6,6 @@ import os
 import re
 import sys
 
-import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -16,6 +15,7 @@ if ROOT not in sys.path:
 from reports import build as B  # noqa: E402
 from schedules import ScheduleParamError, get, parse_workload  # noqa: E402
 from schedules import gemm_fast  # noqa: E402
+from tests.helpers import run_on_gpu  # noqa: E402
 
 FP32_STEPS = ["vectorized_shared_gemm", "warp_tiled_gemm", "async_pipeline_gemm", "split_k_gemm",
               "rasterized_gemm", "best_gemm"]
@@ -172,32 +172,9 @@ def test_best_choice_fills_the_gpu_on_small_outputs():
 
 
 # --- on the GPU -------------------------------------------------------------------------------
-def _has_gpu():
-    return B.cuda_available()
-
-
-@pytest.fixture(scope="module")
-def harness():
-    if not _has_gpu():
-        pytest.skip("needs a CUDA GPU")
-    from reports.measure import CudaHarness
-
-    return CudaHarness(flush=False)
-
-
 def _run(harness, name, workload, **params):
-    from reports import measure as M
+    return run_on_gpu(harness, get(name), workload, **params)
 
-    wl = parse_workload(workload)
-    b = built(name, workload, **params)
-    inputs = M.random_inputs(wl)
-    shape, dtype = wl.arg_shapes()[-1]
-    bufs = [harness.to_device(x) for x in inputs] + [harness.empty(shape, dtype)]
-    harness.poison(bufs[-1])
-    b.executable["main"](*[harness.tvm_view(x) for x in bufs])
-    out = harness.to_numpy(bufs[-1])
-    assert not np.isnan(out).any(), f"{int(np.isnan(out).sum())} outputs never written"
-    return M.rel_error(out, M.reference(wl, inputs))
 
 
 GPU_FP32_CASES = ([(name, wl) for name in FP32_STEPS for wl in (DEFAULT, "gemm:1000x500x2001")]

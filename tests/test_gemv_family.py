@@ -4,7 +4,6 @@ on a GPU, every form matches a float64 reference."""
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pytest
@@ -127,23 +126,8 @@ def test_dispatch_choices_are_valid(shape):
 
 # --- GPU: numbers against float64 --------------------------------------------------------------
 
-def gemv_error(wl, out, ref, inputs) -> float:
-    """The error the GPU tests bound by 1e-6. Normally ‖y − ref‖ / ‖ref‖ (float64 reference). For a
-    single row, or rows longer than 16384, the norm of ``ref`` can be small through cancellation
-    (one y of a sum of ± products) while fp32 rounding grows like √N, so there the error is taken
-    relative to ‖|A|·|x|‖, the size of the products being added (the usual backward-error scale)."""
-    from reports.measure import rel_error
-
-    outputs, sum_length = (wl.N, wl.M) if wl.kind == "gemv_t" else (wl.M, wl.N)
-    if outputs > 1 and sum_length <= 16384:
-        return rel_error(out, ref)
-    a, x = (np.abs(v.astype(np.float64)) for v in inputs)
-    scale = (a.T @ x) if wl.kind == "gemv_t" else (a @ x)
-    return float(np.linalg.norm(np.asarray(out, np.float64) - ref) / np.linalg.norm(scale))
-
-
 def _run_on_gpu(name, wl, **params):
-    from reports.measure import CudaHarness, random_inputs, reference
+    from reports.measure import CudaHarness, product_error, random_inputs
 
     built = _build(name, wl, **params)
     h = CudaHarness(flush=False)
@@ -154,7 +138,7 @@ def _run_on_gpu(name, wl, **params):
     built.executable["main"](*[h.tvm_view(b) for b in bufs])
     out = h.to_numpy(bufs[-1])
     assert np.all(np.isfinite(out)), "outputs left unwritten (NaN)"
-    return gemv_error(wl, out, reference(wl, inputs), inputs)
+    return product_error(wl, out, inputs)
 
 
 GPU_SHAPES = [(1, 1), (1, 17), (1, 4097), (3, 5), (16384, 16), (16384, 17), (1000, 130), (513, 4098),

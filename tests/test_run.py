@@ -40,6 +40,7 @@ def test_run_without_gpu_builds_everything_and_invents_nothing(tmp_path, capsys)
                  "shared_cache_gemm,thread_tiling_gemm,warp_gemv", "--baselines", "numpy_cpu,cublas",
                  "--out", str(out), "--quiet", "--strict"]) == 0
     res = json.loads((out / "results.json").read_text())
+    assert res["complete"] is True
     rows = {(r["workload"], r["name"]): r for r in res["rows"]}
     for key in [("gemm:96x80x40", "shared_cache_gemm"), ("gemm:96x80x40", "thread_tiling_gemm"),
                 ("gemv:33x17", "warp_gemv")]:

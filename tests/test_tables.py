@@ -43,3 +43,8 @@ def test_charts_are_written(tmp_path):
     for fn, name in ((charts.time_chart, "t.png"), (charts.roofline_chart, "r.png")):
         path = fn(res, str(tmp_path / name))
         assert path and (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_cut_short_run_says_so():
+    assert "Partial" in tables.markdown({**_results(), "complete": False})
+    assert "Partial" not in tables.markdown({**_results(), "complete": True})
