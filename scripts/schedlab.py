@@ -133,19 +133,24 @@ def make_parser():
     add_tune_parser(sub)
     s = sub.add_parser("bench-gemm", add_help=False,
                        help="the fast GEMM schedules beside dlight and cuBLAS (scripts/bench_gemm.py; --help there)")
-    s.set_defaults(fn=cmd_bench_gemm)
+    s.set_defaults(fn=cmd_bench)
+    s = sub.add_parser("bench-gemv", add_help=False,
+                       help="the GEMV family beside dlight, cuBLAS and the copy bandwidth (scripts/bench_gemv.py)")
+    s.set_defaults(fn=cmd_bench)
     return p
 
 
-def cmd_bench_gemm(args):
-    from scripts import bench_gemm
+def cmd_bench(args):
+    """Hand the rest of the command line to the benchmark script (its own --help)."""
+    import importlib
 
-    return bench_gemm.main(args.rest)
+    module = importlib.import_module(f"scripts.bench_{args.command.split('-')[1]}")
+    return module.main(args.rest)
 
 
 def main(argv=None):
     args, rest = make_parser().parse_known_args(argv)
-    if rest and args.command != "bench-gemm":
+    if rest and not args.command.startswith("bench-"):
         make_parser().parse_args(argv)  # the usual error for unknown arguments
     args.rest = rest
     from schedules import ScheduleParamError
