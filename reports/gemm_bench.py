@@ -7,7 +7,7 @@ or cuBLAS (through torch). Two phases, each guarded against faults:
    shared library with its cubin (on a GPU machine) and its ptxas report;
 2. time: one process per workload loads the libraries and, for each job, checks the result against
    float64 (fresh random inputs, output poisoned with NaN), then times it with
-   :meth:`reports.measure.CudaHarness.bench` (CUDA events, L2 flushed before each run, median).
+   :meth:`reports.measure.CudaHarness.bench` (CUDA events, L2 emptied before each run, median).
    A job that kills its process (illegal address) becomes an error row and the process is
    restarted on the remaining jobs.
 """
@@ -128,7 +128,7 @@ def _time_jobs(jobs, budget_s):
 
     from .measure import CudaHarness
 
-    h = CudaHarness(flush=True)
+    h = CudaHarness()
     cache = {}
     for job in jobs:
         print(json.dumps({"start": job["id"]}), flush=True)
@@ -244,7 +244,12 @@ def run(jobs, lib_dir, workers=8, budget_s=0.3, progress=True):
         b = built.get(job["id"])
         if job["name"] == "cublas" or (b and b["status"] == "built"):
             timeable.append({**job, "lib": b["lib"] if b else None})
-    timed = time_all(timeable, budget_s=budget_s, progress=progress)
+    from .build import cuda_available
+
+    if cuda_available():
+        timed = time_all(timeable, budget_s=budget_s, progress=progress)
+    else:  # built and reported, never timed: no figure is invented
+        timed = {j["id"]: {"status": "no-gpu"} for j in timeable}
     rows = []
     for job in jobs:
         row = {**built.get(job["id"], {}), **timed.get(job["id"], {})}

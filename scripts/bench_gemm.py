@@ -6,7 +6,7 @@ For every shape, fp32 and fp16: cuBLAS (torch; fp32 with TF32 off), TVM's dlight
 fp32 schedule (``best_gemm``) and the tensor-core step (WMMA and mma.sync variants); ``--steps`` adds
 steps 14-18 at their defaults. Each TVM kernel is built in its own process and run in a guarded
 timing process (reports.gemm_bench): results checked against float64 first (fresh random inputs,
-output poisoned with NaN), then timed with CUDA events, L2 flushed before each run, median.
+output poisoned with NaN), then timed with CUDA events, L2 emptied before each run, median.
 Prints each kernel's ratio to cuBLAS of the same input type and writes bench.json, bench.csv and
 bench.md (GPU, TVM version, git commit, date) into ``--out``.
 """
@@ -28,7 +28,7 @@ STEPS = ("vectorized_shared_gemm", "warp_tiled_gemm", "async_pipeline_gemm", "sp
 def make_jobs(shapes, steps=False):
     jobs = []
     for shape in shapes:
-        wl = f"gemm:{shape}"
+        wl = "gemm:" + shape.strip().removeprefix("gemm:")
         jobs += [{"workload": wl, "name": "cublas"}, {"workload": wl, "name": "tvm_dlight"},
                  {"workload": wl, "name": "best_gemm"}]
         if steps:
@@ -56,14 +56,15 @@ def table_rows(rows):
                     "time_ms": r.get("time_ms"), "tflops": t,
                     "pct_cublas": 100 * t / ref if t and ref else None,
                     "rel_error": r.get("rel_error"), "registers": r.get("registers"),
-                    "spill_bytes": r.get("spill_bytes"), "error": r.get("error", "")})
+                    "spill_bytes": r.get("spill_bytes"), "error": r.get("error", ""), "timer": r.get("timer")})
     return out
 
 
 def markdown(trows, prov):
+    timer = next((r["timer"] for r in trows if r.get("timer")), "no GPU: nothing timed")
     lines = [f"# GEMM benchmark: {prov['gpu']}", "",
-             f"TVM {prov['tvm']}, commit {prov['commit']}, {prov['date']}. CUDA events, L2 flushed before "
-             "each run, median; every result checked against float64 first. fp32 kernels are compared "
+             f"TVM {prov['tvm']}, commit {prov['commit']}, {prov['date']}. Timer: {timer}; median; "
+             "every result checked against float64 first. fp32 kernels are compared "
              "with cuBLAS fp32 (TF32 off), fp16 ones with cuBLAS fp16.", "",
              "| workload | kernel | TFLOP/s | % cuBLAS | ms | rel. error | regs | spill B |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]

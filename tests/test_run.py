@@ -56,3 +56,14 @@ def test_run_without_gpu_builds_everything_and_invents_nothing(tmp_path, capsys)
     assert "no GPU" in table and "shared_cache_gemm" in table
     assert (out / "results.csv").read_text().count("\n") == len(res["rows"]) + 1
     assert "no GPU" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(__import__("tests.conftest", fromlist=["HAS_GPU"]).HAS_GPU, reason="checks the no-GPU path")
+def test_gemv_benchmark_without_gpu_builds_and_times_nothing(tmp_path):
+    from scripts import bench_gemv
+
+    bench_gemv.main(["--workload", "gemv:64x64", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "gemv_bench.json").read_text())["rows"]
+    assert rows and {r["status"] for r in rows} == {"no-gpu"}
+    assert not any(k.startswith(("us_", "gbps_")) for r in rows for k in r)
+    assert all(r["spill_bytes"] == 0 and r["registers"] > 0 for r in rows if "registers" in r)
