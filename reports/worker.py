@@ -162,23 +162,25 @@ def error_line(e) -> str:
     return f"{type(e).__name__}: {line[:300]}"
 
 
-def main():
-    job = json.loads(sys.stdin.read())
+def run_job_safe(job) -> dict:
+    """run_job, with any exception turned into this job's row."""
     try:
-        row = run_job(job)
+        return run_job(job)
     except Exception as e:  # noqa: BLE001 - a build or run failure is this row's error
-        from .baselines import Unavailable
-
-        if isinstance(e, Unavailable):
-            row = {"workload": job["workload"], "name": job["name"], "role": "baseline",
-                   "status": "unavailable", "error": str(e)}
-            sys.stdout.write("\n" + json.dumps(row) + "\n")
-            return
         from schedules import ScheduleParamError
 
-        row = {"workload": job["workload"], "name": job["name"], "status": "error",
-               "error": str(e) if isinstance(e, ScheduleParamError) else error_line(e),
-               "traceback": traceback.format_exc()[-4000:]}
+        from .baselines import Unavailable
+
+        base = {"workload": job["workload"], "name": job["name"]}
+        if isinstance(e, Unavailable):
+            return {**base, "role": "baseline", "status": "unavailable", "error": str(e)}
+        return {**base, "status": "error",
+                "error": str(e) if isinstance(e, ScheduleParamError) else error_line(e),
+                "traceback": traceback.format_exc()[-4000:]}
+
+
+def main():
+    row = run_job_safe(json.loads(sys.stdin.read()))
     sys.stdout.write("\n" + json.dumps(row, default=float) + "\n")
     sys.stdout.flush()
 

@@ -93,7 +93,7 @@ def cmd_run(args):
 
         params = {get(names[0]).name: _params(args.param)}
     results = runner.run(workloads, names or None, baselines, out_dir=args.out, timeout=args.timeout,
-                         params=params, progress=not args.quiet)
+                         params=params, progress=not args.quiet, fork=args.fork)
     if args.publish:
         dest = os.path.join(ROOT, "reports", "results", slug(results["provenance"]["gpu"]), args.publish)
         runner.write_results(results, dest, ir=False)
@@ -127,6 +127,8 @@ def make_parser():
     s.add_argument("--publish", metavar="NAME", help="also write the report to reports/results/<gpu>/NAME")
     s.add_argument("--strict", action="store_true", help="exit 1 if any row failed")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--fork", action="store_true",
+                   help="fork each schedule's process from one warm parent (faster; still one process each)")
     s.set_defaults(fn=cmd_run)
     from scripts.tune_cmd import add_parser as add_tune_parser
 

@@ -67,3 +67,30 @@ def test_gemv_benchmark_without_gpu_builds_and_times_nothing(tmp_path):
     assert rows and {r["status"] for r in rows} == {"no-gpu"}
     assert not any(k.startswith(("us_", "gbps_")) for r in rows for k in r)
     assert all(r["spill_bytes"] == 0 and r["registers"] > 0 for r in rows if "registers" in r)
+
+
+def test_the_fork_server_isolates_each_job():
+    from reports.runner import Zygote
+
+    z = Zygote("tests.crash_worker:handle")
+    try:
+        ok1 = z({"workload": "w", "name": "a", "mode": "ok"}, 30)
+        crash = z({"workload": "w", "name": "b", "mode": "abort"}, 30)
+        hang = z({"workload": "w", "name": "c", "mode": "hang"}, 2)
+        garbage = z({"workload": "w", "name": "d", "mode": "garbage"}, 30)
+        ok2 = z({"workload": "w", "name": "e", "mode": "ok"}, 30)
+    finally:
+        z.close()
+    assert ok1["status"] == ok2["status"] == "ok" and ok1["pid"] != ok2["pid"]  # a process per job
+    assert crash["status"] == "error" and "SIGABRT" in crash["error"] and "illegal memory access" in crash["error"]
+    assert hang["status"] == "error" and "timed out" in hang["error"]
+    assert garbage["status"] == "error"
+
+
+def test_run_with_the_fork_server_gives_the_same_rows(tmp_path):
+    kw = dict(baseline_names=["numpy_cpu"], progress=False)
+    a = run(["gemv:33x17"], ["warp_gemv", "multi_row_gemv"], out_dir=str(tmp_path / "a"), **kw)
+    b = run(["gemv:33x17"], ["warp_gemv", "multi_row_gemv"], out_dir=str(tmp_path / "b"), fork=True, **kw)
+    strip = lambda res: [(r["name"], r["status"], r.get("registers")) for r in res["rows"]]  # noqa: E731
+    assert strip(a) == strip(b)
+    assert all(r["status"] in ("ok", "no-gpu") for r in b["rows"])
