@@ -108,18 +108,17 @@ def register_accumulator(sch, block, at_loop):
     return write_back
 
 
-def inline_padding(sch, only=("A_pad", "B_pad", "C_pad")):
-    """Fold the copies ``pad_einsum`` made (A_pad, B_pad: zero-filled reads; C_pad: a guarded
-    store) into their neighbours. Shapes that are already tile multiples have no such blocks."""
-    for name, inline in (("A_pad", sch.compute_inline), ("B_pad", sch.compute_inline),
-                         ("C_pad", sch.reverse_compute_inline)):
-        if name not in only:
-            continue
-        try:
-            block = sch.get_sblock(name)
-        except s_tir.ScheduleError:
-            continue
-        inline(block)
+def inline_padding(sch, reads=("A_pad", "B_pad"), writes=("C_pad",)):
+    """Fold the copies ``pad_einsum`` made into their neighbours: the zero-filled input copies
+    (``reads``) into their readers (guarded loads), the output copy (``writes``) into its producer
+    (a guarded store). Shapes that are already tile multiples have no such blocks."""
+    for names, inline in ((reads, sch.compute_inline), (writes, sch.reverse_compute_inline)):
+        for name in names:
+            try:
+                block = sch.get_sblock(name)
+            except s_tir.ScheduleError:
+                continue
+            inline(block)
 
 
 def cooperative_fetch_axes(sch, copy_block, axes, vector=1):

@@ -347,7 +347,7 @@ def tensor_core_tiled(wl: Gemm, cfg: TensorCoreConfig):
         if cfg.pad:
             sch.storage_align(copy, 0, axis=-2, factor=16, offset=cfg.pad)
         copies.append(copy)
-    inline_padding(sch, only=("A_pad", "B_pad"))
+    inline_padding(sch, writes=())
 
     fragment = {"wmma": ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator"),
                 "mma": ("warp", "warp", "warp")}[cfg.intrinsics]
@@ -387,7 +387,7 @@ def tensor_core_tiled(wl: Gemm, cfg: TensorCoreConfig):
         sch.tensorize(loop, intrins[name])
     sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], intrins["init"])
     sch.tensorize(sch.get_loops(block)[-3], intrins["compute"])
-    inline_padding(sch, only=("C_pad",))
+    inline_padding(sch, reads=())
     _, tx, vec = sch.split(sch.fuse(*sch.get_loops(to_global)[-2:]), [None, 32, 4])
     sch.bind(tx, "threadIdx.x")
     sch.vectorize(vec)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import ceil_div, new_schedule, register_accumulator
+from .common import ceil_div, inline_padding, new_schedule, register_accumulator
 from .errors import ScheduleParamError
 from .registry import Launch, register
 from .workloads import Gemv, GemvT
@@ -49,15 +49,6 @@ def _check_vector(wl, vector):
     if vector * itemsize(wl.dtype) > VECTOR_BYTES:
         raise ScheduleParamError(
             f"vector = {vector} {wl.dtype} elements is {vector * itemsize(wl.dtype) * 8} bits: loads are at most 128")
-
-
-def inline_pads(sch, names=("A_pad", "x_pad")):
-    """Fold ``pad_einsum``'s zero-filled copies into their readers (no copies; guarded loads)."""
-    for name in names:
-        try:
-            sch.compute_inline(sch.get_sblock(name))
-        except Exception:  # noqa: BLE001 - nothing was padded along that buffer
-            continue
 
 
 # --- row-wise GEMV: the shared body ---------------------------------------------------------------
@@ -274,7 +265,7 @@ def split_k_gemv(wl: Gemv, cfg: SplitKGemvConfig = SplitKGemvConfig()):
     sch.bind(i, "blockIdx.x")
     sch.bind(ks, "blockIdx.y")
     sch.bind(tx, "threadIdx.x")
-    inline_pads(sch)
+    inline_padding(sch, reads=("A_pad", "x_pad"), writes=())
     final = sch.get_sblock("y")
     i, s = sch.get_loops(final)
     so, sx = sch.split(s, [None, min(256, max(32, _pow2_at_least(ceil_div(wl.N, chunk))))])
@@ -467,7 +458,7 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     sch.bind(bx, "blockIdx.x")
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
-    inline_pads(sch)
+    inline_padding(sch, reads=("A_pad", "x_pad"), writes=())
     # second kernel: columns on threadIdx.x (coalesced), the partials of a column over threadIdx.y
     final = sch.get_sblock("y")
     j, s = sch.get_loops(final)
