@@ -19,7 +19,9 @@ from tuning import records as R  # noqa: E402
 
 from .provenance import provenance, slug  # noqa: E402
 
-HAND_SCHEDULES = ("block_tiling_gemm", "thread_tiling_gemm", "double_buffer_gemm")
+# the classic steps the classic space tiles, and the fast hand-written ones the fast space spans
+HAND_SCHEDULES = ("block_tiling_gemm", "thread_tiling_gemm", "double_buffer_gemm",
+                  "warp_tiled_gemm", "split_k_gemm", "rasterized_gemm", "best_gemm")
 
 
 def load_runs(db: str, workload: str) -> dict[str, list[dict]]:

@@ -135,7 +135,12 @@ class FastTileConfig:
 
 def fast_tiled(wl: Gemm, cfg: FastTileConfig):
     """The fp32 body of steps 14-18. Returns the schedule."""
-    sch = new_schedule(wl.prim_func())
+    return apply_fast_tiled(new_schedule(wl.prim_func()), wl, cfg)
+
+
+def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig):
+    """:func:`fast_tiled` applied to an existing schedule of ``wl``'s PrimFunc (the tuner's design
+    spaces start from MetaSchedule's schedule). ``cfg.unroll=0`` leaves unrolling to the caller."""
     block = sch.get_sblock("C")
     splits = cfg.splits(wl)
     sch.pad_einsum(block, [cfg.block_m, cfg.block_n, cfg.block_k * splits])
@@ -190,8 +195,9 @@ def fast_tiled(wl: Gemm, cfg: FastTileConfig):
         sch.compute_at(frag, ki, preserve_unit_loops=True)
         sch.vectorize(sch.get_loops(frag)[-1])
     sch.unroll(ki)
-    sch.annotate(lane, "pragma_auto_unroll_max_step", cfg.unroll)
-    sch.annotate(lane, "pragma_unroll_explicit", 1)
+    if cfg.unroll:
+        sch.annotate(lane, "pragma_auto_unroll_max_step", cfg.unroll)
+        sch.annotate(lane, "pragma_unroll_explicit", 1)
     sch.vectorize(sch.get_loops(write_back)[-1])
     _pipeline(sch, cfg, ko, ki, a_shared, b_shared)
     if splits > 1:

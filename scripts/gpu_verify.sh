@@ -14,7 +14,9 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 case $PHASE in
-  tests) python3 -m pytest -q -m gpu -p no:cacheprovider tests/ 2>&1 | tee "$OUT/gpu_tests.txt" | tail -30 ;;
+  tests) # pytest-xdist where the machine has it (the device image does): GPU tests are checks, not timings
+       XD=""; python3 -c "import xdist" 2>/dev/null && XD="-n ${XDIST:-4}"
+       python3 -m pytest -q -m gpu -p no:cacheprovider $XD tests/ 2>&1 | tee "$OUT/gpu_tests.txt" | tail -30 ;;
   run) # the fork server saves ~3 s of imports per row; use it only if a small run through it is clean
        FORK=""
        python3 -m scripts.schedlab run --fork --strict --quiet --workload gemv:16384x16 --schedules warp_gemv \

@@ -52,8 +52,10 @@ def cmd_show(args):
     if args.stage not in STAGES:
         raise CliError(f"--stage {args.stage!r} is not one of {', '.join(STAGES)}")
     spec = get(args.schedule)
-    dtype = "" if "float32" in spec.input_dtypes else f":{spec.input_dtypes[0]}"  # tensor cores: half inputs
-    wl = parse_workload(f"{spec.kind}:{args.shape or DEFAULT_SHAPES[spec.kind]}{dtype}")
+    shape = args.shape or DEFAULT_SHAPES[spec.kind]
+    if ":" not in shape and "float32" not in spec.input_dtypes:  # tensor cores: half inputs by default
+        shape += f":{spec.input_dtypes[0]}"
+    wl = parse_workload(f"{spec.kind}:{shape}")
     cfg = spec.config(**_params(args.param))
     spec.validate(wl, cfg)
     sch = spec.builder(wl, cfg)

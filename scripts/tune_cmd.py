@@ -1,6 +1,6 @@
 """``schedlab tune``: search a space of schedule configurations for the fastest one, resumably.
 
-    schedlab tune --workload gemm:1024x512x2048 --space tiled --trials 256 --db DIR
+    schedlab tune --workload gemm:1024x512x2048 --space fast --trials 256 --db DIR
     schedlab tune --workload gemm:1024x512x2048 --space classic              # all 36, exhaustively
     schedlab tune ... --rpc-tracker 127.0.0.1:9190 --rpc-key h100              # measure on RPC servers
 
@@ -30,7 +30,7 @@ def add_parser(subparsers):
     s = subparsers.add_parser("tune", help="tune a schedule space (MetaSchedule), resumable, local or over RPC",
                               description=__doc__.split("\n\n")[0])
     s.add_argument("--workload", default="gemm:1024x512x2048", help="gemm:MxNxK (default %(default)s)")
-    s.add_argument("--space", default="tiled", choices=sorted(SPACES), help="search space (default %(default)s)")
+    s.add_argument("--space", default="fast", choices=sorted(SPACES), help="search space (default %(default)s)")
     s.add_argument("--strategy", choices=STRATEGIES, default=None,
                    help="exhaustive | random | evolutionary (default: exhaustive for classic, else evolutionary)")
     s.add_argument("--cost-model", default="ridge", choices=COST_MODELS,

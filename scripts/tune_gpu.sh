@@ -1,38 +1,54 @@
 #!/bin/bash
-# The GPU tuning runs of the final report, in phases that each fit one device call (< 10 min).
+# The GPU tuning runs of the final report, as phases (comma-separated) that fit device calls (< 10 min).
 # On the device, from the repository root, after `source .tvm/prelude.sh`:
-#     bash scripts/tune_gpu.sh PHASE [DB]
-# Every phase resumes from DB (default out/tune); when the machine was given back between calls,
-# carry the previous call's tune_db.tgz back into the repository root and it is unpacked first.
-# At the end DB is packed to $OUT/tune_db.tgz (plus the reports' .md/.png).
-#   1: gemm:1024x512x2048 tiled, evolutionary (ridge), 256 trials + dlight
-#   2: gemm:1024x512x2048 MetaSchedule default space, 256 trials
-#   3: gemm:1024x512x2048 classic space, all 36 exhaustively; report with the hand schedules + cuBLAS
-#   4: gemm:4096x4096x4096 tiled, 128 trials + dlight
-#   5: gemm:4096x4096x4096 default space, 128 trials; report with the hand schedules + cuBLAS
-#   rpc: trials/min with one and two RPC servers sharing GPU 0 (needs tornado on PYTHONPATH)
+#     bash scripts/tune_gpu.sh w1-fast,w1-classic
+# Each workload has its own tuning directory (DB1, DB2; default out/tune_w1, out/tune_w2), so the two
+# workloads can be tuned at once on two GPUs (CUDA_VISIBLE_DEVICES). Every phase resumes from its
+# directory: carry it (an ignored path under out/) to the next call when the machine was given back.
+#   w1-fast      gemm:1024x512x2048, fast space, evolutionary (ridge), 256 trials, + dlight
+#   w1-default   gemm:1024x512x2048, MetaSchedule's default space, evolutionary, 256 trials
+#   w1-classic   gemm:1024x512x2048, classic space, all 36 exhaustively
+#   w1-report    the report, with tuned_gemm timed beside the hand schedules, cuBLAS and dlight
+#   w2-fast      gemm:4096x4096x4096, fast space, 128 trials, + dlight
+#   w2-default   gemm:4096x4096x4096, default space, 128 trials
+#   w2-report    as w1-report
+#   rpc          trials/min with one and two RPC servers (RPC_GPUS, default 0,1: one per GPU;
+#                0,0: two sharing GPU 0); needs tornado on PYTHONPATH
+# LIMIT_FAST / LIMIT_DEFAULT: per-run time limits in seconds (default 420 / 300); DEADLINE (epoch
+# seconds): no run's limit reaches past DEADLINE - 45 s, and a phase with under 30 s left is skipped.
 set -u
-PHASE=${1:?phase: 1 2 3 4 5 rpc}
-DB=${2:-out/tune}
+PHASES=${1:?phases: w1-fast w1-default w1-classic w1-report w2-fast w2-default w2-report rpc}
+DB1=${DB1:-out/tune_w1}
+DB2=${DB2:-out/tune_w2}
 OUT=${OUT:-out}
-mkdir -p "$DB" "$OUT"
-[ -f tune_db.tgz ] && tar xzf tune_db.tgz -C "$DB"
+mkdir -p "$DB1" "$DB2" "$OUT"
 export PYTHONUNBUFFERED=1
-S="python -u -m scripts.schedlab tune --db $DB"
+S="python3 -u -m scripts.schedlab tune --quiet"
 W1=gemm:1024x512x2048
 W2=gemm:4096x4096x4096
-case $PHASE in
-  1) $S --workload $W1 --space tiled --trials 256 --time-limit 420 --compare dlight ;;
-  2) $S --workload $W1 --space default --strategy evolutionary --trials 256 --time-limit 420 --compare none ;;
-  3) $S --workload $W1 --space classic --compare none --time-limit 200
-     $S --workload $W1 --report-only --hand ;;
-  4) $S --workload $W2 --space tiled --trials 128 --time-limit 380 --batch 16 --compare dlight ;;
-  5) $S --workload $W2 --space default --strategy evolutionary --trials 128 --time-limit 330 --compare none
-     $S --workload $W2 --report-only --hand ;;
-  rpc) python -u -m scripts.rpc_scaleout --gpus 0,0 --workload $W1 --seconds 90 --db /tmp/rpc_scaleout \
-         --out "$OUT/rpc_scaleout.json" ;;
-  *) echo "unknown phase $PHASE" >&2; exit 2 ;;
-esac
-tar czf "$OUT/tune_db.tgz" -C "$DB" .
-cp "$DB"/report/*.md "$DB"/report/*.png "$OUT"/ 2>/dev/null
+cap() {  # cap LIMIT by the DEADLINE, if one is set
+  local limit=$1
+  if [ -n "${DEADLINE:-}" ]; then
+    local left=$(( DEADLINE - $(date +%s) - 45 ))
+    [ $left -lt $limit ] && limit=$left
+  fi
+  echo $limit
+}
+for PHASE in ${PHASES//,/ }; do
+  echo "== $PHASE $(date -u +%H:%M:%S)"
+  LF=$(cap ${LIMIT_FAST:-420}); LD=$(cap ${LIMIT_DEFAULT:-300})
+  if [ $LF -lt 30 ]; then echo "skipped: the deadline is near"; continue; fi
+  case $PHASE in
+    w1-fast)    $S --db $DB1 --workload $W1 --space fast --trials 256 --time-limit $LF --compare dlight ;;
+    w1-default) $S --db $DB1 --workload $W1 --space default --strategy evolutionary --trials 256 --time-limit $LD --compare none ;;
+    w1-classic) $S --db $DB1 --workload $W1 --space classic --compare none --time-limit $(cap 200) ;;
+    w1-report)  $S --db $DB1 --workload $W1 --report-only --hand ;;
+    w2-fast)    $S --db $DB2 --workload $W2 --space fast --trials 128 --time-limit $LF --compare dlight ;;
+    w2-default) $S --db $DB2 --workload $W2 --space default --strategy evolutionary --trials 128 --time-limit $LD --compare none ;;
+    w2-report)  $S --db $DB2 --workload $W2 --report-only --hand ;;
+    rpc) python3 -u -m scripts.rpc_scaleout --gpus ${RPC_GPUS:-0,1} --workload $W1 --space fast \
+           --strategy random --seconds ${RPC_SECONDS:-60} --db out/rpc_scaleout --out "$OUT/rpc_scaleout.json" ;;
+    *) echo "unknown phase $PHASE" >&2 ;;
+  esac
+done
 exit 0

@@ -184,6 +184,49 @@ def test_rpc_tracker_and_server_end_to_end(tmp_path):
             p.wait(10)
 
 
+def test_fast_space_spans_the_fast_steps_with_the_hand_choice_first():
+    """The fast space: one design space per valid structural combination (best_gemm's own choice
+    first), each with one sampled knob (unroll), postprocessed by MetaSchedule's CUDA postprocessors,
+    and its CUDA compiles with nvcc without spills."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from reports import build as B
+    from schedules import parse_workload
+    from schedules.gemm_fast import choose_fp32
+    from tuning.spaces import fast_configs, get_space, knob_values, sample_insts
+    from tuning.tuner import candidate_from_decisions, make_target
+
+    wl = parse_workload("gemm:1024x512x2048")
+    cfgs = fast_configs(wl)
+    hand = choose_fp32(wl)[1]
+    assert (cfgs[0].split_k, cfgs[0].block_m, cfgs[0].warps_m) == (hand.split_k, hand.block_m, hand.warps_m) == (8, 128, 4)
+    assert len(cfgs) >= 100 and len(set(cfgs)) == len(cfgs)
+    assert {c.split_k for c in cfgs} == {1, 2, 4, 8} and {c.stages for c in cfgs} == {1, 2}
+    assert {(c.block_m, c.block_n) for c in cfgs} >= {(128, 128), (64, 64), (128, 64)}
+
+    B.setup_cuda_env()
+    target = make_target("cuda", "sm_90")
+    mod = tvm.IRModule({"main": wl.prim_func()})
+    ctx = ms.TuneContext(mod, target=target, space_generator=get_space("fast").generator(target),
+                         search_strategy=ms.search_strategy.ReplayTrace(), task_name="t", num_threads=1)
+    spaces = ctx.generate_design_space()
+    assert len(spaces) == len(cfgs)
+    single = next(n for n, c in enumerate(cfgs) if c.split_k == 1 and c.block_m == 64)
+    for index, kernels in ((0, 2), (single, 1)):  # split-K: partial products + the summing kernel
+        trace = spaces[index].trace
+        insts = sample_insts(trace)
+        assert [i.kind.name for i in insts] == ["SampleCategorical"]
+        cand, _, failed = candidate_from_decisions(mod, list(ctx.space_generator.postprocs), trace, insts, [2])
+        assert failed is None
+        knobs = knob_values(cand.sch.trace, ["unroll"])
+        assert knobs["split_k"] == str(cfgs[index].split_k) and knobs["unroll"] == 256
+        assert knobs["block"] == f"{cfgs[index].block_m}x{cfgs[index].block_n}"
+        built = B.build(cand.sch.mod, target)
+        assert len(built.device.kernels) == kernels
+        assert all(k.spills == 0 for k in built.device.kernels), built.device.ptxas_log
+
+
 def test_tuned_gemm_replays_the_saved_best(tmp_path, monkeypatch):
     """A saved best configuration (here: a classic trace, without measuring) is usable by name."""
     import tvm
@@ -228,4 +271,23 @@ def test_tune_tiled_on_the_gpu_beats_or_matches_its_hand_seed(tmp_path):
     rows = R.trials(str(tmp_path), "gemm:512x512x512", s["run"])
     seed = rows[0]
     assert seed["knobs"]["tile_i"] == [4, 2, 16, 4] and seed["status"] == "ok"
+    assert s["best"]["gflops"] >= seed["gflops"]
+
+
+@pytest.mark.gpu
+def test_tune_fast_on_the_gpu_starts_from_best_gemm(tmp_path):
+    """On a GPU: the fast space's first trial is best_gemm's own configuration; the evolutionary
+    search goes on from there, and its best is verified against float64."""
+    from tuning import records as R
+    from tuning.tuner import TuneOptions, tune
+
+    wl = "gemm:512x512x1024"
+    opts = TuneOptions(workload=wl, space="fast", strategy="evolutionary", trials=12, batch=6,
+                       db=str(tmp_path), target="cuda", time_limit_s=180)
+    s = tune(opts)
+    assert s["trials"] == 12
+    assert s["best"]["rel_error"] < 1e-5
+    rows = R.trials(str(tmp_path), wl, s["run"])
+    seed = rows[0]
+    assert seed["status"] == "ok" and seed["knobs"]["block"] == "128x128" and seed["knobs"]["unroll"] == 256
     assert s["best"]["gflops"] >= seed["gflops"]

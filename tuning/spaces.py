@@ -10,11 +10,18 @@ decisions rebuilds the schedule.
 - ``tiled``: the fast register-tiled schedules of steps 8 and 9: block, thread (register) and
   sub-tile sizes of each axis and the K tile (perfect tiles), the cooperative-load vector width,
   the unroll depth and the number of pipeline stages (1 = step 8, 2 = step 9's double buffering).
+- ``fast``: the fast fp32 schedules of steps 15-18 (``schedules.gemm_fast.fast_tiled``): block tile,
+  thread (register) tile and warp arrangement, K tile, pipeline stages and split-K. These change the
+  schedule's structure (the thread counts the copies are split by, the rfactor of split-K), so each
+  combination is its own design space (how MetaSchedule itself offers structural alternatives), and
+  the unroll depth is a ``sample_categorical`` knob inside each; MetaSchedule's search picks among
+  the design spaces and mutates the unroll knob.
 - ``default``: MetaSchedule's own auto-generated space for CUDA (post-order-apply of its rules).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -23,10 +30,13 @@ from typing import Callable
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
+from schedules.errors import ScheduleParamError
 from schedules.gemm import pipeline_double_buffer, register_tiled_gemm, shared_tiled_gemm
+from schedules.workloads import Gemm
 
 PIPELINE_KEY = "schedlab.pipeline_stages"
 PIPELINE_INNER_KEY = "schedlab.pipeline_inner"
+CONFIG_KEY = "schedlab.config"  # a design space's structural choice (the fast space), as text
 
 
 def _uniform(n):
@@ -82,6 +92,84 @@ def tiled_template(sch, max_inner: int = 4, max_block_k: int = 32):
     sch.annotate(h["ki"], PIPELINE_INNER_KEY, 1)
     sch.decompose_reduction(block, h["ko"])
     return sch
+
+
+# --- fast --------------------------------------------------------------------------------------
+# (block_m, block_n, thread_m, thread_n, warps_m, warps_n): every arrangement puts 32 lanes in a warp
+FAST_TILES = [
+    (128, 128, 8, 8, 4, 2), (128, 128, 8, 8, 2, 4),
+    (128, 64, 8, 8, 4, 1), (128, 64, 8, 8, 2, 2),
+    (64, 128, 8, 8, 1, 4), (64, 128, 8, 8, 2, 2),
+    (64, 64, 8, 8, 2, 1), (64, 64, 8, 8, 1, 2),
+    (64, 64, 4, 4, 4, 2), (64, 64, 4, 4, 2, 4),
+]
+FAST_BLOCK_K = [8, 16]
+FAST_STAGES = [1, 2]      # 1: one shared buffer (step 8's loop); 2: step 9's register-staged double buffer
+FAST_SPLIT_K = [1, 2, 4, 8]
+FAST_UNROLL = [16, 64, 256, 1024]
+
+
+def gemm_of(sch) -> Gemm:
+    """The GEMM workload a schedule's ``main`` computes (A M×K, B K×N, C M×N)."""
+    block = sch.get(sch.get_sblock("C"))
+    a, b = (r.source for r in block.reads[-2:])
+    c = block.writes[0].source
+    (m, k), n = (int(x) for x in a.shape), int(b.shape[1])
+    return Gemm(m, n, k, str(a.dtype), str(c.dtype))
+
+
+def fast_configs(wl):
+    """The ``fast`` space's structural combinations that are valid for ``wl``, as FastTileConfigs;
+    the hand-written choice of step 20 (best_gemm) first."""
+    from schedules.gemm_fast import WarpTileConfig, choose_fp32
+    from schedules.registry import get
+
+    spec = get("warp_tiled_gemm")
+    base = WarpTileConfig(group_m=8, unroll=0)
+    hand = choose_fp32(wl)[1]
+    out = [base.__class__(**{**{f: getattr(hand, f) for f in base.__dataclass_fields__}, "unroll": 0})]
+    for (bm, bn, tm, tn, wm, wn), bk, stages, split in itertools.product(
+            FAST_TILES, FAST_BLOCK_K, FAST_STAGES, FAST_SPLIT_K):
+        cfg = WarpTileConfig(block_m=bm, block_n=bn, block_k=bk, thread_m=tm, thread_n=tn, warps_m=wm,
+                             warps_n=wn, stages=stages, split_k=split, group_m=8, unroll=0)
+        if split > 1 and cfg.splits(wl) < split:
+            continue  # K too short for that many slices
+        if cfg in out:
+            continue
+        try:
+            spec.validate(wl, dataclasses.replace(cfg, unroll=256))  # unroll=0 is ours, not a user's
+        except ScheduleParamError:
+            continue
+        out.append(cfg)
+    return out
+
+
+def fast_template(sch):
+    """One design space per valid structural combination of :func:`fast_configs`, each with a sampled
+    unroll depth (MetaSchedule's ``unroll_explicit`` knob, applied by its postprocessor)."""
+    from schedules.gemm_fast import apply_fast_tiled
+
+    wl = gemm_of(sch)
+    spaces = []
+    for cfg in fast_configs(wl):
+        s = sch.copy()
+        # the structural choice, readable back from the trace (knob_values) for the reports
+        s.annotate(s.get_sblock("root"), CONFIG_KEY, fast_config_text(cfg))
+        apply_fast_tiled(s, wl, cfg)
+        unroll = s.sample_categorical(FAST_UNROLL, _uniform(len(FAST_UNROLL)))
+        s.annotate(s.get_sblock("root"), "meta_schedule.unroll_explicit", unroll)
+        spaces.append(s)
+    return spaces
+
+
+def fast_config_text(cfg) -> str:
+    return (f"block={cfg.block_m}x{cfg.block_n} thread={cfg.thread_m}x{cfg.thread_n} "
+            f"warps={cfg.warps_m}x{cfg.warps_n} block_k={cfg.block_k} stages={cfg.stages} split_k={cfg.split_k}")
+
+
+def fast_seeds(wl):
+    """Step 20's hand-written choice (design space 0) with step 15's unroll depth of 256."""
+    return [(0, [FAST_UNROLL.index(256)])]
 
 
 def _update_block(sch):
@@ -210,6 +298,9 @@ SPACES = {
                    "vector width, unroll depth, pipeline stages", tiled_template,
                    ["tile_i", "tile_j", "tile_k", "vector", "unroll", "stages"], needs_pipeline_postproc=True,
                    seeds=tiled_seeds),
+    "fast": Space("fast", "fast fp32 steps 15-18: block/thread tile and warp arrangement, K tile, pipeline "
+                  "stages, split-K (one design space each) x unroll depth", fast_template,
+                  ["unroll"], seeds=fast_seeds),
     "default": Space("default", "MetaSchedule's auto-generated CUDA space (post-order-apply)", None),
 }
 
@@ -232,6 +323,9 @@ def sample_insts(trace):
 def knob_values(trace, names=None) -> dict:
     """{knob name: chosen value} of a trace: categorical knobs by value, tiles as factor lists."""
     out = {}
+    for inst in trace.insts:  # structural choices of a design space (the fast space's annotation)
+        if inst.kind.name == "Annotate" and str(inst.attrs[0]) == CONFIG_KEY:
+            out.update(item.split("=", 1) for item in str(inst.inputs[1]).split())
     insts = sample_insts(trace)
     names = names if names and len(names) == len(insts) else [f"knob{n}" for n in range(len(insts))]
     for name, inst in zip(names, insts):

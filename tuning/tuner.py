@@ -221,10 +221,14 @@ def seed_candidates(space, wl, ctx, design_spaces, mod):
 
     if space.seeds is None or not design_spaces:
         return []
-    trace = design_spaces[0].trace
-    insts = sample_insts(trace)
     out = []
-    for combo in space.seeds(wl):
+    for seed in space.seeds(wl):
+        # a decision list for design space 0, or (design space index, decision list)
+        index, combo = seed if isinstance(seed, tuple) else (0, seed)
+        if index >= len(design_spaces):
+            continue
+        trace = design_spaces[index].trace
+        insts = sample_insts(trace)
         if len(combo) != len(insts):
             continue
         try:
