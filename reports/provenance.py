@@ -10,6 +10,10 @@ import subprocess
 
 
 def git_commit(path: str | None = None) -> str:
+    """SCHEDLAB_COMMIT where set (a copy of the tree, e.g. on the GPU machine, whose .git, if any, is
+    not the one it came from), else the checkout's HEAD (+dirty)."""
+    if os.environ.get("SCHEDLAB_COMMIT"):
+        return os.environ["SCHEDLAB_COMMIT"]
     path = path or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=path, capture_output=True,

@@ -58,6 +58,10 @@ class Zygote:
     def _start(self):
         env = dict(os.environ)
         env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        # torch.cuda.is_available() (called by tvm_ffi when TVM is imported) would otherwise ask the CUDA
+        # runtime, which marks every later fork "bad" (seen on the H200: "Cannot re-initialize CUDA in
+        # forked subprocess"); through NVML it touches no CUDA state
+        env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, "-m", "reports.zygote"] + ([self.handler] if self.handler else []),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,

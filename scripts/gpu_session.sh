@@ -26,23 +26,33 @@ lane() {  # lane GPU STEP...: the steps one after another on one GPU, logged to 
     for step in "$@"; do echo "== $step ($(date -u +%T))"; eval "$step"; done ) > "$S/lane$gpu.log" 2>&1
 }
 
+pack() {  # everything worth keeping, in one file (the device returns few files)
+  tar czf "$OUT/session_$1.tgz" --exclude='*.so' --exclude='*.tar' "$S" out/tune_w1 out/tune_w2 \
+    $(ls -d reports/results/*/default 2>/dev/null)
+  cp "$S"/*.log "$OUT"/ 2>/dev/null
+}
+
 case $CALL in
   A) lane 0 "OUT=$S/run bash scripts/gpu_verify.sh run" "bash scripts/tune_gpu.sh w1-classic,w1-default" &
      lane 1 "OUT=$S/tests bash scripts/gpu_verify.sh tests" "bash scripts/tune_gpu.sh w2-fast" &
      wait ;;
-  B) BUDGET_RPC=${BUDGET_RPC:-170}
+  B) BUDGET_RPC=${BUDGET_RPC:-160}
      export DEADLINE=$(( DEADLINE - BUDGET_RPC ))
-     lane 0 "LIMIT_FAST=300 bash scripts/tune_gpu.sh w1-fast,w1-report" &
-     lane 1 "LIMIT_DEFAULT=240 bash scripts/tune_gpu.sh w2-default,w2-report" \
-       "timeout 100 ncu --section SpeedOfLight --section Occupancy --section WarpStateStats --section ComputeWorkloadAnalysis \
+     lane 0 "LIMIT_FAST=200 bash scripts/tune_gpu.sh w1-fast" "LIMIT_DEFAULT=60 bash scripts/tune_gpu.sh w1-default" \
+       "bash scripts/tune_gpu.sh w1-report" &
+     lane 1 "LIMIT_DEFAULT=180 bash scripts/tune_gpu.sh w2-default,w2-report" \
+       "python3 -m scripts.schedlab run --fork --strict --quiet --workload gemv:16384x16 --schedules warp_gemv,multi_row_gemv \
+          --baselines cublas --out $S/fork_smoke > $S/fork_smoke.txt 2>&1; echo fork smoke rc=\$?" \
+       "timeout 70 ncu --section SpeedOfLight --section Occupancy --section WarpStateStats --section ComputeWorkloadAnalysis \
           --launch-skip 2 --launch-count 1 python3 scripts/profile_kernel.py tensor_core_gemm gemm:4096x4096x4096:float16 > $S/ncu_tensor_core.txt 2>&1" &
      wait
-     OUT=$S RPC_GPUS=0,1 RPC_SECONDS=60 bash scripts/tune_gpu.sh rpc > "$S/rpc.log" 2>&1 ;;
+     pack B  # what the lanes made is safe before the scale-out starts
+     LEFT=$(( START + ${BUDGET_S:-570} + 15 - $(date +%s) ))
+     OUT=$OUT RPC_GPUS=0,1 RPC_SECONDS=${RPC_SECONDS:-50} timeout $LEFT bash scripts/tune_gpu.sh rpc > "$S/rpc.log" 2>&1
+     cp "$S/rpc.log" "$OUT"/ ;;
   *) echo "unknown call $CALL" >&2; exit 2 ;;
 esac
 echo "call $CALL took $(( $(date +%s) - START )) s" | tee "$S/took.txt"
-tar czf "$OUT/session_$CALL.tgz" --exclude='*.so' --exclude='*.tar' "$S" out/tune_w1 out/tune_w2 \
-  $(ls -d reports/results/*/default 2>/dev/null) $(ls -d out/rpc_scaleout 2>/dev/null)
-cp "$S"/*.log "$OUT"/ 2>/dev/null
+[ "$CALL" = B ] || pack $CALL
 tail -n 4 "$S"/*.log
 exit 0
