@@ -53,6 +53,9 @@ def add_parser(subparsers):
                    help="write the tuning report (default DIR/report); add --hand to time hand schedules")
     s.add_argument("--hand", action="store_true", help="in the report, time tuned_gemm beside the hand "
                    "schedules, cuBLAS and dlight (schedlab run's harness)")
+    s.add_argument("--reselect", type=int, default=0, metavar="K",
+                   help="before the report: time the tuner's K fastest configurations in schedlab run's harness "
+                   "and keep the fastest there as tuned_gemm (needs a GPU)")
     s.add_argument("--report-only", action="store_true", help="no tuning: write the report of what DIR holds")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=cmd_tune)
@@ -123,7 +126,13 @@ def cmd_tune(args):
     if args.target == "llvm":
         compare = [c for c in compare if c != "dlight"]
     if args.report_only:
-        from reports.tuning_report import write_report
+        from reports.tuning_report import reselect, write_report
+
+        if args.reselect:
+            for r in reselect(args.db, str(wl), args.report or os.path.join(args.db, "report"), args.reselect):
+                print(f"  tuner #{r['rank']} ({r['run']}): tuner {r['tuner_ms']:.4g} ms, harness "
+                      f"{r['harness_ms'] if r['harness_ms'] is None else format(r['harness_ms'], '.4g')} ms "
+                      f"({r['status']})")
 
         paths = write_report(args.db, str(wl), args.report or os.path.join(args.db, "report"), hand=args.hand)
         print(f"report: {paths['markdown']}")

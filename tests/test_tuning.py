@@ -291,3 +291,17 @@ def test_tune_fast_on_the_gpu_starts_from_best_gemm(tmp_path):
     seed = rows[0]
     assert seed["status"] == "ok" and seed["knobs"]["block"] == "128x128" and seed["knobs"]["unroll"] == 256
     assert s["best"]["gflops"] >= seed["gflops"]
+
+
+def test_reselect_needs_a_gpu_and_says_so(tmp_path):
+    """Without a GPU, --reselect refuses with one clear line and leaves the saved best alone."""
+    proc = subprocess.run([sys.executable, "-m", "scripts.schedlab", "tune", "--db", str(tmp_path),
+                           "--workload", "gemm:64x64x64", "--report-only", "--reselect", "3"],
+                          env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    import tvm
+
+    if tvm.cuda(0).exist:
+        pytest.skip("a GPU is present")
+    assert proc.returncode != 0
+    assert "no CUDA GPU" in proc.stderr
+    assert not list(tmp_path.glob("best_*.json"))

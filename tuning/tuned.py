@@ -58,10 +58,13 @@ class TunedConfig:
         load_best(wl)
 
     def launch(self, wl) -> Launch:
-        la = load_best(wl).get("launch") or {}
+        from .tuner import launch_of
+
+        la = launch_of(tuned_gemm(wl, self))  # from the trace itself, not a figure saved beside it
         grid = tuple(int(la.get(f"blockIdx.{a}", 1)) for a in "xyz")
         block = tuple(int(la.get(f"threadIdx.{a}", 1)) for a in "xyz")
-        return Launch(grid=grid, block=block, shared_bytes=int(la.get("shared_bytes_estimate", 0)),
+        saved = load_best(wl).get("launch") or {}
+        return Launch(grid=grid, block=block, shared_bytes=int(saved.get("shared_bytes_estimate", 0)),
                       threads_from="the tuned configuration", shared_from="the tuned configuration")
 
 

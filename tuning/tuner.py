@@ -597,7 +597,8 @@ def save_best(db_dir, wl, target, run, space, best: dict):
 
 
 def launch_of(sch) -> dict:
-    """Thread/block extents of a scheduled module (from its loop bindings)."""
+    """Thread/block extents of the first (main) kernel of a scheduled module, from its loop bindings
+    in program order; a second kernel (split-K's summing kernel) starts where a blockIdx repeats."""
     import re
 
     text = sch.mod.script()
@@ -606,6 +607,8 @@ def launch_of(sch) -> dict:
         nums = [int(x) for x in re.findall(r"\d+", args)]
         if not nums:
             continue
+        if tag in found and tag.startswith("blockIdx"):
+            break
         extent = nums[-1] - (nums[0] if len(nums) == 2 else 0)
         found[tag] = max(found.get(tag, 1), extent)
     return found
