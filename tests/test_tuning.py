@@ -195,7 +195,7 @@ def test_fast_space_spans_the_fast_steps_with_the_hand_choice_first():
     from schedules import parse_workload
     from schedules.gemm_fast import choose_fp32
     from tuning.spaces import fast_configs, get_space, knob_values, sample_insts
-    from tuning.tuner import candidate_from_decisions, make_target
+    from tuning.tuner import candidate_from_decisions, launch_of, make_target
 
     wl = parse_workload("gemm:1024x512x2048")
     cfgs = fast_configs(wl)
@@ -222,6 +222,8 @@ def test_fast_space_spans_the_fast_steps_with_the_hand_choice_first():
         knobs = knob_values(cand.sch.trace, ["unroll"])
         assert knobs["split_k"] == str(cfgs[index].split_k) and knobs["unroll"] == 256
         assert knobs["block"] == f"{cfgs[index].block_m}x{cfgs[index].block_n}"
+        la = launch_of(cand.sch)  # the main kernel's, not mixed with split-K's summing kernel (256 threads)
+        assert la["threadIdx.x"] * la.get("threadIdx.y", 1) * la.get("threadIdx.z", 1) == cfgs[index].threads
         built = B.build(cand.sch.mod, target)
         assert len(built.device.kernels) == kernels
         assert all(k.spills == 0 for k in built.device.kernels), built.device.ptxas_log

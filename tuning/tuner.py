@@ -279,7 +279,6 @@ def tune(opts: TuneOptions, on_trial=None) -> dict:
     run = opts.name()
     os.makedirs(opts.db, exist_ok=True)
     database = R.open_database(opts.db)
-    trials_path = os.path.join(opts.db, R.TRIALS_FILE)
     past = R.trials(opts.db, wl_text)
     mine = [r for r in past if r.get("run") == run and r.get("status") != "verify"]
     cache = {r["key"]: r for r in past if r.get("space") == opts.space and r.get("key")
