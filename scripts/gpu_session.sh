@@ -8,6 +8,9 @@
 # Call B: GPU 0 the fast-space tuning of 1024x512x2048 and its report (tuned vs hand vs cuBLAS);
 #         GPU 1 the default-space tuning of 4096^3 and its report, and an Nsight Compute profile of the
 #         fp16 tensor-core kernel at 4096^3; then the RPC scale-out on both GPUs.
+# Call C: the tuner's top 5 of each workload timed again in the harness (the fastest there becomes
+#         tuned_gemm) and both reports, one workload per GPU (~3 min).
+# Call A's CPU baselines share the host's cores with the other lane's builds: time them alone.
 # Tornado (for the RPC tracker) is read from .deps/ when carried. Everything worth keeping is packed
 # into $OUT/session_<call>.tgz (the device returns few files); the lane logs are copied beside it.
 set -u
@@ -50,6 +53,17 @@ case $CALL in
      LEFT=$(( START + ${BUDGET_S:-570} + 15 - $(date +%s) ))
      OUT=$OUT RPC_GPUS=0,1 RPC_SECONDS=${RPC_SECONDS:-50} timeout $LEFT bash scripts/tune_gpu.sh rpc > "$S/rpc.log" 2>&1
      cp "$S/rpc.log" "$OUT"/ ;;
+  C) # the final choice in the harness and the reports, from the committed tuning state where
+     # out/tune_w* is absent (reports/results/<gpu>/tuning/db_w*: trial logs, best configurations)
+     for w in w1 w2; do
+       if [ ! -f out/tune_$w/trials.jsonl ]; then
+         mkdir -p out/tune_$w && cp reports/results/*/tuning/db_$w/*.json out/tune_$w/ \
+           && gunzip -c reports/results/*/tuning/db_$w/trials.jsonl.gz > out/tune_$w/trials.jsonl
+       fi
+     done
+     lane 0 "bash scripts/tune_gpu.sh w1-report" &
+     lane 1 "bash scripts/tune_gpu.sh w2-report" &
+     wait ;;
   *) echo "unknown call $CALL" >&2; exit 2 ;;
 esac
 echo "call $CALL took $(( $(date +%s) - START )) s" | tee "$S/took.txt"
