@@ -236,21 +236,23 @@ def test_tuned_gemm_replays_the_saved_best(tmp_path, monkeypatch):
 
     from schedules import get, parse_workload
     from tuning import records as R
-    from tuning.spaces import classic_template
+    from tuning.spaces import classic_template, knob_values
 
     wl = parse_workload("gemm:64x64x64")
     sch = s_tir.Schedule(tvm.IRModule({"main": wl.prim_func()}))
     classic_template(sch)
+    knobs = knob_values(sch.trace, ["tile_y", "tile_x", "tile_k", "vector"])
+    # the saved launch is only a note: the launch check reads the replayed trace (one thread per output)
     R.save_json(R.best_path(str(tmp_path), str(wl)),
                 {"workload": str(wl), "run": "test", "time_ms": 1.0, "gflops": 1.0, "knobs": {},
-                 "launch": {"blockIdx.x": 2, "threadIdx.x": 32, "threadIdx.y": 8},
+                 "launch": {"blockIdx.x": 2, "threadIdx.x": 4096, "threadIdx.y": 8},
                  "trace": R.plain(sch.trace.as_json())})
     monkeypatch.setenv("SCHEDLAB_TUNED", str(tmp_path))
     import tuning.tuned  # noqa: F401
 
     spec = get("tuned_gemm")
     launch = spec.validate(wl)
-    assert launch.threads == 256
+    assert launch.threads == knobs["tile_y"] * knobs["tile_x"]
     built = spec.build(wl)
     tvm.ir.assert_structural_equal(built.mod, sch.mod)
     with pytest.raises(Exception, match="no tuned configuration"):
