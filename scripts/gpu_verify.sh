@@ -3,8 +3,8 @@
 # On the device, from the repository root:
 #     source .tvm/prelude.sh && SCHEDLAB_COMMIT=<commit> bash scripts/gpu_verify.sh PHASE
 # (SCHEDLAB_COMMIT: the copy of the tree there has no .git.) Files for the repository land in $OUT.
-#   tests: every GPU test (pytest -m gpu)                                   ~4 min
-#   run:   `schedlab run` with no arguments, published to reports/results    ~5 min (50 rows, ~6 s each; less with --fork)
+#   tests: every GPU test (pytest -m gpu; -n 4 where pytest-xdist is there)   ~2.5 min on an H200
+#   run:   `schedlab run` with no arguments, published to reports/results    ~6 min (49 rows; less with --fork)
 #   gemm:  scripts/bench_gemm.py --steps                                     ~3 min
 #   gemv:  scripts/bench_gemv.py --extra                                     ~3 min
 # Tuning has its own phases: scripts/tune_gpu.sh.
