@@ -108,6 +108,18 @@ def register_accumulator(sch, block, at_loop):
     return write_back
 
 
+def register_fragments(sch, block, at_loop, indices=(0, 1)):
+    """Stage the block's inputs ``indices`` in registers (``local`` caches) at ``at_loop``, each read
+    as one vector load (its innermost loop vectorized). Returns the fragment blocks."""
+    frags = []
+    for index in indices:
+        frag = sch.cache_read(block, index, "local")
+        sch.compute_at(frag, at_loop, preserve_unit_loops=True)
+        sch.vectorize(sch.get_loops(frag)[-1])
+        frags.append(frag)
+    return frags
+
+
 def inline_padding(sch, reads=("A_pad", "B_pad"), writes=("C_pad",)):
     """Fold the copies ``pad_einsum`` made into their neighbours: the zero-filled input copies
     (``reads``) into their readers (guarded loads), the output copy (``writes``) into its producer

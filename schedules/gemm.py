@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import (ceil_div, cooperative_fetch, inline_padding, new_schedule, register_accumulator,
+from .common import (ceil_div, cooperative_fetch, inline_padding, new_schedule, register_accumulator, register_fragments,
                      shared_tiles, tile_and_bind_2d)
 from .errors import ScheduleParamError
 from .registry import Launch, register
@@ -193,6 +193,17 @@ def block_tiling_gemm(wl: Gemm, cfg: BlockTileConfig = BlockTileConfig()):
 
 
 # --- 8 and 9: register tiles per thread --------------------------------------------------------
+def check_thread_tiles(cfg):
+    """A register-tiled config's thread tiles divide its block tiles, and the vector width its thread
+    tiles (steps 8-9 and the fast steps)."""
+    for t, b, tn, bn in (("thread_m", cfg.thread_m, "block_m", cfg.block_m),
+                         ("thread_n", cfg.thread_n, "block_n", cfg.block_n)):
+        if bn % b:
+            raise ScheduleParamError(f"thread tile {t}={b} must divide {tn}={bn}")
+        if b % cfg.vector:
+            raise ScheduleParamError(f"vector={cfg.vector} must divide {t}={b}")
+
+
 @dataclass(frozen=True)
 class ThreadTileConfig:
     block_m: int = 128
@@ -204,12 +215,7 @@ class ThreadTileConfig:
     unroll: int = 256
 
     def check(self, wl):
-        for t, b, tn, bn in (("thread_m", self.thread_m, "block_m", self.block_m),
-                             ("thread_n", self.thread_n, "block_n", self.block_n)):
-            if bn % b:
-                raise ScheduleParamError(f"thread tile {t}={b} must divide {tn}={bn}")
-            if b % self.vector:
-                raise ScheduleParamError(f"vector={self.vector} must divide {t}={b}")
+        check_thread_tiles(self)
         for name in ("block_m", "block_n"):
             tile = getattr(self, name) * self.block_k
             if tile % (self.threads * self.vector) and tile >= self.threads * self.vector:
@@ -262,10 +268,7 @@ def register_tiled_gemm(sch, block, i_factors, j_factors, k_factors, fetch):
     # Store A k-major in shared memory (As[k][m]) so a thread's column of A is one vector load.
     sch.transform_layout(a_shared, ("write", 0), lambda m, kk: (kk, m))
     # Register fragments: a column of A and a row of B per k, reused for thread_m × thread_n FMAs.
-    for index in (0, 1):
-        frag = sch.cache_read(block, index, "local")
-        sch.compute_at(frag, ki, preserve_unit_loops=True)
-        sch.vectorize(sch.get_loops(frag)[-1])
+    register_fragments(sch, block, ki)
     sch.unroll(ki)
     return dict(ko=ko, ki=ki, tj=tj, a_shared=a_shared, b_shared=b_shared, write_back=write_back)
 

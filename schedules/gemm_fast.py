@@ -31,9 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from .common import ceil_div, cooperative_fetch_axes, inline_padding, new_schedule
+from .common import ceil_div, cooperative_fetch_axes, inline_padding, new_schedule, register_fragments
 from .errors import ScheduleParamError
-from .gemm import pipeline_double_buffer
+from .gemm import check_thread_tiles, pipeline_double_buffer
 from .registry import Launch, register
 from .workloads import Gemm
 
@@ -93,12 +93,7 @@ class FastTileConfig:
     def check(self, wl):
         if wl.dtype != "float32":
             raise ScheduleParamError(f"the SIMT steps take float32 inputs, not {wl.dtype}")
-        for t, b, tn, bn in (("thread_m", self.thread_m, "block_m", self.block_m),
-                             ("thread_n", self.thread_n, "block_n", self.block_n)):
-            if bn % b:
-                raise ScheduleParamError(f"thread tile {t}={b} must divide {tn}={bn}")
-            if b % self.vector:
-                raise ScheduleParamError(f"vector={self.vector} must divide {t}={b}")
+        check_thread_tiles(self)
         if self.threads_m % self.warps_m or self.threads_n % self.warps_n:
             raise ScheduleParamError(
                 f"warps_m={self.warps_m} × warps_n={self.warps_n} must divide the "
@@ -190,10 +185,7 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig):
     if cfg.pad:
         sch.storage_align(b_shared, 0, axis=0, factor=cfg.block_n, offset=cfg.pad)
 
-    for index in (0, 1):  # register fragments: a column of A and a row of B per k
-        frag = sch.cache_read(block, index, "local")
-        sch.compute_at(frag, ki, preserve_unit_loops=True)
-        sch.vectorize(sch.get_loops(frag)[-1])
+    register_fragments(sch, block, ki)  # a column of A and a row of B per k
     sch.unroll(ki)
     if cfg.unroll:
         sch.annotate(lane, "pragma_auto_unroll_max_step", cfg.unroll)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import ceil_div, inline_padding, new_schedule, register_accumulator
+from .common import ceil_div, inline_padding, new_schedule, register_accumulator, register_fragments
 from .errors import ScheduleParamError
 from .registry import Launch, register
 from .workloads import Gemv, GemvT
@@ -70,10 +70,7 @@ def row_gemv(wl: Gemv, *, lanes: int, rows_per_warp: int, rows_per_block: int, v
     ko, u, tx, v = sch.split(k, [None, unroll, lanes, vector])
     sch.reorder(bx, tz, ty, tx, ko, u, v)
     if vector > 1:
-        for index in (0, 1):  # stage each lane's vector of A and x in registers: one wide load
-            frag = sch.cache_read(block, index, "local")
-            sch.compute_at(frag, u, preserve_unit_loops=True)
-            sch.vectorize(sch.get_loops(frag)[-1])
+        register_fragments(sch, block, u)  # each lane's vector of A and x in registers: one wide load
         sch.unroll(v)
     if unroll > 1:
         sch.unroll(u)
@@ -255,10 +252,7 @@ def split_k_gemv(wl: Gemv, cfg: SplitKGemvConfig = SplitKGemvConfig()):
     ko, u, tx, v = sch.split(kr, [None, cfg.unroll, cfg.lanes, vector])
     sch.reorder(i, ks, tx, ko, u, v)
     if vector > 1:
-        for index in (0, 1):
-            frag = sch.cache_read(rf, index, "local")
-            sch.compute_at(frag, u, preserve_unit_loops=True)
-            sch.vectorize(sch.get_loops(frag)[-1])
+        register_fragments(sch, rf, u)
         sch.unroll(v)
     if cfg.unroll > 1:
         sch.unroll(u)
@@ -450,9 +444,7 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
         write_back = register_accumulator(sch, rf, tx)    # the slice's sums stay in registers
         if vector > 1:
             sch.vectorize(sch.get_loops(write_back)[-1])
-            frag = sch.cache_read(rf, 0, "local")
-            sch.compute_at(frag, r, preserve_unit_loops=True)
-            sch.vectorize(sch.get_loops(frag)[-1])
+            register_fragments(sch, rf, r, indices=(0,))
             sch.unroll(v)
         sch.bind(by, "blockIdx.y")
     sch.bind(bx, "blockIdx.x")

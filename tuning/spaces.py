@@ -125,9 +125,9 @@ def fast_configs(wl):
     from schedules.registry import get
 
     spec = get("warp_tiled_gemm")
-    base = WarpTileConfig(group_m=8, unroll=0)
-    hand = choose_fp32(wl)[1]
-    out = [base.__class__(**{**{f: getattr(hand, f) for f in base.__dataclass_fields__}, "unroll": 0})]
+    hand = choose_fp32(wl)[1]  # a WarpTileConfig subclass (split-K or rasterized): as a plain one
+    out = [WarpTileConfig(**{**{f.name: getattr(hand, f.name) for f in dataclasses.fields(WarpTileConfig)},
+                             "unroll": 0})]
     for (bm, bn, tm, tn, wm, wn), bk, stages, split in itertools.product(
             FAST_TILES, FAST_BLOCK_K, FAST_STAGES, FAST_SPLIT_K):
         cfg = WarpTileConfig(block_m=bm, block_n=bn, block_k=bk, thread_m=tm, thread_n=tn, warps_m=wm,

@@ -63,8 +63,8 @@ class TunedConfig:
         la = launch_of(tuned_gemm(wl, self))  # from the trace itself, not a figure saved beside it
         grid = tuple(int(la.get(f"blockIdx.{a}", 1)) for a in "xyz")
         block = tuple(int(la.get(f"threadIdx.{a}", 1)) for a in "xyz")
-        saved = load_best(wl).get("launch") or {}
-        return Launch(grid=grid, block=block, shared_bytes=int(saved.get("shared_bytes_estimate", 0)),
+        # shared memory is not known before the build (the saved record carries none); ptxas reports it
+        return Launch(grid=grid, block=block, shared_bytes=0,
                       threads_from="the tuned configuration", shared_from="the tuned configuration")
 
 
