@@ -25,9 +25,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run_isolated(job: dict, timeout: float, module: str = "reports.worker") -> dict:
     """Run one job in a fresh Python process (``python -m module``, JSON in on stdin, one JSON row
-    out). A crash, a fault, a hang or a wrong answer becomes this job's error row."""
+    out). A crash, a fault, a hang or a wrong answer becomes this job's error row. ``job["env"]``:
+    environment variables for that process only."""
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(job.get("env") or {})  # a job's own settings (e.g. SCHEDLAB_TUNED)
     base = {"workload": job["workload"], "name": job["name"]}
     try:
         proc = subprocess.run([sys.executable, "-m", module], input=json.dumps(job), env=env,

@@ -101,22 +101,46 @@ def top_table(runs: dict, n: int = 10) -> list[str]:
     return out
 
 
+TIMER_TEXT = {
+    "warm": "MetaSchedule's runner (time_evaluator, median of repeats of back-to-back runs, inputs L2-resident)",
+    "cold": "the cold timer (time_evaluator, one run per timing, L2 flushed before each by a 256 MiB device "
+            "copy, median of up to 20)",
+}
+
+
 def hand_comparison(db: str, workload: str, out_dir: str, timeout: float = 300.0) -> dict:
     """Time tuned_gemm, the fast hand schedules, cuBLAS and dlight in schedlab run's harness."""
     from . import runner
 
     os.environ["SCHEDLAB_TUNED"] = os.path.abspath(db)
     return runner.run([workload], ["tuned_gemm", *HAND_SCHEDULES], ["cublas", "tvm_dlight"],
-                      out_dir=os.path.join(out_dir, "hand"), timeout=timeout, progress=False)
+                      out_dir=os.path.join(out_dir, "hand"), timeout=timeout, progress=False, fork=True)
+
+
+def reselect_candidates(rows: list[dict], k: int) -> list[dict]:
+    """Each run's ``k`` fastest distinct valid configurations (dlight, one fixed schedule, is timed in
+    the hand comparison instead), fastest first within a run; a configuration two runs share is
+    taken once."""
+    bad = {r["key"] for r in rows if r.get("status") == "verify" and not r.get("passed")}
+    ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("trace") and r.get("key") not in bad
+                 and r.get("run") != "dlight"), key=lambda r: r["time_ms"])
+    picked, seen, per_run = [], set(), {}
+    for r in ok:
+        if r["key"] in seen or per_run.get(r["run"], 0) >= k:
+            continue
+        seen.add(r["key"])
+        per_run[r["run"]] = per_run.get(r["run"], 0) + 1
+        picked.append(r)
+    return picked
 
 
 def reselect(db: str, workload: str, out_dir: str, k: int = 5, timeout: float = 300.0) -> list[dict]:
-    """Time the ``k`` fastest distinct configurations the tuner measured (its runner: inputs
-    L2-resident, back-to-back repeats) in ``schedlab run``'s harness (L2 emptied before every run,
-    CUDA events, full float64 check), and save the fastest there as the workload's best, the one
-    ``tuned_gemm`` replays. The two timers can order close configurations differently (the harness
-    empties L2 before every run, the tuner's runner does not), so the final choice is made where the
-    report measures."""
+    """Time each run's ``k`` fastest distinct configurations (by the tuner's timer) in ``schedlab
+    run``'s harness (L2 emptied before every run by reading, CUDA events, full float64 check), and
+    save the fastest there as the workload's best, the one ``tuned_gemm`` replays. The tuner's timer
+    and the harness can order close configurations differently (a warm tuner keeps the inputs in L2;
+    the cold one flushes by copying), so the final choice is made where the report measures, and
+    every space (fast, MetaSchedule's default, classic) is compared there on the same footing."""
     import shutil
     import tempfile
 
@@ -124,65 +148,75 @@ def reselect(db: str, workload: str, out_dir: str, k: int = 5, timeout: float = 
     from tuning.tuner import make_target, save_best
 
     from . import runner
-    from .build import device_arch
-
-    from .build import cuda_available
+    from .build import cuda_available, device_arch
 
     if not cuda_available():
         raise RuntimeError("--reselect times configurations on the GPU, and there is no CUDA GPU here")
-    every = R.trials(db, workload)
-    bad = {r["key"] for r in every if r.get("status") == "verify" and not r.get("passed")}
-    top, seen = [], set()
-    for r in sorted((r for r in every if r.get("status") == "ok" and r.get("trace") and r.get("key") not in bad
-                     and r.get("run") != "dlight"), key=lambda r: r["time_ms"]):
-        if r["key"] not in seen:
-            seen.add(r["key"])
-            top.append(r)
-        if len(top) == k:
-            break
+    top = reselect_candidates(R.trials(db, workload), k)
     wl = parse_workload(workload)
     target = make_target("cuda")
+    arch = device_arch()
     results, files = [], {}
-    previous = os.environ.get("SCHEDLAB_TUNED")
+    zygote = runner.Zygote()
     try:
         for rank, row in enumerate(top, 1):
-            tmp = tempfile.mkdtemp(prefix="reselect")
-            files[rank] = save_best(tmp, wl, target, row["run"], row.get("space"), row)
-            os.environ["SCHEDLAB_TUNED"] = tmp
+            files[rank] = save_best(tempfile.mkdtemp(prefix="reselect"), wl, target, row["run"], row.get("space"), row)
             job = runner.plan([workload], ["tuned_gemm"], [], None, True)[0]
-            job.update(gpu=True, arch=device_arch(), out_dir=os.path.join(out_dir, "reselect", str(rank)))
-            res = runner.run_isolated(job, timeout)
+            job.update(gpu=True, arch=arch, out_dir=os.path.join(out_dir, "reselect", str(rank)),
+                       env={"SCHEDLAB_TUNED": files[rank]})
+            res = zygote(job, timeout)
             results.append({"rank": rank, "run": row["run"], "key": row["key"], "knobs": row.get("knobs"),
                             "tuner_ms": row["time_ms"], "harness_ms": res.get("time_ms"),
                             "status": res.get("status"), "rel_error": res.get("rel_error"),
                             "error": res.get("error")})
     finally:
-        if previous is None:
-            os.environ.pop("SCHEDLAB_TUNED", None)
-        else:
-            os.environ["SCHEDLAB_TUNED"] = previous
+        zygote.close()
     ok = [r for r in results if r["status"] == "ok" and r["harness_ms"]]
     if ok:
         chosen = min(ok, key=lambda r: r["harness_ms"])
         with open(files[chosen["rank"]]) as f:
             best = json.load(f)
         best.update(rel_error=chosen["rel_error"], harness_ms=chosen["harness_ms"],
-                    selected_by=f"fastest in schedlab run's harness of the tuner's top {len(top)}")
+                    selected_by=f"fastest in schedlab run's harness of {len(top)} configurations "
+                    f"(each run's top {k} by the tuner's timer)")
         R.save_json(R.best_path(db, workload), best)
     for path in files.values():
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
-    R.save_json(os.path.join(db, f"reselect_{slug(workload)}.json"), {"workload": workload, "candidates": results})
+    R.save_json(os.path.join(db, f"reselect_{slug(workload)}.json"),
+                {"workload": workload, "per_run": k, "candidates": results})
     return results
 
 
+def harness_bests(rows: list[dict]) -> dict:
+    """Each run's fastest configuration in the harness (from the reselection), by run."""
+    best = {}
+    for r in rows:
+        if r.get("status") == "ok" and r.get("harness_ms") and (
+                r["run"] not in best or r["harness_ms"] < best[r["run"]]["harness_ms"]):
+            best[r["run"]] = r
+    return best
+
+
 def _reselect_table(db: str, workload: str) -> list[str]:
+    from schedules import parse_workload
+
     path = os.path.join(db, f"reselect_{slug(workload)}.json")
     if not os.path.exists(path):
         return []
     with open(path) as f:
-        rows = json.load(f)["candidates"]
-    out = ["", "## Final choice in the harness (the tuner's top configurations timed again, L2 emptied)", "",
-           "| tuner rank | run | tuner ms | harness ms | rel. error | configuration |", "|---:|---|---:|---:|---:|---|"]
+        saved = json.load(f)
+    rows = saved["candidates"]
+    flops = parse_workload(workload).flops
+    bests = harness_bests(rows)
+    chosen = min(bests.values(), key=lambda r: r["harness_ms"], default=None)
+    out = ["", f"## Final choice in the harness (each run's top {saved.get('per_run', '?')} by the tuner's timer, "
+           "timed again with L2 emptied by reading)", "",
+           "| run | its best in the harness: ms | TFLOP/s | vs the chosen | configuration |", "|---|---:|---:|---:|---|"]
+    for run, r in sorted(bests.items(), key=lambda kv: kv[1]["harness_ms"]):
+        mark = " **(chosen: tuned_gemm)**" if r is chosen else ""
+        out.append(f"| {run}{mark} | {r['harness_ms']:.4g} | {flops / r['harness_ms'] / 1e9:.2f} | "
+                   f"{chosen['harness_ms'] / r['harness_ms']:.2f}× | {_knobs(r.get('knobs') or {})} |")
+    out += ["", "| # | run | tuner ms | harness ms | rel. error | configuration |", "|---:|---|---:|---:|---:|---|"]
     for r in rows:
         hm = f"{r['harness_ms']:.4g}" if r.get("harness_ms") else f"{r.get('status')}: {(r.get('error') or '')[:60]}"
         err = f"{r['rel_error']:.1e}" if r.get("rel_error") is not None else ""
@@ -197,7 +231,8 @@ def write_report(db: str, workload: str, out_dir: str, hand: bool = False) -> di
     if os.path.exists(measured_on):  # where the trials were measured (written by the tuner)
         with open(measured_on) as fh:
             tuned = json.load(fh)
-        prov.update(gpu=tuned.get("gpu", prov["gpu"]), tuned_on=tuned.get("date"), tuned_host=tuned.get("host"))
+        prov.update(gpu=tuned.get("gpu", prov["gpu"]), tuned_on=tuned.get("date"), tuned_host=tuned.get("host"),
+                    timer=tuned.get("timer", "warm"))
     runs = load_runs(db, workload)
     summaries = {run: summarize(rows) for run, rows in runs.items()}
     lines = {}
@@ -216,7 +251,7 @@ def write_report(db: str, workload: str, out_dir: str, hand: bool = False) -> di
     md = [f"# Tuning report: {workload}", "", f"GPU: {prov['gpu']} · TVM {prov['tvm']} · commit "
           f"{prov['commit']} · report {prov['date']} · trials measured {prov.get('tuned_on') or '?'} on "
           f"{prov.get('tuned_host') or prov['host']}", "",
-          "Tuning times: MetaSchedule runner time_evaluator (median of repeats, inputs L2-resident); "
+          f"Tuning times: {TIMER_TEXT.get(prov.get('timer', 'warm'), prov.get('timer'))}; "
           "every candidate is checked on 512 sampled outputs against float64 before it is timed, and the "
           "best of each run against the full float64 product.", "",
           "## Runs", "",

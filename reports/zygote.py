@@ -44,6 +44,7 @@ def run_forked(handler, job: dict, timeout: float) -> dict:
             os.close(r)
             os.dup2(log.fileno(), 1)
             os.dup2(log.fileno(), 2)
+            os.environ.update(job.get("env") or {})  # a job's own settings (e.g. SCHEDLAB_TUNED)
             data = json.dumps(handler(job), default=float).encode()
             while data:
                 data = data[os.write(w, data):]

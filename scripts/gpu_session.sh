@@ -1,20 +1,21 @@
 #!/bin/bash
-# A session's GPU work on the two-GPU device kind (nvidia-h200-x2), in two calls of < 10 min, two
-# lanes each (one per GPU, pinned with CUDA_VISIBLE_DEVICES). On the device, from the repository root:
-#     source .tvm/prelude.sh && SCHEDLAB_COMMIT=<commit> bash scripts/gpu_session.sh A
-#     ... bash scripts/gpu_session.sh B      (carry out/tune_w1 and out/tune_w2 unpacked from call A)
-# Call A: GPU 0 `schedlab run` (published) then the classic and default-space tuning of 1024x512x2048;
-#         GPU 1 every GPU test, then the fast-space tuning of 4096^3.
-# Call B: GPU 0 the fast-space tuning of 1024x512x2048 and its report (tuned vs hand vs cuBLAS);
-#         GPU 1 the default-space tuning of 4096^3 and its report, and an Nsight Compute profile of the
-#         fp16 tensor-core kernel at 4096^3; then the RPC scale-out on both GPUs.
-# Call C: the tuner's top 5 of each workload timed again in the harness (the fastest there becomes
-#         tuned_gemm) and both reports, one workload per GPU (~3 min).
-# Call A's CPU baselines share the host's cores with the other lane's builds: time them alone.
-# Tornado (for the RPC tracker) is read from .deps/ when carried. Everything worth keeping is packed
-# into $OUT/session_<call>.tgz (the device returns few files); the lane logs are copied beside it.
+# A session's GPU work on the two-GPU device kind (nvidia-h200-x2), in calls of < 10 min, two lanes
+# each (one per GPU, pinned with CUDA_VISIBLE_DEVICES). On the device, from the repository root:
+#     source .tvm/prelude.sh && SCHEDLAB_COMMIT=<commit> bash scripts/gpu_session.sh T
+#     ... bash scripts/gpu_session.sh C      (carry out/tune_w1 and out/tune_w2 unpacked from call T)
+# Call T: the tuning runs with the cold timer (L2 flushed before every timed run), one workload per
+#         GPU: GPU 0 1024x512x2048 (fast space 256 trials, MetaSchedule's default space 256, the classic
+#         36, dlight); GPU 1 4096^3 (fast 128, default 128, dlight). Each run is capped (LIMIT_*).
+# Call C: each run's top RESELECT (default 3) timed again in the harness (the fastest there becomes
+#         tuned_gemm) and both reports (tuned vs every space vs the hand schedules vs cuBLAS), one
+#         workload per GPU; then GPU 0 runs the tuning/run GPU tests and GPU 1 the disassembly counts
+#         of the fp16 tensor-core kernel (scripts/sass_stats.py).
+#         Without out/tune_w*, it starts from the committed tuning state (reports/results/<gpu>/tuning/db_w*).
+# Calls A and B (session 2: the published run, all GPU tests, warm-timer tuning, ncu, RPC scale-out)
+# are kept for reruns. Tornado (for the RPC tracker) is read from .deps/ when carried. Everything worth
+# keeping is packed into $OUT/session_<call>.tgz (the device returns few files); lane logs beside it.
 set -u
-CALL=${1:?call: A or B}
+CALL=${1:?call: T, C, A or B}
 OUT=${OUT:-out}
 START=$(date +%s)
 export DEADLINE=$(( START + ${BUDGET_S:-570} ))
@@ -36,6 +37,11 @@ pack() {  # everything worth keeping, in one file (the device returns few files)
 }
 
 case $CALL in
+  T) lane 0 "LIMIT_FAST=${LIMIT_W1_FAST:-220} bash scripts/tune_gpu.sh w1-fast" \
+       "LIMIT_DEFAULT=${LIMIT_W1_DEFAULT:-220} bash scripts/tune_gpu.sh w1-default" "bash scripts/tune_gpu.sh w1-classic" &
+     lane 1 "LIMIT_FAST=${LIMIT_W2_FAST:-230} bash scripts/tune_gpu.sh w2-fast" \
+       "LIMIT_DEFAULT=${LIMIT_W2_DEFAULT:-280} bash scripts/tune_gpu.sh w2-default" &
+     wait ;;
   A) lane 0 "OUT=$S/run bash scripts/gpu_verify.sh run" "bash scripts/tune_gpu.sh w1-classic,w1-default" &
      lane 1 "OUT=$S/tests bash scripts/gpu_verify.sh tests" "bash scripts/tune_gpu.sh w2-fast" &
      wait ;;
@@ -61,8 +67,10 @@ case $CALL in
            && gunzip -c reports/results/*/tuning/db_$w/trials.jsonl.gz > out/tune_$w/trials.jsonl
        fi
      done
-     lane 0 "bash scripts/tune_gpu.sh w1-report" &
-     lane 1 "bash scripts/tune_gpu.sh w2-report" &
+     lane 0 "bash scripts/tune_gpu.sh w1-report" \
+       "python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_tuning.py tests/test_run.py > $S/gpu_tests_tuning.txt 2>&1; tail -3 $S/gpu_tests_tuning.txt" &
+     lane 1 "bash scripts/tune_gpu.sh w2-report" \
+       "python3 scripts/sass_stats.py tensor_core_gemm gemm:4096x4096x4096:float16 --out $S/sass > $S/sass_stats.txt 2>&1; tail -30 $S/sass_stats.txt" &
      wait ;;
   *) echo "unknown call $CALL" >&2; exit 2 ;;
 esac

@@ -39,6 +39,9 @@ def add_parser(subparsers):
     s.add_argument("--db", default="out/tune", help="tuning directory: database, trial log, best configs")
     s.add_argument("--target", default="cuda", choices=("cuda", "llvm"))
     s.add_argument("--arch", default=None, help="CUDA arch (default: the GPU's, else sm_90)")
+    s.add_argument("--timer", default="cold", choices=("cold", "warm"),
+                   help="cold: each timed run alone after an L2 flush, as schedlab run times (default); warm: "
+                   "MetaSchedule's back-to-back runs, inputs in L2. CPU targets time warm")
     s.add_argument("--batch", type=int, default=16, help="candidates built and measured per round")
     s.add_argument("--builders", type=int, default=None, help="parallel build processes (default: CPU count)")
     s.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT", help="measure on RPC servers of this tracker")
@@ -67,7 +70,7 @@ def _options(args, **over):
 
     strategy = args.strategy or ("exhaustive" if args.space == "classic" else "evolutionary")
     base = dict(workload=args.workload, space=args.space, strategy=strategy, cost_model=args.cost_model,
-                trials=args.trials, db=args.db, target=args.target, arch=args.arch, batch=args.batch,
+                trials=args.trials, db=args.db, target=args.target, arch=args.arch, batch=args.batch, timer=args.timer,
                 builders=args.builders, rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key, seed=args.seed,
                 time_limit_s=args.time_limit, population=args.population, verify=not args.no_verify)
     base.update(over)

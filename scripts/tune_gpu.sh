@@ -8,7 +8,7 @@
 #   w1-fast      gemm:1024x512x2048, fast space, evolutionary (ridge), 256 trials, + dlight
 #   w1-default   gemm:1024x512x2048, MetaSchedule's default space, evolutionary, 256 trials
 #   w1-classic   gemm:1024x512x2048, classic space, all 36 exhaustively
-#   w1-report    the tuner's top 5 timed again in the harness (the fastest there becomes tuned_gemm), then
+#   w1-report    each run's top 3 (RESELECT) timed again in the harness (the fastest there becomes tuned_gemm), then
 #                the report, with tuned_gemm timed beside the hand schedules, cuBLAS and dlight
 #   w2-fast      gemm:4096x4096x4096, fast space, 128 trials, + dlight
 #   w2-default   gemm:4096x4096x4096, default space, 128 trials
@@ -44,10 +44,10 @@ for PHASE in ${PHASES//,/ }; do
     w1-fast)    $S --db $DB1 --workload $W1 --space fast --trials 256 --time-limit $LF --compare dlight ;;
     w1-default) $S --db $DB1 --workload $W1 --space default --strategy evolutionary --trials 256 --time-limit $LD --compare none ;;
     w1-classic) $S --db $DB1 --workload $W1 --space classic --compare none --time-limit $(cap 200) ;;
-    w1-report)  $S --db $DB1 --workload $W1 --report-only --reselect ${RESELECT:-5} --hand ;;
+    w1-report)  $S --db $DB1 --workload $W1 --report-only --reselect ${RESELECT:-3} --hand ;;
     w2-fast)    $S --db $DB2 --workload $W2 --space fast --trials 128 --time-limit $LF --compare dlight ;;
     w2-default) $S --db $DB2 --workload $W2 --space default --strategy evolutionary --trials 128 --time-limit $LD --compare none ;;
-    w2-report)  $S --db $DB2 --workload $W2 --report-only --reselect ${RESELECT:-5} --hand ;;
+    w2-report)  $S --db $DB2 --workload $W2 --report-only --reselect ${RESELECT:-3} --hand ;;
     rpc) python3 -u -m scripts.rpc_scaleout --gpus ${RPC_GPUS:-0,1} --workload $W1 --space fast \
            --strategy random --seconds ${RPC_SECONDS:-60} --db out/rpc_scaleout --out "$OUT/rpc_scaleout.json" ;;
     *) echo "unknown phase $PHASE" >&2 ;;

@@ -20,7 +20,10 @@ def handle(job):
         print("not json")
         sys.stdout.flush()
         os._exit(0)
-    return {"workload": job["workload"], "name": job["name"], "status": "ok", "pid": os.getpid()}
+    row = {"workload": job["workload"], "name": job["name"], "status": "ok", "pid": os.getpid()}
+    if mode == "env":  # report a variable, to check that a job's own environment reaches it
+        row["value"] = os.environ.get(job["variable"])
+    return row
 
 
 if __name__ == "__main__":

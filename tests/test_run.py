@@ -94,3 +94,22 @@ def test_run_with_the_fork_server_gives_the_same_rows(tmp_path):
     strip = lambda res: [(r["name"], r["status"], r.get("registers")) for r in res["rows"]]  # noqa: E731
     assert strip(a) == strip(b)
     assert all(r["status"] in ("ok", "no-gpu") for r in b["rows"])
+
+
+def test_a_jobs_own_environment_reaches_its_process_and_no_other(monkeypatch):
+    """``job["env"]`` (how --reselect points each candidate's tuned_gemm at its own file) is set in
+    that job's process, fresh or forked, and not in the next job's or in ours."""
+    from reports.runner import Zygote
+
+    var = "SCHEDLAB_TEST_JOB_ENV"
+    monkeypatch.delenv(var, raising=False)
+    job = {"workload": "w", "name": "a", "mode": "env", "variable": var}
+    fresh = run_isolated({**job, "env": {var: "one"}}, 30, module="tests.crash_worker")
+    z = Zygote("tests.crash_worker:handle")
+    try:
+        forked = z({**job, "env": {var: "two"}}, 30)
+        after = z(job, 30)
+    finally:
+        z.close()
+    assert (fresh["value"], forked["value"], after["value"]) == ("one", "two", None)
+    assert var not in os.environ

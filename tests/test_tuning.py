@@ -309,3 +309,97 @@ def test_reselect_needs_a_gpu_and_says_so(tmp_path):
     assert proc.returncode != 0
     assert "no CUDA GPU" in proc.stderr
     assert not list(tmp_path.glob("best_*.json"))
+
+
+class _FakeModule:
+    """Stands in for a built module: ``time_evaluator`` returns ``per_run`` for every timed run and
+    records how it was asked to time."""
+
+    entry_name = "main"
+
+    def __init__(self, per_run):
+        self.per_run, self.calls = per_run, []
+
+    def time_evaluator(self, name, dev, number, repeat, min_repeat_ms, cache_flush_bytes):
+        self.calls.append(dict(number=number, repeat=repeat, flush=cache_flush_bytes))
+        per_run = self.per_run
+
+        class Result:
+            results = [per_run] * repeat
+
+        return lambda *args: Result()
+
+
+class _Device:
+    def sync(self):
+        pass
+
+
+def test_cold_timer_flushes_before_single_runs_and_spends_little_on_slow_candidates():
+    from types import SimpleNamespace
+
+    from tuning.measure import L2_FLUSH_BYTES, cold_costs
+
+    config = SimpleNamespace(repeat=20)
+    fast, slow = _FakeModule(30e-6), _FakeModule(1.5)
+    fast_costs = cold_costs(fast, _Device(), config, [("a", "b", "c")])
+    slow_costs = cold_costs(slow, _Device(), config, [("a", "b", "c")])
+    assert len(fast_costs) == 20 and len(slow_costs) == 2  # the probe + up to repeat-1, at least one more
+    for mod in (fast, slow):
+        assert all(c["number"] == 1 and c["flush"] == L2_FLUSH_BYTES >= 128 << 20 for c in mod.calls)
+
+
+def test_a_tuning_directory_keeps_one_timer(tmp_path):
+    """Resuming with the other timer is refused (its times would not compare); a new directory, the
+    same timer, or a directory without measured trials is fine; CPU targets always time warm."""
+    from tuning.records import save_json
+    from tuning.tuner import TuneOptions, check_timer, effective_timer
+
+    ok_row = [{"status": "ok", "time_ms": 1.0}]
+    cold = TuneOptions(db=str(tmp_path), target="cuda", timer="cold")
+    check_timer(cold, ok_row)  # nothing recorded yet
+    save_json(str(tmp_path / "provenance.json"), {"gpu": "x"})  # written before timers existed: warm
+    with pytest.raises(ValueError, match="warm timer"):
+        check_timer(cold, ok_row)
+    check_timer(cold, [{"status": "build"}])  # no measured trial to mix with
+    check_timer(TuneOptions(db=str(tmp_path), target="cuda", timer="warm"), ok_row)
+    assert effective_timer(TuneOptions(target="llvm", timer="cold")) == "warm"
+    with pytest.raises(ValueError, match="unknown timer"):
+        effective_timer(TuneOptions(timer="lukewarm"))
+
+
+def test_reselection_takes_each_runs_fastest_distinct_valid_configurations():
+    from reports.tuning_report import reselect_candidates
+
+    def row(run, key, ms, **kw):
+        return {"run": run, "key": key, "time_ms": ms, "status": "ok", "trace": [["step"]], **kw}
+
+    rows = [row("fast", "a", 1.0), row("fast", "b", 1.1), row("fast", "c", 1.2), row("fast", "bad", 0.5),
+            row("default", "d", 2.0), row("default", "a", 0.9), row("default", "e", 3.0),
+            row("classic", "f", 9.0), {"run": "fast", "key": "x", "status": "build"},
+            {"run": "dlight", "key": "dlight", "time_ms": 0.1, "status": "ok"},
+            {"status": "verify", "key": "bad", "passed": False}]
+    picked = [(r["run"], r["key"]) for r in reselect_candidates(rows, 2)]
+    assert picked == [("default", "a"), ("fast", "b"), ("fast", "c"), ("default", "d"), ("classic", "f")]
+
+
+def test_the_final_choice_table_compares_every_run_in_the_harness(tmp_path):
+    from reports.tuning_report import _reselect_table, slug
+    from tuning.records import save_json
+
+    wl = "gemm:64x64x64"
+    cands = [{"rank": 1, "run": "fast", "tuner_ms": 0.010, "harness_ms": 0.020, "status": "ok", "rel_error": 1e-7,
+              "knobs": {"block": "64x64"}},
+             {"rank": 2, "run": "fast", "tuner_ms": 0.011, "harness_ms": 0.016, "status": "ok", "rel_error": 1e-7,
+              "knobs": {"block": "32x64"}},
+             {"rank": 3, "run": "default", "tuner_ms": 0.012, "harness_ms": 0.032, "status": "ok", "rel_error": 1e-7,
+              "knobs": {}},
+             {"rank": 4, "run": "classic", "tuner_ms": 0.05, "harness_ms": None, "status": "error",
+              "error": "timed out", "knobs": {}}]
+    save_json(str(tmp_path / f"reselect_{slug(wl)}.json"), {"workload": wl, "per_run": 2, "candidates": cands})
+    text = "\n".join(_reselect_table(str(tmp_path), wl))
+    chosen = [ln for ln in text.splitlines() if "(chosen" in ln]
+    assert len(chosen) == 1 and chosen[0].startswith("| fast") and "0.016" in chosen[0]
+    default = next(ln for ln in text.splitlines() if ln.startswith("| default |"))
+    assert "0.032" in default and "0.50×" in default and f"{2 * 64**3 / 0.032e-3 / 1e12:.2f}" in default
+    assert "error: timed out" in text

@@ -18,6 +18,7 @@ restarts.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -32,8 +33,9 @@ from schedules import parse_workload
 
 from . import records as R
 from .cost_models import make_cost_model
-from .measure import (make_parallel_builder, checked_evaluator_local, checked_evaluator_rpc,
-                      classify_error, verify_evaluator_local, verify_evaluator_rpc, FULL_TOLERANCE)
+from .measure import (make_parallel_builder, checked_evaluator_local, checked_evaluator_rpc, cold_evaluator_local,
+                      cold_evaluator_rpc, classify_error, verify_evaluator_local, verify_evaluator_rpc, FULL_TOLERANCE,
+                      TIMERS)
 from .spaces import get_space, knob_values
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,9 +60,11 @@ class TuneOptions:
     rpc_servers: int | None = None  # measure on this many servers at once (default: all under the key)
     build_timeout: float = 60.0
     run_timeout: float = 30.0
-    number: int = 3
+    timer: str = "cold"  # cold: L2 flushed before every timed run (as the harness); warm: MetaSchedule's
+    number: int = 3  # warm timer: runs per repeat (at least min_repeat_ms long), repeats
     repeat: int = 3
     min_repeat_ms: int = 20
+    cold_repeat: int = 20  # cold timer: at most this many timed runs (fewer for slow candidates)
     seed: int = 0
     time_limit_s: float | None = None
     population: int = 256
@@ -129,9 +133,24 @@ def make_builder(opts: TuneOptions):
     return make_parallel_builder(opts.builders or os.cpu_count() or 1, opts.build_timeout)
 
 
+def effective_timer(opts: TuneOptions) -> str:
+    """The timer the trials are measured with: ``opts.timer`` on CUDA; CPU targets time warm."""
+    if opts.timer not in TIMERS:
+        raise ValueError(f"unknown timer {opts.timer!r} (known: {', '.join(TIMERS)})")
+    return opts.timer if opts.target == "cuda" else "warm"
+
+
 def make_runner(opts: TuneOptions, verify: bool = False):
-    config = ms.runner.EvaluatorConfig(number=opts.number, repeat=opts.repeat,
-                                       min_repeat_ms=opts.min_repeat_ms, enable_cpu_cache_flush=False)
+    cold = effective_timer(opts) == "cold" and not verify
+    if cold:
+        config = ms.runner.EvaluatorConfig(number=1, repeat=opts.cold_repeat, min_repeat_ms=0,
+                                           enable_cpu_cache_flush=False)
+        evaluators = cold_evaluator_local, cold_evaluator_rpc
+    else:
+        config = ms.runner.EvaluatorConfig(number=opts.number, repeat=opts.repeat,
+                                           min_repeat_ms=opts.min_repeat_ms, enable_cpu_cache_flush=False)
+        evaluators = ((verify_evaluator_local, verify_evaluator_rpc) if verify
+                      else (checked_evaluator_local, checked_evaluator_rpc))
     if opts.rpc_tracker:
         if not opts.rpc_key:
             raise ValueError("--rpc-tracker needs --rpc-key")
@@ -142,9 +161,9 @@ def make_runner(opts: TuneOptions, verify: bool = False):
         rpc_config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=opts.rpc_key,
                                          session_timeout_sec=int(max(opts.run_timeout, 10)))
         return ms.runner.RPCRunner(rpc_config=rpc_config, evaluator_config=config, max_workers=servers,
-                                   f_run_evaluator=verify_evaluator_rpc if verify else checked_evaluator_rpc), servers
+                                   f_run_evaluator=evaluators[1]), servers
     return ms.runner.LocalRunner(timeout_sec=opts.run_timeout, evaluator_config=config,
-                                 f_run_evaluator=verify_evaluator_local if verify else checked_evaluator_local), 1
+                                 f_run_evaluator=evaluators[0]), 1
 
 
 def _strategy(opts: TuneOptions):
@@ -280,6 +299,7 @@ def tune(opts: TuneOptions, on_trial=None) -> dict:
     os.makedirs(opts.db, exist_ok=True)
     database = R.open_database(opts.db)
     past = R.trials(opts.db, wl_text)
+    check_timer(opts, past)
     mine = [r for r in past if r.get("run") == run and r.get("status") != "verify"]
     cache = {r["key"]: r for r in past if r.get("space") == opts.space and r.get("key")
              and r.get("status") not in ("invalid", "verify")}
@@ -494,6 +514,27 @@ def _log(path, opts, run, wl_text, row, state: RunState, t_start, prior_elapsed,
         on_trial(full, state)
 
 
+def recorded_timer(db: str) -> str | None:
+    """The timer a tuning directory's trials were measured with (directories from before the
+    choice existed were measured warm)."""
+    path = os.path.join(db, "provenance.json")
+    try:
+        with open(path) as f:
+            return json.load(f).get("timer", "warm")
+    except (OSError, ValueError):
+        return None
+
+
+def check_timer(opts: TuneOptions, past: list) -> None:
+    """Refuse to mix timers in one directory: cold and warm times of the same kernel differ by up to
+    a third at small shapes, so resumed trials would not compare with new ones."""
+    had = recorded_timer(opts.db)
+    now = effective_timer(opts)
+    if had and had != now and any(r.get("status") == "ok" for r in past):
+        raise ValueError(f"{opts.db} holds trials timed with the {had} timer; this run would time {now}: "
+                         f"use another --db, or --timer {had}")
+
+
 def _write_provenance(opts, target):
     """DIR/provenance.json: where the trials were measured (the report reads it)."""
     import platform
@@ -509,6 +550,7 @@ def _write_provenance(opts, target):
         device = f"CPU ({platform.processor() or platform.machine()})"
     R.save_json(os.path.join(opts.db, "provenance.json"), {
         "gpu": device, "tvm": tvm.__version__, "host": platform.node(), "target": str(target.kind.name),
+        "timer": effective_timer(opts),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
 
 
