@@ -6,8 +6,9 @@
 # Call T: the tuning runs with the cold timer (L2 flushed before every timed run), one workload per
 #         GPU: GPU 0 1024x512x2048 (fast space 256 trials, MetaSchedule's default space 256, the classic
 #         36, dlight); GPU 1 4096^3 (fast 128, default 128, dlight). Each run is capped (LIMIT_*).
-# Call C: each run's top RESELECT (default 3) timed again in the harness (the fastest there becomes
-#         tuned_gemm) and both reports (tuned vs every space vs the hand schedules vs cuBLAS), one
+# Call C: first what call T's limits cut short (C_TUNE0, default w1-classic; C_TUNE1, default w2-default,
+#         resumed to its trial budget), then each run's top RESELECT (default 3) timed again in the
+#         harness (the fastest there becomes tuned_gemm) and both reports (tuned vs every space vs the hand schedules vs cuBLAS), one
 #         workload per GPU; then GPU 0 runs the tuning/run GPU tests and GPU 1 the disassembly counts
 #         of the fp16 tensor-core kernel (scripts/sass_stats.py).
 #         Without out/tune_w*, it starts from the committed tuning state (reports/results/<gpu>/tuning/db_w*).
@@ -67,10 +68,11 @@ case $CALL in
            && gunzip -c reports/results/*/tuning/db_$w/trials.jsonl.gz > out/tune_$w/trials.jsonl
        fi
      done
-     lane 0 "bash scripts/tune_gpu.sh w1-report" \
+     lane 0 "bash scripts/tune_gpu.sh ${C_TUNE0:-w1-classic},w1-report" \
        "python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_tuning.py tests/test_run.py > $S/gpu_tests_tuning.txt 2>&1; tail -3 $S/gpu_tests_tuning.txt" &
-     lane 1 "bash scripts/tune_gpu.sh w2-report" \
-       "python3 scripts/sass_stats.py tensor_core_gemm gemm:4096x4096x4096:float16 --out $S/sass > $S/sass_stats.txt 2>&1; tail -30 $S/sass_stats.txt" &
+     lane 1 "LIMIT_DEFAULT=${LIMIT_W2_DEFAULT:-200} bash scripts/tune_gpu.sh ${C_TUNE1:-w2-default},w2-report" \
+       "python3 scripts/sass_stats.py tensor_core_gemm gemm:4096x4096x4096:float16 --out $S/sass > $S/sass_stats.txt 2>&1; tail -30 $S/sass_stats.txt" \
+       "python3 scripts/sass_stats.py tensor_core_gemm gemm:4096x4096x4096:float16 --param intrinsics=mma --out $S/sass_mma > $S/sass_stats_mma.txt 2>&1; tail -30 $S/sass_stats_mma.txt" &
      wait ;;
   *) echo "unknown call $CALL" >&2; exit 2 ;;
 esac
