@@ -68,9 +68,9 @@ case $CALL in
            && gunzip -c reports/results/*/tuning/db_$w/trials.jsonl.gz > out/tune_$w/trials.jsonl
        fi
      done
-     lane 0 "bash scripts/tune_gpu.sh ${C_TUNE0:-w1-classic},w1-report" \
+     lane 0 "bash scripts/tune_gpu.sh ${C_TUNE0-w1-classic},w1-report" \
        "python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_tuning.py tests/test_run.py > $S/gpu_tests_tuning.txt 2>&1; tail -3 $S/gpu_tests_tuning.txt" &
-     lane 1 "LIMIT_DEFAULT=${LIMIT_W2_DEFAULT:-200} bash scripts/tune_gpu.sh ${C_TUNE1:-w2-default},w2-report" \
+     lane 1 "LIMIT_DEFAULT=${LIMIT_W2_DEFAULT:-200} bash scripts/tune_gpu.sh ${C_TUNE1-w2-default},w2-report" \
        "python3 scripts/sass_stats.py tensor_core_gemm gemm:4096x4096x4096:float16 --out $S/sass > $S/sass_stats.txt 2>&1; tail -30 $S/sass_stats.txt" \
        "python3 scripts/sass_stats.py tensor_core_gemm gemm:4096x4096x4096:float16 --param intrinsics=mma --out $S/sass_mma > $S/sass_stats_mma.txt 2>&1; tail -30 $S/sass_stats_mma.txt" &
      wait ;;

@@ -42,7 +42,7 @@ GROUPS = {
 
 INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)(?:\.[A-Z0-9_.]+)?\s*([^;]*);")
 LABEL = re.compile(r"^\s*(\.L_x_\d+):")
-TARGET = re.compile(r"`\(([^)]+)\)")
+TARGET = re.compile(r"`\(([^)]+)\)|\b0x([0-9a-f]+)\b")  # a label (nvdisasm) or an address (cuobjdump)
 
 
 def disassembler() -> list[str]:
@@ -57,7 +57,8 @@ def disassembler() -> list[str]:
 
 
 def parse(sass: str) -> tuple[list[tuple[int, str, str]], dict[str, int]]:
-    """(address, opcode, operands) of each instruction, and the address each label stands at."""
+    """(address, opcode, operands) of each instruction, and the address each label stands at
+    (cuobjdump prints branch targets as addresses and no labels; nvdisasm prints labels)."""
     instrs, labels, pending = [], {}, []
     for line in sass.splitlines():
         m = LABEL.match(line)
@@ -81,7 +82,7 @@ def main_loop(instrs, labels, key: str):
         if op != "BRA":
             continue
         t = TARGET.search(operands)
-        start = labels.get(t.group(1)) if t else None
+        start = (labels.get(t.group(1)) if t.group(1) else int(t.group(2), 16)) if t else None
         if start is None or start >= addr:
             continue
         body = [i for i in instrs if start <= i[0] <= addr]

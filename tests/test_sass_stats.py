@@ -30,3 +30,10 @@ def test_the_main_loop_is_the_backward_branch_with_the_most_mma():
     assert g["tensor core (HMMA)"] == 2 and g["shared loads (LDS, LDSM)"] == 1 and g["barriers (BAR)"] == 1
     assert g["integer/address (IMAD, IADD3, LEA, SHF, LOP3, ISETP, IABS, SEL)"] == 1
     assert sum(g.values()) == len(loop)  # every instruction counted once
+
+
+def test_branch_targets_may_be_addresses_as_cuobjdump_prints_them():
+    listing = LISTING.replace("`(.L_x_1)", "0x20").replace("`(.L_x_2)", "0x90").replace(".L_x_1:", "")
+    instrs, labels = parse(listing)
+    loop = main_loop(instrs, labels, "HMMA")
+    assert [op for _, op, _ in loop] == ["LDSM", "HMMA", "HMMA", "IADD3", "BAR", "BRA"]

@@ -321,7 +321,7 @@ class _FakeModule:
         self.per_run, self.calls = per_run, []
 
     def time_evaluator(self, name, dev, number, repeat, min_repeat_ms, cache_flush_bytes):
-        self.calls.append(dict(number=number, repeat=repeat, flush=cache_flush_bytes))
+        self.calls.append(dict(number=number, repeat=repeat, flush=cache_flush_bytes, min_ms=min_repeat_ms))
         per_run = self.per_run
 
         class Result:
@@ -336,6 +336,8 @@ class _Device:
 
 
 def test_cold_timer_flushes_before_single_runs_and_spends_little_on_slow_candidates():
+    """A fast kernel: probe, warm-up (unflushed, back to back), then `repeat` single flushed runs;
+    a slow one: the probe and one more run, no warm-up."""
     from types import SimpleNamespace
 
     from tuning.measure import L2_FLUSH_BYTES, cold_costs
@@ -344,9 +346,12 @@ def test_cold_timer_flushes_before_single_runs_and_spends_little_on_slow_candida
     fast, slow = _FakeModule(30e-6), _FakeModule(1.5)
     fast_costs = cold_costs(fast, _Device(), config, [("a", "b", "c")])
     slow_costs = cold_costs(slow, _Device(), config, [("a", "b", "c")])
-    assert len(fast_costs) == 20 and len(slow_costs) == 2  # the probe + up to repeat-1, at least one more
-    for mod in (fast, slow):
-        assert all(c["number"] == 1 and c["flush"] == L2_FLUSH_BYTES >= 128 << 20 for c in mod.calls)
+    assert len(fast_costs) == 20 and len(slow_costs) == 2
+    probe, warmup, timed = fast.calls
+    assert warmup["flush"] == 0 and warmup["min_ms"] > 0  # the clocks ramp up before anything is timed
+    for c in (probe, timed, *slow.calls):
+        assert c["number"] == 1 and c["min_ms"] == 0 and c["flush"] == L2_FLUSH_BYTES >= 128 << 20
+    assert [c["repeat"] for c in slow.calls] == [1, 1]
 
 
 def test_a_tuning_directory_keeps_one_timer(tmp_path):
@@ -381,6 +386,14 @@ def test_reselection_takes_each_runs_fastest_distinct_valid_configurations():
             {"status": "verify", "key": "bad", "passed": False}]
     picked = [(r["run"], r["key"]) for r in reselect_candidates(rows, 2)]
     assert picked == [("default", "a"), ("fast", "b"), ("fast", "c"), ("default", "d"), ("classic", "f")]
+    # the hand seed is timed again however the tuner ranked it: marked in new logs ...
+    rows.append(row("fast", "seed", 1.5, seed=True, trial=1))
+    picked = reselect_candidates(rows, 2)
+    assert (picked[-1]["key"], picked[-1]["seed"]) == ("seed", True) and len(picked) == 6
+    # ... and, in logs from before the mark, trial 1 of a run over a seeded space
+    old = [dict(r, space=r["run"], trial=n + 1) for n, r in enumerate(rows[:8]) if r["run"] != "fast"]
+    old.append(row("fast", "first", 1.5, space="fast", trial=1))
+    assert [r["key"] for r in reselect_candidates(old, 1) if r.get("seed")] == ["first"]
 
 
 def test_the_final_choice_table_compares_every_run_in_the_harness(tmp_path):

@@ -26,6 +26,7 @@ SAMPLE_TOLERANCE = 1e-4
 FULL_TOLERANCE = 1e-5
 L2_FLUSH_BYTES = 256 << 20  # each flush copies 256 MiB between two buffers: more than any GPU's L2
 COLD_BUDGET_S = 0.25  # cold timing: repeats capped so one candidate's timed runs take about this long
+WARMUP_MS = 30  # cold timing: back-to-back runs before the timed ones, so the clocks are up
 TIMERS = ("cold", "warm")
 
 
@@ -91,12 +92,14 @@ def _uniform_inputs(args):
 
 
 def cold_costs(rt_mod, device, evaluator_config, repeated_args, flush_bytes: int = L2_FLUSH_BYTES,
-               budget_s: float = COLD_BUDGET_S) -> list[float]:
-    """Seconds per run, each run timed alone after an L2 flush: one probe run, then up to
-    ``evaluator_config.repeat`` more, as many as fit in ``budget_s`` (at least one), so that a
-    candidate that takes a second per run costs seconds, not a minute. ``time_evaluator`` runs the
-    kernel once untimed before it times, and its flush is a device copy (it leaves dirty lines that
-    the timed run writes back; the harness reads instead, so its times are a little shorter)."""
+               budget_s: float = COLD_BUDGET_S, warmup_ms: int = WARMUP_MS) -> list[float]:
+    """Seconds per run, each run timed alone after an L2 flush: one probe run; then, for a kernel
+    faster than ``budget_s``, ``warmup_ms`` of back-to-back untimed runs (the GPU's clocks ramp up
+    under load: without it the first candidates of a run, the hand-written seeds, were timed up to
+    9% slow) and up to ``evaluator_config.repeat`` timed runs, as many as fit in ``budget_s``; a
+    slow kernel gets the probe and one more run. ``time_evaluator`` runs the kernel once untimed
+    before it times, and its flush is a device copy (it leaves dirty lines that the timed run
+    writes back; the harness reads instead, so its times are a little shorter)."""
     def timer(repeat):
         return rt_mod.time_evaluator(rt_mod.entry_name, device, number=1, repeat=repeat, min_repeat_ms=0,
                                      cache_flush_bytes=flush_bytes)
@@ -105,8 +108,13 @@ def cold_costs(rt_mod, device, evaluator_config, repeated_args, flush_bytes: int
     for args in repeated_args:
         device.sync()
         probe = float(timer(1)(*args).results[0])
-        more = max(1, min(int(evaluator_config.repeat) - 1, int(budget_s / max(probe, 1e-7))))
-        costs += [probe] + [float(t) for t in timer(more)(*args).results]
+        if probe >= budget_s:
+            costs += [probe, float(timer(1)(*args).results[0])]
+            continue
+        rt_mod.time_evaluator(rt_mod.entry_name, device, number=1, repeat=1, min_repeat_ms=warmup_ms,
+                              cache_flush_bytes=0)(*args)
+        n = max(2, min(int(evaluator_config.repeat), int(budget_s / max(probe, 1e-7))))
+        costs += [float(t) for t in timer(n)(*args).results]
     return costs
 
 

@@ -401,6 +401,8 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
             if key in logged or state.done >= opts.trials:
                 continue  # this run has it already (a resumed run meets its old candidates again)
             row = _trial_row(res, cand, space, wl, key, reused)
+            if seeded:
+                row["seed"] = True  # a hand-written configuration (the reselection always retimes these)
             if not reused:
                 cache[key] = row
                 secs = res["secs"] if res["status"] == "ok" else [FAILED_SECS]
