@@ -10,7 +10,7 @@
 #         resumed to its trial budget), then each run's top RESELECT (default 3) timed again in the
 #         harness (the fastest there becomes tuned_gemm) and both reports (tuned vs every space vs the hand schedules vs cuBLAS), one
 #         workload per GPU; then GPU 0 runs the tuning/run GPU tests and GPU 1 the disassembly counts
-#         of the fp16 tensor-core kernel (scripts/sass_stats.py).
+#         of the fp16 tensor-core kernel (scripts/sass_stats.py), or with C_ALL_TESTS=1 every GPU test.
 #         Without out/tune_w*, it starts from the committed tuning state (reports/results/<gpu>/tuning/db_w*).
 # Calls A and B (session 2: the published run, all GPU tests, warm-timer tuning, ncu, RPC scale-out)
 # are kept for reruns. Tornado (for the RPC tracker) is read from .deps/ when carried. Everything worth
@@ -70,9 +70,14 @@ case $CALL in
      done
      lane 0 "bash scripts/tune_gpu.sh ${C_TUNE0-w1-classic},w1-report" \
        "python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_tuning.py tests/test_run.py > $S/gpu_tests_tuning.txt 2>&1; tail -3 $S/gpu_tests_tuning.txt" &
-     lane 1 "LIMIT_DEFAULT=${LIMIT_W2_DEFAULT:-200} bash scripts/tune_gpu.sh ${C_TUNE1-w2-default},w2-report" \
-       "python3 scripts/sass_stats.py tensor_core_gemm gemm:4096x4096x4096:float16 --out $S/sass > $S/sass_stats.txt 2>&1; tail -30 $S/sass_stats.txt" \
-       "python3 scripts/sass_stats.py tensor_core_gemm gemm:4096x4096x4096:float16 --param intrinsics=mma --out $S/sass_mma > $S/sass_stats_mma.txt 2>&1; tail -30 $S/sass_stats_mma.txt" &
+     SASS="python3 scripts/sass_stats.py tensor_core_gemm gemm:4096x4096x4096:float16"
+     if [ "${C_ALL_TESTS:-0}" = 1 ]; then  # every GPU test instead of the disassembly counts
+       AFTER1=("OUT=$S/tests bash scripts/gpu_verify.sh tests")
+     else
+       AFTER1=("$SASS --out $S/sass > $S/sass_stats.txt 2>&1; tail -30 $S/sass_stats.txt"
+               "$SASS --param intrinsics=mma --out $S/sass_mma > $S/sass_stats_mma.txt 2>&1; tail -30 $S/sass_stats_mma.txt")
+     fi
+     lane 1 "LIMIT_DEFAULT=${LIMIT_W2_DEFAULT:-200} bash scripts/tune_gpu.sh ${C_TUNE1-w2-default},w2-report" "${AFTER1[@]}" &
      wait ;;
   *) echo "unknown call $CALL" >&2; exit 2 ;;
 esac
