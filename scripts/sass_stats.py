@@ -33,8 +33,8 @@ GROUPS = {
     "async copies (LDGSTS) + their fences": ("LDGSTS", "LDGDEPBAR", "DEPBAR"),
     "global loads/stores (LDG, STG)": ("LDG", "STG"),
     "barriers (BAR)": ("BAR",),
-    "integer/address (IMAD, IADD3, LEA, SHF, LOP3, ISETP, IABS, SEL)": (
-        "IMAD", "IADD3", "LEA", "SHF", "LOP3", "ISETP", "IABS", "SEL", "IMNMX", "SGXT", "PRMT"),
+    "integer/address (IMAD, IADD3, VIADD, LEA, SHF, LOP3, ISETP ...)": (
+        "IMAD", "IADD3", "VIADD", "LEA", "SHF", "LOP3", "ISETP", "IABS", "SEL", "IMNMX", "VIMNMX", "SGXT", "PRMT"),
     "moves (MOV, S2R, CS2R, R2UR, ULDC ...)": ("MOV", "S2R", "CS2R", "S2UR", "R2UR", "ULDC", "UMOV", "UIADD3",
                                              "ULEA", "USHF", "UIMAD", "ULOP3", "UISETP"),
     "branches (BRA, EXIT ...)": ("BRA", "EXIT", "BSSY", "BSYNC", "WARPSYNC", "NOP"),
