@@ -9,41 +9,18 @@ hook, which does the same and hands the cubin to TVM.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
 
 import tvm
 import tvm_ffi
-from tvm.support import nvcc
+
+from tuning.cuda_compile import compile_to_cubin, cuda_home, setup_cuda_env
 
 DEFAULT_ARCH = "sm_90"
 
 
-def _cuda_home() -> str:
-    home = os.environ.get("CUDA_PATH") or os.environ.get("CUDA_HOME")
-    if home and os.path.isdir(home):
-        return home
-    for candidate in ("/usr/local/cuda",):
-        if os.path.isdir(candidate):
-            return candidate
-    found = shutil.which("nvcc")
-    return os.path.dirname(os.path.dirname(os.path.realpath(found))) if found else ""
-
-
-def setup_cuda_env():
-    """TVM's nvcc mode (no cuda-bindings needed) and a real toolkit root (the ``nvcc`` on PATH may
-    be a wrapper script, from which TVM would guess the wrong root)."""
-    os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
-    home = _cuda_home()
-    if home:
-        os.environ.setdefault("CUDA_PATH", home)
-        bin_dir = os.path.join(home, "bin")
-        if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
-            os.environ["PATH"] = os.environ.get("PATH", "") + os.pathsep + bin_dir
+_cuda_home = cuda_home  # one definition, shared with the tuner's build processes
 
 
 def cuda_available() -> bool:
@@ -122,24 +99,9 @@ class DeviceCode:
 
 
 def compile_cuda_source(code: str, arch: str) -> DeviceCode:
-    """CUDA source → PTX (nvcc, through TVM's own helper, with TVM's flags) → cubin (ptxas -v)."""
-    setup_cuda_env()
-    with tvm.target.Target({"kind": "cuda", "arch": arch}):
-        ptx = nvcc.compile_cuda(code, target_format="ptx", arch=arch, compiler="nvcc")
-    ptx_text = ptx.decode() if isinstance(ptx, (bytes, bytearray)) else str(ptx)
-    ptxas = os.path.join(_cuda_home(), "bin", "ptxas")
-    ptxas = ptxas if os.path.exists(ptxas) else "ptxas"
-    with tempfile.TemporaryDirectory() as tmp:
-        src, out = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
-        with open(src, "w") as f:
-            f.write(ptx_text)
-        proc = subprocess.run([ptxas, "-v", "-O3", f"--gpu-name={arch}", "-o", out, src],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"ptxas failed: {proc.stderr.strip()[-2000:]}")
-        with open(out, "rb") as f:
-            cubin = f.read()
-    log = proc.stdout + proc.stderr
+    """CUDA source → PTX → cubin, as every kernel of the lab is compiled
+    (:func:`tuning.cuda_compile.compile_to_cubin`), with ptxas's report parsed."""
+    ptx_text, cubin, log = compile_to_cubin(code, arch)
     return DeviceCode(code, ptx_text, cubin, log, parse_ptxas(log))
 
 

@@ -416,3 +416,33 @@ def test_the_final_choice_table_compares_every_run_in_the_harness(tmp_path):
     default = next(ln for ln in text.splitlines() if ln.startswith("| default |"))
     assert "0.032" in default and "0.50×" in default and f"{2 * 64**3 / 0.032e-3 / 1e12:.2f}" in default
     assert "error: timed out" in text
+
+
+def test_the_tuner_builds_cuda_with_the_labs_compiler(monkeypatch):
+    """A candidate the tuner times must be the binary the harness times: the tuner's build
+    registers the lab's compile hook (TVM's own passes ptxas other flags), and the harness's hook
+    compiles through the same function."""
+    import tvm_ffi
+
+    from reports import build as B
+    from schedules import parse_workload, get
+    from tuning import cuda_compile as C
+    from tuning.measure import build_in_target_scope
+    from tuning.tuner import make_target
+
+    calls = []
+    real = C.compile_to_cubin
+    monkeypatch.setattr(C, "compile_to_cubin", lambda code, arch: calls.append(arch) or real(code, arch))
+    monkeypatch.setattr(B, "compile_to_cubin", C.compile_to_cubin)
+    wl = parse_workload("gemm:64x64x64")
+    spec = get("shared_cache_gemm")
+    mod = spec.build(wl, spec.config()).mod
+    try:
+        build_in_target_scope(mod, make_target("cuda", "sm_90"), None)  # no driver: TVM keeps the source
+        hook = tvm_ffi.get_global_func("tvm_callback_cuda_compile")
+        code = B.build(spec.build(wl, spec.config())).device.cuda
+        assert calls == ["sm_90"]  # the harness's build went through the shared function
+        assert bytes(hook(code))[:4] == b"\x7fELF" and calls == ["sm_90", "sm_90"]  # and so does the tuner's hook
+    finally:  # this process's later builds report through the harness's hook again
+        tvm_ffi.register_global_func("tvm_callback_cuda_compile", B._HOOK, override=True)
+    assert C.PTXAS_FLAGS == ("-v", "-O3") and "register-usage-level" not in " ".join(C.PTXAS_FLAGS)

@@ -35,9 +35,14 @@ class WrongResult(RuntimeError):
 
 
 def build_in_target_scope(mod, target, _params):
+    """Build a candidate as the harness builds kernels: inside ``with target:``, CUDA compiled by
+    the lab's compiler (tuning.cuda_compile), not TVM's default flags."""
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
+    from .cuda_compile import use_lab_compiler
+
+    use_lab_compiler()
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     with target:
         return tvm.compile(mod, target=target).mod

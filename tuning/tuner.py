@@ -33,6 +33,7 @@ from schedules import parse_workload
 
 from . import records as R
 from .cost_models import make_cost_model
+from .cuda_compile import setup_cuda_env
 from .measure import (make_parallel_builder, checked_evaluator_local, checked_evaluator_rpc, cold_evaluator_local,
                       cold_evaluator_rpc, classify_error, verify_evaluator_local, verify_evaluator_rpc, FULL_TOLERANCE,
                       TIMERS)
@@ -86,9 +87,7 @@ def setup_env():
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if ROOT not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in paths if p])
-    os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
-    if not os.environ.get("CUDA_PATH") and os.path.isdir("/usr/local/cuda"):
-        os.environ["CUDA_PATH"] = "/usr/local/cuda"
+    setup_cuda_env()
 
 
 def device_arch(default="sm_90") -> str:
