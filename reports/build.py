@@ -188,3 +188,31 @@ def launch_extents(lowered: str) -> dict:
             break
         found.setdefault(tag, int(extent))
     return found
+
+
+def parse_params(items) -> dict:
+    """``--param NAME=VALUE`` overrides of a schedule's configuration: whole numbers, true/false, or
+    words (``intrinsics=mma``). Raises ValueError on a malformed item."""
+    out = {}
+    for item in items or ():
+        key, sep, value = str(item).partition("=")
+        if not sep or not key:
+            raise ValueError(f"--param {item!r} is malformed: expected NAME=VALUE")
+        if value.lstrip("-").isdigit():
+            out[key] = int(value)
+        elif value.lower() in ("true", "false"):
+            out[key] = value.lower() == "true"
+        else:
+            out[key] = value
+    return out
+
+
+def build_named(schedule: str, workload: str, params: dict | None = None, arch: str | None = None):
+    """(spec, workload, config, Built) of a registered schedule by name, its configuration
+    overridden by ``params`` and checked first."""
+    from schedules import get, parse_workload
+
+    spec, wl = get(schedule), parse_workload(workload)
+    cfg = spec.config(**(params or {}))
+    spec.validate(wl, cfg)
+    return spec, wl, cfg, build_config(spec.build(wl, cfg), cfg, cuda_target(arch))

@@ -78,6 +78,10 @@ class ScheduleSpec:
             raise ScheduleParamError(f"schedule {self.name} is for {self.kind}, not {workload.kind} ({workload})")
         for f in dataclasses.fields(cfg):
             value = getattr(cfg, f.name)
+            default = f.default if f.default is not dataclasses.MISSING else None
+            if default is not None and type(value) is not type(default):  # e.g. --param tile_m=big
+                raise ScheduleParamError(f"{self.name}: {f.name} must be {type(default).__name__} "
+                                         f"(like its default {default!r}), got {value!r}")
             if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
                 raise ScheduleParamError(f"{self.name}: {f.name} must be positive, got {value}")
         check = getattr(cfg, "check", None)

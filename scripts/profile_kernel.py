@@ -28,16 +28,8 @@ def main(argv=None):
 
     from reports import build as B
     from reports import measure as M
-    from schedules import get, parse_workload
 
-    spec, wl = get(args.schedule), parse_workload(args.workload)
-    params = {}
-    for item in args.param:
-        name, value = item.split("=", 1)
-        params[name] = int(value) if value.lstrip("-").isdigit() else value
-    cfg = spec.config(**params)
-    spec.validate(wl, cfg)
-    built = B.build_config(spec.build(wl, cfg), cfg, B.cuda_target())
+    spec, wl, cfg, built = B.build_named(args.schedule, args.workload, B.parse_params(args.param))
     harness = M.CudaHarness(flush=None)
     inputs = M.random_inputs(wl)
     shape, dtype = wl.arg_shapes()[-1]

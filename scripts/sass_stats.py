@@ -123,16 +123,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     from reports import build as B
-    from schedules import get, parse_workload
 
-    spec, wl = get(args.schedule), parse_workload(args.workload)
-    params = {}
-    for item in args.param:
-        name, value = item.split("=", 1)
-        params[name] = int(value) if value.lstrip("-").isdigit() else value
-    cfg = spec.config(**params)
-    spec.validate(wl, cfg)
-    built = B.build_config(spec.build(wl, cfg), cfg, B.cuda_target(args.arch))
+    params = B.parse_params(args.param)
+    spec, wl, cfg, built = B.build_named(args.schedule, args.workload, params, args.arch)
     with tempfile.TemporaryDirectory() as tmp:
         cubin = os.path.join(tmp, "k.cubin")
         with open(cubin, "wb") as f:

@@ -22,16 +22,12 @@ class CliError(Exception):
 
 
 def _params(items):
-    out = {}
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise CliError(f"--param {item!r} is malformed: expected NAME=VALUE")
-        try:
-            out[key] = int(value)
-        except ValueError:
-            raise CliError(f"--param {key} must be a whole number, got {value!r}") from None
-    return out
+    from reports.build import parse_params
+
+    try:
+        return parse_params(items)
+    except ValueError as e:
+        raise CliError(str(e)) from None
 
 
 def cmd_list(args):

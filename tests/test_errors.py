@@ -55,6 +55,8 @@ def test_grid_limit_of_the_naive_step():
     (["show", "naive_gemm", "--shape", "0x3x3"], "shape M must be a positive"),
     (["show", "shared_cache_gemm", "--param", "tile_m=64", "--param", "tile_n=64"], "4096 threads per block"),
     (["show", "shared_cache_gemm", "--param", "tile_m"], "NAME=VALUE"),
+    (["show", "shared_cache_gemm", "--param", "tile_m=big"], "tile_m must be int"),
+    (["show", "tensor_core_gemm", "--param", "intrinsics=tf32"], "intrinsics must be 'wmma' or 'mma'"),
     (["run", "--workload", "gemm:1x2", "--out", "/tmp/never"], "malformed"),
     (["run", "--schedules", "v99", "--out", "/tmp/never"], "unknown schedule"),
 ])

@@ -123,12 +123,17 @@ def cold_costs(rt_mod, device, evaluator_config, repeated_args, flush_bytes: int
     return costs
 
 
+def _check_then_time(time_runs, rt_mod, device, evaluator_config, repeated_args):
+    """Uniform inputs, the sampled float64 check (raises on a wrong result), then ``time_runs``."""
+    _uniform_inputs(repeated_args[0])
+    sampled_check(rt_mod, device, repeated_args[0])
+    return time_runs(rt_mod, device, evaluator_config, repeated_args)
+
+
 def checked_evaluator_local(rt_mod, device, evaluator_config, repeated_args):
     from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
 
-    _uniform_inputs(repeated_args[0])
-    sampled_check(rt_mod, device, repeated_args[0])
-    return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
+    return _check_then_time(run_evaluator_common, rt_mod, device, evaluator_config, repeated_args)
 
 
 def checked_evaluator_rpc(session, rt_mod, device, evaluator_config, repeated_args):
@@ -136,9 +141,7 @@ def checked_evaluator_rpc(session, rt_mod, device, evaluator_config, repeated_ar
 
 
 def cold_evaluator_local(rt_mod, device, evaluator_config, repeated_args):
-    _uniform_inputs(repeated_args[0])
-    sampled_check(rt_mod, device, repeated_args[0])
-    return cold_costs(rt_mod, device, evaluator_config, repeated_args)
+    return _check_then_time(cold_costs, rt_mod, device, evaluator_config, repeated_args)
 
 
 def cold_evaluator_rpc(session, rt_mod, device, evaluator_config, repeated_args):
