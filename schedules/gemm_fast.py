@@ -133,9 +133,10 @@ def fast_tiled(wl: Gemm, cfg: FastTileConfig):
     return apply_fast_tiled(new_schedule(wl.prim_func()), wl, cfg)
 
 
-def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig):
+def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None):
     """:func:`fast_tiled` applied to an existing schedule of ``wl``'s PrimFunc (the tuner's design
-    spaces start from MetaSchedule's schedule). ``cfg.unroll=0`` leaves unrolling to the caller."""
+    spaces start from MetaSchedule's schedule). ``unroll``: in place of ``cfg.unroll``, e.g. a
+    sampled value (a tuning knob) annotated where the hand-written step puts its own."""
     block = sch.get_sblock("C")
     splits = cfg.splits(wl)
     sch.pad_einsum(block, [cfg.block_m, cfg.block_n, cfg.block_k * splits])
@@ -187,8 +188,9 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig):
 
     register_fragments(sch, block, ki)  # a column of A and a row of B per k
     sch.unroll(ki)
-    if cfg.unroll:
-        sch.annotate(lane, "pragma_auto_unroll_max_step", cfg.unroll)
+    depth = cfg.unroll if unroll is None else unroll
+    if not isinstance(depth, int) or depth:
+        sch.annotate(lane, "pragma_auto_unroll_max_step", depth)
         sch.annotate(lane, "pragma_unroll_explicit", 1)
     sch.vectorize(sch.get_loops(write_back)[-1])
     _pipeline(sch, cfg, ko, ki, a_shared, b_shared)

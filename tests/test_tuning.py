@@ -446,3 +446,33 @@ def test_the_tuner_builds_cuda_with_the_labs_compiler(monkeypatch):
     finally:  # this process's later builds report through the harness's hook again
         tvm_ffi.register_global_func("tvm_callback_cuda_compile", B._HOOK, override=True)
     assert C.PTXAS_FLAGS == ("-v", "-O3") and "register-usage-level" not in " ".join(C.PTXAS_FLAGS)
+
+
+@pytest.mark.parametrize("shape", ["1024x512x2048", "4096x4096x4096"])
+def test_the_fast_spaces_seed_is_best_gemms_own_kernel(shape):
+    """The search starts from the hand-written best: the seed's CUDA is best_gemm's to the byte
+    (the unroll knob is annotated where the hand step puts its own), so the tuner's final choice in
+    the harness cannot be a look-alike that is slower than the hand schedule."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from reports import build as B
+    from schedules import get, parse_workload
+    from tuning.spaces import get_space, sample_insts
+    from tuning.tuner import candidate_from_decisions, make_target
+
+    B.setup_cuda_env()
+    target = make_target("cuda", "sm_90")
+    wl = parse_workload(f"gemm:{shape}")
+    mod = tvm.IRModule({"main": wl.prim_func()})
+    space = get_space("fast")
+    ctx = ms.TuneContext(mod, target=target, space_generator=space.generator(target),
+                         search_strategy=ms.search_strategy.ReplayTrace(), task_name="t", num_threads=1)
+    (index, decisions), = space.seeds(wl)
+    trace = ctx.generate_design_space()[index].trace
+    cand, _, failed = candidate_from_decisions(mod, list(ctx.space_generator.postprocs), trace,
+                                               sample_insts(trace), decisions)
+    assert failed is None
+    spec = get("best_gemm")
+    hand = B.build_config(spec.build(wl, spec.config()), spec.config(), target)
+    assert B.build(cand.sch.mod, target).device.cuda == hand.device.cuda
