@@ -15,33 +15,9 @@ from dataclasses import dataclass, field
 import tvm
 import tvm_ffi
 
-from tuning.cuda_compile import compile_to_cubin, cuda_home, setup_cuda_env
-
-DEFAULT_ARCH = "sm_90"
-
-
-_cuda_home = cuda_home  # one definition, shared with the tuner's build processes
-
-
-def cuda_available() -> bool:
-    try:
-        return bool(tvm.runtime.enabled("cuda") and tvm.cuda(0).exist)
-    except Exception:  # noqa: BLE001 - no driver, no runtime: no GPU
-        return False
-
-
-def device_arch() -> str:
-    """sm_XY of GPU 0, or the default when there is none."""
-    if cuda_available():
-        return "sm_" + tvm.cuda(0).compute_version.replace(".", "")
-    return DEFAULT_ARCH
-
-
-def cuda_target(arch: str | None = None) -> tvm.target.Target:
-    return tvm.target.Target({
-        "kind": "cuda", "arch": arch or device_arch(), "max_shared_memory_per_block": 49152,
-        "max_threads_per_block": 1024, "thread_warp_size": 32, "registers_per_block": 65536,
-        "host": {"kind": "llvm"}})
+# the target and the compiler are shared with the tuner's build processes (one definition each)
+from tuning.cuda_compile import (DEFAULT_ARCH, compile_to_cubin, cuda_available,  # noqa: F401
+                                 cuda_target, device_arch, setup_cuda_env)
 
 
 @dataclass

@@ -160,8 +160,8 @@ def reselect_candidates(rows: list[dict], k: int) -> list[dict]:
 
 
 def reselect(db: str, workload: str, out_dir: str, k: int = 5, timeout: float = 300.0) -> list[dict]:
-    """Time each run's ``k`` fastest distinct configurations (by the tuner's timer) in ``schedlab
-    run``'s harness (L2 emptied before every run by reading, CUDA events, full float64 check), and
+    """Time each run's ``k`` fastest distinct configurations (by the tuner's timer) and the hand
+    seeds (:func:`reselect_candidates`) in ``schedlab run``'s harness (L2 emptied before every run by reading, CUDA events, full float64 check), and
     save the fastest there as the workload's best, the one ``tuned_gemm`` replays. The tuner's timer
     and the harness can order close configurations differently (a warm tuner keeps the inputs in L2;
     the cold one flushes by copying), so the final choice is made where the report measures, and

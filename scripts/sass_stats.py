@@ -46,10 +46,10 @@ TARGET = re.compile(r"`\(([^)]+)\)|\b0x([0-9a-f]+)\b")  # a label (nvdisasm) or 
 
 
 def disassembler() -> list[str]:
-    from reports.build import _cuda_home
+    from tuning.cuda_compile import cuda_home
 
     for tool, flags in (("cuobjdump", ["-sass"]), ("nvdisasm", ["-c"])):
-        path = os.path.join(_cuda_home(), "bin", tool)
+        path = os.path.join(cuda_home(), "bin", tool)
         path = path if os.path.exists(path) else shutil.which(tool)
         if path:
             return [path, *flags]
@@ -103,7 +103,7 @@ def grouped(instrs) -> dict[str, int]:
 
 def report(instrs, loop, key) -> str:
     whole, body = grouped(instrs), grouped(loop)
-    lines = [f"| kind | whole kernel | main loop | share of the loop |", "|---|---:|---:|---:|"]
+    lines = ["| kind | whole kernel | main loop | share of the loop |", "|---|---:|---:|---:|"]
     for group in whole:
         share = f"{100 * body[group] / len(loop):.1f}%" if loop else ""
         lines.append(f"| {group} | {whole[group]} | {body[group]} | {share} |")

@@ -57,8 +57,8 @@ def add_parser(subparsers):
     s.add_argument("--hand", action="store_true", help="in the report, time tuned_gemm beside the hand "
                    "schedules, cuBLAS and dlight (schedlab run's harness)")
     s.add_argument("--reselect", type=int, default=0, metavar="K",
-                   help="before the report: time the tuner's K fastest configurations in schedlab run's harness "
-                   "and keep the fastest there as tuned_gemm (needs a GPU)")
+                   help="before the report: time each run's K fastest configurations and the hand seeds in "
+                   "schedlab run's harness and keep the fastest there as tuned_gemm (needs a GPU)")
     s.add_argument("--report-only", action="store_true", help="no tuning: write the report of what DIR holds")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=cmd_tune)

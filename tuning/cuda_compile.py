@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 
 PTXAS_FLAGS = ("-v", "-O3")
+DEFAULT_ARCH = "sm_90"  # where there is no GPU to ask
 
 
 def cuda_home() -> str:
@@ -37,6 +38,34 @@ def setup_cuda_env():
         bin_dir = os.path.join(home, "bin")
         if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
             os.environ["PATH"] = os.environ.get("PATH", "") + os.pathsep + bin_dir
+
+
+def cuda_available() -> bool:
+    import tvm
+
+    try:
+        return bool(tvm.runtime.enabled("cuda") and tvm.cuda(0).exist)
+    except Exception:  # noqa: BLE001 - no driver, no runtime: no GPU
+        return False
+
+
+def device_arch() -> str:
+    """sm_XY of GPU 0, or the default when there is none."""
+    import tvm
+
+    if cuda_available():
+        return "sm_" + tvm.cuda(0).compute_version.replace(".", "")
+    return DEFAULT_ARCH
+
+
+def cuda_target(arch: str | None = None):
+    """The CUDA target every kernel of the lab is built for (the harness's and the tuner's)."""
+    import tvm
+
+    return tvm.target.Target({
+        "kind": "cuda", "arch": arch or device_arch(), "max_shared_memory_per_block": 49152,
+        "max_threads_per_block": 1024, "thread_warp_size": 32, "registers_per_block": 65536,
+        "host": {"kind": "llvm"}})
 
 
 def compile_to_cubin(code: str, arch: str) -> tuple[str, bytes, str]:
@@ -69,7 +98,7 @@ def lab_compile(code):
     import tvm
 
     target = tvm.target.Target.current(allow_none=True)
-    arch = str(target.arch) if target is not None and target.kind.name == "cuda" else "sm_90"
+    arch = str(target.arch) if target is not None and target.kind.name == "cuda" else DEFAULT_ARCH
     return bytearray(compile_to_cubin(code, arch)[1])
 
 

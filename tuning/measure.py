@@ -101,8 +101,7 @@ def cold_costs(rt_mod, device, evaluator_config, repeated_args, flush_bytes: int
     """Seconds per run, each run timed alone after an L2 flush: one probe run; then, for a kernel
     faster than ``budget_s``, ``warmup_ms`` of back-to-back untimed runs (so that no candidate is
     timed while the GPU's clocks ramp up) and up to ``evaluator_config.repeat`` timed runs, as many
-    as fit in ``budget_s``; a
-    slow kernel gets the probe and one more run. ``time_evaluator`` runs the kernel once untimed
+    as fit in ``budget_s``; a slow kernel gets the probe and one more run. ``time_evaluator`` runs the kernel once untimed
     before it times, and its flush is a device copy (it leaves dirty lines that the timed run
     writes back; the harness reads instead, so its times are a little shorter)."""
     def timer(repeat):

@@ -33,7 +33,7 @@ from schedules import parse_workload
 
 from . import records as R
 from .cost_models import make_cost_model
-from .cuda_compile import setup_cuda_env
+from .cuda_compile import cuda_target, setup_cuda_env
 from .measure import (make_parallel_builder, checked_evaluator_local, checked_evaluator_rpc, cold_evaluator_local,
                       cold_evaluator_rpc, classify_error, verify_evaluator_local, verify_evaluator_rpc, FULL_TOLERANCE,
                       TIMERS)
@@ -90,21 +90,9 @@ def setup_env():
     setup_cuda_env()
 
 
-def device_arch(default="sm_90") -> str:
-    try:
-        if tvm.runtime.enabled("cuda") and tvm.cuda(0).exist:
-            return "sm_" + tvm.cuda(0).compute_version.replace(".", "")
-    except Exception:  # noqa: BLE001
-        pass
-    return default
-
-
 def make_target(kind: str = "cuda", arch: str | None = None):
     if kind == "cuda":
-        return tvm.target.Target({
-            "kind": "cuda", "arch": arch or device_arch(), "max_shared_memory_per_block": 49152,
-            "max_threads_per_block": 1024, "thread_warp_size": 32, "registers_per_block": 65536,
-            "host": {"kind": "llvm"}})
+        return cuda_target(arch)
     if kind == "llvm":
         return tvm.target.Target({"kind": "llvm", "num-cores": max(1, min(4, os.cpu_count() or 1))})
     raise ValueError(f"unknown target {kind!r} (cuda or llvm)")
