@@ -96,6 +96,20 @@ def round2_fp16():
 ODD_SHAPES = ("1000x500x2001", "3x5x7", "1x4097x1")
 
 
+def wgmma_configs():
+    """Step 21's block shapes and ring depths: 128x256 (2 warpgroups, 1 block per SM) down to
+    128x128 (2 blocks per SM where 3 stages fit)."""
+    w = "wgmma_gemm"
+    out = [("tensor_core_gemm", {})]
+    for bm, bn, stages in ((128, 256, 4), (128, 256, 3), (128, 128, 4), (128, 128, 3), (256, 128, 4),
+                           (256, 128, 3), (64, 256, 4), (128, 64, 4)):
+        out.append((w, dict(block_m=bm, block_n=bn, stages=stages)))
+    return out
+
+
+WGMMA_ODD = ("1000x520x2000", "8x8x8", "130x264x72")
+
+
 def make_jobs(shapes, which):
     if which == "round2":
         jobs = []
@@ -114,6 +128,14 @@ def make_jobs(shapes, which):
                 jobs.append({"workload": f"gemm:{shape}:float16", "name": "tensor_core_gemm", "params": p})
         return jobs
     jobs = []
+    if which == "wgmma":
+        for shape in shapes:
+            wl = f"gemm:{shape}:float16"
+            jobs += [{"workload": wl, "name": "cublas"}]
+            jobs += [{"workload": wl, "name": n, "params": p} for n, p in wgmma_configs()]
+        jobs += [{"workload": f"gemm:{shape}:float16", "name": "wgmma_gemm", "params": p}
+                 for shape in WGMMA_ODD for p in ({}, dict(block_n=128, stages=3))]
+        return jobs
     for shape in shapes:
         if which in ("fp32", "all"):
             wl = f"gemm:{shape}"
@@ -129,7 +151,7 @@ def make_jobs(shapes, which):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="out/sweep")
-    ap.add_argument("--set", default="all", choices=("fp32", "fp16", "all", "round2"))
+    ap.add_argument("--set", default="all", choices=("fp32", "fp16", "all", "round2", "wgmma"))
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--budget", type=float, default=0.15, help="seconds of timed runs per kernel")

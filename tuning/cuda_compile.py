@@ -68,12 +68,25 @@ def cuda_target(arch: str | None = None):
         "host": {"kind": "llvm"}})
 
 
+ARCH_SPECIFIC = ("wgmma.", "setmaxnreg.")  # Hopper instructions that only sm_90a accepts
+
+
+def arch_for(code: str, arch: str) -> str:
+    """``arch``, or its architecture-specific form (``sm_90`` → ``sm_90a``) where the source uses
+    instructions that only the ``a`` target has (wgmma): code built for it runs on that chip only."""
+    if arch == "sm_90" and any(op in code for op in ARCH_SPECIFIC):
+        return "sm_90a"
+    return arch
+
+
 def compile_to_cubin(code: str, arch: str) -> tuple[str, bytes, str]:
-    """(PTX text, cubin, ptxas's report) of a CUDA source for ``arch`` (e.g. ``sm_90``)."""
+    """(PTX text, cubin, ptxas's report) of a CUDA source for ``arch`` (e.g. ``sm_90``; ``sm_90a``
+    where the source needs it, :func:`arch_for`)."""
     import tvm
     from tvm.support import nvcc
 
     setup_cuda_env()
+    arch = arch_for(code, arch)
     with tvm.target.Target({"kind": "cuda", "arch": arch}):
         ptx = nvcc.compile_cuda(code, target_format="ptx", arch=arch, compiler="nvcc")
     ptx_text = ptx.decode() if isinstance(ptx, (bytes, bytearray)) else str(ptx)

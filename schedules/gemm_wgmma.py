@@ -1,0 +1,207 @@
+"""Step 21: Hopper's warpgroup MMA (``wgmma``) for fp16 GEMM, written as a TIR kernel.
+
+TVM 0.27's tensorize intrinsics stop at ``wmma`` and ``mma.sync`` (step 19); ``wgmma`` is a
+warpgroup-wide instruction (128 threads) whose accumulator is spread over the four warps and whose
+operands are *shared-memory descriptors*, not fragments, so no ``TensorIntrin`` of the s_tir
+schedule language describes it. TVM's PTX dialect (``T.ptx``, the TIRx CUDA backend) does emit it,
+and the ordinary ``tvm.compile`` pipeline compiles a TIR function that calls it. This step therefore
+writes its loop nest directly as TIR (TVMScript), with the tile sizes as parameters, and hands it to
+the lab as a schedule like every other step (``schedlab show`` prints its TIR, lowered TIR, CUDA
+and PTX).
+
+Hopper's own instructions need the architecture-specific target ``sm_90a``; the lab's compiler
+(:func:`tuning.cuda_compile.compile_to_cubin`) takes it for any source that uses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir
+from tvm.script import tirx as T
+
+from .common import ceil_div
+from .errors import ScheduleParamError
+from .registry import Launch, register
+from .workloads import Gemm
+
+BLOCK_K = 64  # one 128-byte row of fp16 per K tile: exactly the 128-byte swizzle atom
+SWIZZLE_128B = 3  # TVM's descriptor encoder: 0 none, 1 32 B, 2 64 B, 3 128 B
+WARPGROUP = 128  # threads
+WGMMA_K = 16  # K of one wgmma.m64nNk16
+
+
+@dataclass(frozen=True)
+class WgmmaConfig:
+    """``block_m`` rows per block (64 per warpgroup), ``block_n`` columns (the wgmma's N, up to
+    256), ``stages`` K tiles of 64 in the shared-memory ring, ``group_m`` block-rows per group of
+    the grouped block order."""
+
+    block_m: int = 128
+    block_n: int = 256
+    stages: int = 4
+    group_m: int = 8
+    dtypes = ("float16",)
+
+    @property
+    def warpgroups(self) -> int:
+        return self.block_m // 64
+
+    @property
+    def threads(self) -> int:
+        return WARPGROUP * self.warpgroups
+
+    def stage_elems(self) -> int:
+        return (self.block_m + self.block_n) * BLOCK_K
+
+    def shared_bytes(self) -> int:
+        # the ring plus 1 KiB to align it: the 128-byte swizzle repeats every 1024 bytes
+        return 2 * (self.stages * self.stage_elems() + 512)
+
+    def check(self, wl: Gemm):
+        if wl.dtype != "float16":
+            raise ScheduleParamError(f"wgmma_gemm takes float16 inputs, not {wl.dtype}")
+        if self.block_m % 64 or not 64 <= self.block_m <= 256:
+            raise ScheduleParamError(f"wgmma_gemm: block_m must be 64, 128, 192 or 256 (64 rows per warpgroup), "
+                                     f"got {self.block_m}")
+        if self.block_n % 64 or not 64 <= self.block_n <= 256:
+            raise ScheduleParamError(f"wgmma_gemm: block_n must be 64, 128, 192 or 256 (whole 64-column "
+                                     f"panels, wgmma's N ≤ 256), got {self.block_n}")
+        if self.stages < 2:
+            raise ScheduleParamError(f"wgmma_gemm: stages must be at least 2, got {self.stages}")
+        if (self.block_n * BLOCK_K // 8) % self.threads:
+            raise ScheduleParamError(f"wgmma_gemm: the B tile's 16-byte chunks ({self.block_n * BLOCK_K // 8}) "
+                                     f"must divide over the {self.threads} threads (block_m, block_n)")
+        if wl.K % 8 or wl.N % 8:
+            raise ScheduleParamError(
+                f"wgmma_gemm copies rows in 16-byte pieces: K and N must be multiples of 8 "
+                f"({wl}); tensor_core_gemm takes any shape")
+
+    def launch(self, wl: Gemm) -> Launch:
+        tiles = ceil_div(wl.M, self.block_m) * ceil_div(wl.N, self.block_n)
+        return Launch((tiles, 1, 1), (self.threads, 1, 1), self.shared_bytes(),
+                      threads_from="block_m (128 threads per 64 rows)", shared_from="block_m, block_n, stages",
+                      dynamic_shared=True)
+
+
+def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
+    """The TIR of :func:`wgmma_gemm` for one shape and configuration."""
+    M, N, K = wl.M, wl.N, wl.K
+    BM, BN, S, GM = cfg.block_m, cfg.block_n, cfg.stages, cfg.group_m
+    THREADS = cfg.threads
+    A_ELEMS = BM * BLOCK_K  # one stage: the A tile, then the B tile
+    STAGE = cfg.stage_elems()
+    A_CHUNKS = A_ELEMS // 8 // THREADS  # 16-byte copies per thread per tile
+    B_CHUNKS = BN * BLOCK_K // 8 // THREADS
+    ROW_CHUNKS = BN // 8  # 16-byte chunks in one K row of the B tile
+    PANEL = 64 * BLOCK_K  # one 64-column panel of the B tile
+    ACC = BN // 2  # fp32 accumulators per thread: 64 x BN over 128 threads
+    KT = ceil_div(K, BLOCK_K)
+    TM, TN = ceil_div(M, BM), ceil_div(N, BN)
+    B_LBO = PANEL * 2 // 16  # descriptor offsets are in 16-byte units: next 64-column panel of B
+    SBO = 8 * 128 // 16  # next group of 8 rows (A) or 8 K rows (B): 1024 bytes
+    mma = T.ptx[f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.f16.f16"]
+
+    @T.macro
+    def copy_tile(A, B, smem, base, tid, tile_m, tile_n, kt, slot):
+        # A tile (BM x 64, k-major): row r is 128 bytes, its 16-byte chunk c stored at c ^ (r % 8)
+        for c in T.unroll(A_CHUNKS):
+            r = (c * THREADS + tid) // 8
+            ch = (c * THREADS + tid) % 8
+            gm = tile_m * BM + r
+            gk = kt * BLOCK_K + ch * 8
+            T.ptx["cp.async.cg.shared.global"](
+                T.address_of(smem[base + slot * STAGE + r * 64 + T.bitwise_xor(ch, r % 8) * 8]),
+                T.address_of(A[T.min(gm, M - 1), T.min(gk, K - 8)]), 16,
+                T.if_then_else(T.And(gm < M, gk < K), T.uint32(16), T.uint32(0)))  # 0: zero-fill
+        # B tile (64 x BN, n-major): 64-column panels, each K row of a panel 128 bytes, swizzled by k % 8
+        for c in T.unroll(B_CHUNKS):
+            kr = (c * THREADS + tid) // ROW_CHUNKS
+            nc = (c * THREADS + tid) % ROW_CHUNKS
+            gk = kt * BLOCK_K + kr
+            gn = tile_n * BN + nc * 8
+            T.ptx["cp.async.cg.shared.global"](
+                T.address_of(smem[base + slot * STAGE + A_ELEMS + (nc // 8) * PANEL + kr * 64
+                                  + T.bitwise_xor(nc % 8, kr % 8) * 8]),
+                T.address_of(B[T.min(gk, K - 1), T.min(gn, N - 8)]), 16,
+                T.if_then_else(T.And(gk < K, gn < N), T.uint32(16), T.uint32(0)))
+
+    @T.prim_func
+    def main(A: T.Buffer((M, K), "float16"), B: T.Buffer((K, N), "float16"), C: T.Buffer((M, N), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        bid = T.launch_thread("blockIdx.x", TM * TN)
+        tid = T.launch_thread("threadIdx.x", THREADS)
+        smem = T.alloc_buffer((S * STAGE + 512,), "float16", scope="shared.dyn")
+        acc = T.alloc_buffer((ACC,), "float32", scope="local")
+        desc_a = T.alloc_buffer((1,), "uint64", scope="local")
+        desc_b = T.alloc_buffer((1,), "uint64", scope="local")
+        # grouped block order (step 18): GM block-rows of one column group run together
+        first_m = bid // (GM * TN) * GM
+        rows = T.min(TM - first_m, GM)
+        tile_m = first_m + bid % (GM * TN) % rows
+        tile_n = bid % (GM * TN) // rows
+        # the ring starts on a 1024-byte boundary, where the 128-byte swizzle pattern starts
+        addr = T.cuda.cvta_generic_to_shared(T.address_of(smem[0]))
+        base = T.cast((T.uint32(1024) - (addr & T.uint32(1023))) & T.uint32(1023), "int32") // 2
+        wg = tid // WARPGROUP
+        for s in T.unroll(S - 1):  # prologue: K tiles 0 .. S-2 in flight
+            if s < KT:
+                copy_tile(A, B, smem, base, tid, tile_m, tile_n, s, s)
+            T.ptx["cp.async.commit_group"]()
+        for kt in T.serial(KT):
+            T.ptx["cp.async.wait_group"](S - 2)  # this thread's copies of tile kt have landed
+            T.ptx["fence.proxy.async.shared::cta"]()  # ... and are visible to the tensor cores
+            T.cuda.cta_sync()  # everyone's have; tile kt-1's slot is free (its wgmmas were waited for)
+            cur = kt % S
+            T.ptx.wgmma.fence.sync.aligned()
+            for kk in T.unroll(BLOCK_K // WGMMA_K):
+                # A: this warpgroup's 64 rows, 16 K columns in (32 bytes along the swizzled rows)
+                T.cuda.wgmma.encode_matrix_descriptor(
+                    T.address_of(desc_a[0]), T.address_of(smem[base + cur * STAGE + wg * 64 * 64 + kk * 16]),
+                    1, SBO, SWIZZLE_128B)
+                # B: 16 K rows (2048 bytes) in, every panel of the tile
+                T.cuda.wgmma.encode_matrix_descriptor(
+                    T.address_of(desc_b[0]), T.address_of(smem[base + cur * STAGE + A_ELEMS + kk * 16 * 64]),
+                    B_LBO, SBO, SWIZZLE_128B)
+                # D (+)= A·B; scale-d false on the very first: no separate zeroing of the accumulators
+                mma(*[acc[i] for i in range(ACC)], desc_a[0], desc_b[0], T.Or(kt > 0, kk > 0), 1, 1, 0, 1)
+            T.ptx.wgmma.commit_group.sync.aligned()
+            # while the tensor cores work: the copies of tile kt+S-1 into tile kt-1's slot
+            if kt + S - 1 < KT:
+                copy_tile(A, B, smem, base, tid, tile_m, tile_n, kt + S - 1, (kt + S - 1) % S)
+            T.ptx["cp.async.commit_group"]()
+            T.ptx.wgmma.wait_group.sync.aligned(0)
+        # the accumulators straight to C: warp w of a warpgroup holds rows 16w .. 16w+15, each lane
+        # two rows (lane/4, +8) and two adjacent columns of every 8-column group
+        warp = tid % WARPGROUP // 32
+        lane = tid % 32
+        for j in T.unroll(BN // 8):
+            for h in T.unroll(2):
+                for e in T.unroll(2):
+                    r = tile_m * BM + wg * 64 + warp * 16 + lane // 4 + h * 8
+                    col = tile_n * BN + j * 8 + lane % 4 * 2 + e
+                    if T.And(r < M, col < N):
+                        C[r, col] = acc[j * 4 + h * 2 + e]
+
+    return main
+
+
+@register("wgmma_gemm", "gemm", 21, WgmmaConfig, aliases=("warpgroup_mma", "wgmma"), tags=("float16",))
+def wgmma_gemm(wl: Gemm, cfg: WgmmaConfig = WgmmaConfig()):
+    """Warpgroup MMA (Hopper): fp16 inputs, fp32 accumulation through ``wgmma.mma_async``, each
+    warpgroup of 128 threads multiplying 64 × 256 × 16 per instruction with both operands read by
+    the tensor cores straight from shared memory; 2 warpgroups per 128 × 256 block, K tiles of 64 in
+    a 4-stage cp.async ring stored in the 128-byte swizzled layout wgmma reads, grouped block order.
+
+    Step 19's ``mma.sync`` is a warp-wide, synchronous instruction fed from registers: every warp
+    loads its fragments from shared memory (ldmatrix) and waits for each product. ``wgmma`` is
+    issued by four warps at once, asynchronously, on descriptors of the shared tiles, so no
+    fragment loads pass through registers and a thread can issue the next tile's copies while the
+    tensor cores work; it is the instruction Hopper's full tensor-core rate is reached with (cuBLAS
+    uses it). The shared tiles must be in one of its canonical layouts: A k-major and B n-major, in
+    rows of 128 bytes whose 16-byte pieces are permuted by XOR with the row index (the 128-byte
+    swizzle, which also keeps the copies free of bank conflicts). TVM's s_tir schedule language
+    has no tensor intrinsic for a warpgroup instruction, so this step is written as a TIR kernel
+    with ``T.ptx`` calls rather than as transformations of the naive loop nest.
+    """
+    return s_tir.Schedule(wgmma_kernel(wl, cfg))

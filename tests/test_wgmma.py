@@ -1,0 +1,110 @@
+"""Step 21, wgmma_gemm: it compiles for sm_90a without spills, its PTX holds the warpgroup MMA
+and the asynchronous copies it claims, shapes it cannot copy in 16-byte pieces are refused with the
+reason, and (on a GPU) its products are right at tile multiples, odd shapes and other block shapes."""
+
+import re
+
+import pytest
+
+from reports import build as B
+from schedules import ScheduleParamError, get, parse_workload
+from tests.helpers import build_spec, run_on_gpu
+from tuning.cuda_compile import arch_for
+
+SPEC = get("wgmma_gemm")
+BIG = "gemm:4096x4096x4096:float16"
+ODD = ["gemm:1000x520x2000:float16", "gemm:8x8x8:float16", "gemm:130x264x72:float16"]
+OTHER_BLOCKS = [dict(block_n=128, stages=3), dict(block_m=256, block_n=128), dict(block_m=64, block_n=256),
+                dict(block_m=128, block_n=64)]
+
+_CACHE = {}
+
+
+def built(workload, **params):
+    key = (workload, tuple(sorted(params.items())))
+    if key not in _CACHE:
+        _CACHE[key] = build_spec(SPEC, workload, **params)
+    return _CACHE[key]
+
+
+def test_registered_as_step_21_for_fp16_only():
+    assert SPEC.step == 21 and get("wgmma") is SPEC and get("warpgroup_mma") is SPEC
+    assert SPEC.input_dtypes == ("float16",)
+    with pytest.raises(ScheduleParamError, match="float16"):
+        SPEC.validate(parse_workload("gemm:4096x4096x4096"))
+
+
+@pytest.mark.parametrize("params", [{}] + OTHER_BLOCKS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "default")
+def test_compiles_for_sm90a_without_spills(params):
+    b = built(BIG, **params)
+    assert "for 'sm_90a'" in b.device.ptxas_log
+    (k,) = b.device.kernels
+    assert k.spills == 0 and k.registers <= 255
+    cfg = SPEC.config(**params)
+    assert b.launch == {"blockIdx.x": (4096 // cfg.block_m) * (4096 // cfg.block_n), "threadIdx.x": cfg.threads}
+
+
+def test_ptx_has_the_warpgroup_mma_on_swizzled_descriptors_and_async_copies():
+    b = built(BIG)
+    ptx = b.device.ptx
+    cfg = SPEC.config()
+    # four k16 steps per 64-deep K tile, m64n256k16, B n-major (imm-trans-b = 1)
+    mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.f16\.f16 [^;]*, 1, 1, 0, 1;", ptx)
+    assert mmas == [str(cfg.block_n)] * 4
+    assert "wgmma.fence.sync.aligned" in ptx and "wgmma.commit_group.sync.aligned" in ptx
+    assert "wgmma.wait_group.sync.aligned 0" in ptx
+    assert re.search(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, ", ptx)  # 16-byte copies, zero-fill size
+    assert "fence.proxy.async.shared::cta" in ptx  # generic-proxy copies made visible to the tensor cores
+    assert "cp.async.wait_group 2" in ptx  # a 4-stage ring: two tiles may still be in flight
+    # the 128-byte swizzle: descriptors encode layout type 1 (SW128) and a 1024-byte stride
+    assert "layout_type_ = uint8_t(1); break; // 128B swizzle" in b.device.cuda
+    assert re.search(r"ptx_wgmma_encode_matrix_descriptor\([^;]*, 1, 64, 3\)", b.device.cuda)
+
+
+def test_dynamic_shared_memory_is_the_ring_plus_alignment():
+    cfg = SPEC.config()
+    launch = SPEC.validate(parse_workload(BIG), cfg)
+    assert launch.dynamic_shared
+    assert launch.shared_bytes == 2 * (cfg.stages * (cfg.block_m + cfg.block_n) * 64 + 512) == 197632
+
+
+def test_other_kernels_stay_on_plain_sm90():
+    assert arch_for("asm volatile(\"wgmma.fence.sync.aligned;\");", "sm_90") == "sm_90a"
+    assert arch_for("__global__ void k() {}", "sm_90") == "sm_90"
+    assert arch_for("wgmma.fence.sync.aligned;", "sm_80") == "sm_80"
+    b = build_spec(get("tensor_core_gemm"), "gemm:1024x512x2048:float16")
+    assert "for 'sm_90'" in b.device.ptxas_log
+
+
+@pytest.mark.parametrize("workload,match", [("gemm:64x64x60:float16", "multiples of 8"),
+                                            ("gemm:64x60x64:float16", "multiples of 8")])
+def test_shapes_it_cannot_copy_are_refused(workload, match):
+    with pytest.raises(ScheduleParamError, match=match):
+        SPEC.validate(parse_workload(workload))
+
+
+@pytest.mark.parametrize("params,match", [(dict(block_n=96), "block_n"), (dict(block_m=96), "block_m"),
+                                          (dict(stages=1), "stages"), (dict(block_m=192, block_n=64), "divide")])
+def test_bad_configurations_are_refused(params, match):
+    with pytest.raises(ScheduleParamError, match=match):
+        SPEC.validate(parse_workload(BIG), SPEC.config(**params))
+
+
+@pytest.mark.parametrize("workload", ODD)
+def test_odd_shapes_build(workload):
+    assert built(workload).device.cubin
+
+
+# --- on the GPU -------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float16", BIG] + ODD)
+def test_correct(harness, workload):
+    # fp16 products are exact in fp32; only the fp32 sums round
+    assert run_on_gpu(harness, SPEC, workload) < 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", OTHER_BLOCKS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
+@pytest.mark.parametrize("workload", ["gemm:2048x2048x2048:float16", "gemm:1000x520x2000:float16"])
+def test_other_block_shapes_are_correct(harness, workload, params):
+    assert run_on_gpu(harness, SPEC, workload, **params) < 1e-4
