@@ -41,6 +41,7 @@ class WgmmaConfig:
     block_n: int = 256
     stages: int = 4
     group_m: int = 8
+    mma_overlap: bool = False  # leave one tile's wgmmas running while the next tile's are issued
     dtypes = ("float16",)
 
     @property
@@ -67,8 +68,9 @@ class WgmmaConfig:
         if self.block_n % 64 or not 64 <= self.block_n <= 256:
             raise ScheduleParamError(f"wgmma_gemm: block_n must be 64, 128, 192 or 256 (whole 64-column "
                                      f"panels, wgmma's N ≤ 256), got {self.block_n}")
-        if self.stages < 2:
-            raise ScheduleParamError(f"wgmma_gemm: stages must be at least 2, got {self.stages}")
+        if self.stages < 2 + self.mma_overlap:
+            raise ScheduleParamError(f"wgmma_gemm: stages must be at least {2 + self.mma_overlap} "
+                                     f"(mma_overlap={self.mma_overlap}), got {self.stages}")
         if (self.block_n * BLOCK_K // 8) % self.threads:
             raise ScheduleParamError(f"wgmma_gemm: the B tile's 16-byte chunks ({self.block_n * BLOCK_K // 8}) "
                                      f"must divide over the {self.threads} threads (block_m, block_n)")
@@ -88,6 +90,8 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
     """The TIR of :func:`wgmma_gemm` for one shape and configuration."""
     M, N, K = wl.M, wl.N, wl.K
     BM, BN, S, GM = cfg.block_m, cfg.block_n, cfg.stages, cfg.group_m
+    LAG = int(cfg.mma_overlap)  # wgmma groups left running at the end of an iteration
+    AHEAD = S - 1 - LAG  # K tiles copied ahead of the one computed: the ring also holds LAG tiles being read
     THREADS = cfg.threads
     A_ELEMS = BM * BLOCK_K  # one stage: the A tile, then the B tile
     STAGE = cfg.stage_elems()
@@ -144,14 +148,15 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
         addr = T.cuda.cvta_generic_to_shared(T.address_of(smem[0]))
         base = T.cast((T.uint32(1024) - (addr & T.uint32(1023))) & T.uint32(1023), "int32") // 2
         wg = tid // WARPGROUP
-        for s in T.unroll(S - 1):  # prologue: K tiles 0 .. S-2 in flight
+        for s in T.unroll(AHEAD):  # prologue: K tiles 0 .. AHEAD-1 in flight
             if s < KT:
                 copy_tile(A, B, smem, base, tid, tile_m, tile_n, s, s)
             T.ptx["cp.async.commit_group"]()
         for kt in T.serial(KT):
-            T.ptx["cp.async.wait_group"](S - 2)  # this thread's copies of tile kt have landed
+            T.ptx["cp.async.wait_group"](AHEAD - 1)  # this thread's copies of tile kt have landed
             T.ptx["fence.proxy.async.shared::cta"]()  # ... and are visible to the tensor cores
-            T.cuda.cta_sync()  # everyone's have; tile kt-1's slot is free (its wgmmas were waited for)
+            # everyone's have; and every warpgroup has waited for tile kt-1-LAG's wgmmas: its slot is free
+            T.cuda.cta_sync()
             cur = kt % S
             T.ptx.wgmma.fence.sync.aligned()
             for kk in T.unroll(BLOCK_K // WGMMA_K):
@@ -166,10 +171,12 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
                 # D (+)= A·B; scale-d false on the very first: no separate zeroing of the accumulators
                 mma(*[acc[i] for i in range(ACC)], desc_a[0], desc_b[0], T.Or(kt > 0, kk > 0), 1, 1, 0, 1)
             T.ptx.wgmma.commit_group.sync.aligned()
-            # while the tensor cores work: the copies of tile kt+S-1 into tile kt-1's slot
-            if kt + S - 1 < KT:
-                copy_tile(A, B, smem, base, tid, tile_m, tile_n, kt + S - 1, (kt + S - 1) % S)
+            # while the tensor cores work: the copies of tile kt+AHEAD into tile kt-1-LAG's slot
+            if kt + AHEAD < KT:
+                copy_tile(A, B, smem, base, tid, tile_m, tile_n, kt + AHEAD, (kt + AHEAD) % S)
             T.ptx["cp.async.commit_group"]()
+            T.ptx.wgmma.wait_group.sync.aligned(LAG)
+        if LAG > 0:
             T.ptx.wgmma.wait_group.sync.aligned(0)
         # the accumulators straight to C: warp w of a warpgroup holds rows 16w .. 16w+15, each lane
         # two rows (lane/4, +8) and two adjacent columns of every 8-column group

@@ -3,7 +3,8 @@
     python scripts/bench_gemm.py --out out/bench_gemm [--shapes 1024x512x2048,...] [--steps]
 
 For every shape, fp32 and fp16: cuBLAS (torch; fp32 with TF32 off), TVM's dlight rules, the best
-fp32 schedule (``best_gemm``) and the tensor-core step (WMMA and mma.sync variants); ``--steps`` adds
+fp32 schedule (``best_gemm``), the tensor-core step (WMMA and mma.sync variants) and, where the shape
+allows it, the warpgroup-MMA step (``wgmma_gemm``); ``--steps`` adds
 steps 14-18 at their defaults. Each TVM kernel is built in its own process and run in a guarded
 timing process (reports.gemm_bench): results checked against float64 first (fresh random inputs,
 output poisoned with NaN), then timed with CUDA events, L2 emptied before each run, median.
@@ -37,7 +38,19 @@ def make_jobs(shapes, steps=False):
         jobs += [{"workload": wl16, "name": "cublas"}, {"workload": wl16, "name": "tvm_dlight"},
                  {"workload": wl16, "name": "tensor_core_gemm"},
                  {"workload": wl16, "name": "tensor_core_gemm", "params": {"intrinsics": "mma"}}]
+        if applies("wgmma_gemm", wl16):  # 16-byte row copies: K and N multiples of 8
+            jobs.append({"workload": wl16, "name": "wgmma_gemm"})
     return jobs
+
+
+def applies(name, workload) -> bool:
+    from schedules import ScheduleParamError, get, parse_workload
+
+    try:
+        get(name).validate(parse_workload(workload))
+    except ScheduleParamError:
+        return False
+    return True
 
 
 def label(row):

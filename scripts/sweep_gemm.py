@@ -104,6 +104,8 @@ def wgmma_configs():
     for bm, bn, stages in ((128, 256, 4), (128, 256, 3), (128, 128, 4), (128, 128, 3), (256, 128, 4),
                            (256, 128, 3), (64, 256, 4), (128, 64, 4)):
         out.append((w, dict(block_m=bm, block_n=bn, stages=stages)))
+        if stages == 4:
+            out.append((w, dict(block_m=bm, block_n=bn, stages=stages, mma_overlap=True)))
     return out
 
 
@@ -134,7 +136,7 @@ def make_jobs(shapes, which):
             jobs += [{"workload": wl, "name": "cublas"}]
             jobs += [{"workload": wl, "name": n, "params": p} for n, p in wgmma_configs()]
         jobs += [{"workload": f"gemm:{shape}:float16", "name": "wgmma_gemm", "params": p}
-                 for shape in WGMMA_ODD for p in ({}, dict(block_n=128, stages=3))]
+                 for shape in WGMMA_ODD for p in ({}, dict(block_n=128, stages=3), dict(mma_overlap=True))]
         return jobs
     for shape in shapes:
         if which in ("fp32", "all"):
