@@ -5,7 +5,7 @@
 The kernel is built as ``schedlab run`` builds it (no GPU needed: the lab compiles the CUDA source
 itself); the cubin is disassembled with the toolkit's ``cuobjdump -sass`` (or ``nvdisasm``). The main
 loop is the backward branch's range that holds the most instructions of the busiest kind
-(HMMA for tensor cores, FFMA otherwise). What the counts say: how many of the loop's instructions
+(HGMMA for warpgroup MMA, HMMA for tensor cores, FFMA otherwise). What the counts say: how many of the loop's instructions
 do the arithmetic, and how many feed it (shared loads, async copies, barriers, integer address
 arithmetic).
 """
@@ -26,7 +26,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 GROUPS = {
-    "tensor core (HMMA)": ("HMMA",),
+    "tensor core (HMMA, HGMMA)": ("HMMA", "HGMMA"),
+    "warpgroup MMA sync (WARPGROUP.ARRIVE/DEPBAR)": ("WARPGROUP",),
     "fp32 FMA/MUL/ADD": ("FFMA", "FMUL", "FADD"),
     "shared loads (LDS, LDSM)": ("LDS", "LDSM"),
     "shared stores (STS)": ("STS",),
@@ -132,7 +133,8 @@ def main(argv=None):
             f.write(built.device.cubin)
         sass = subprocess.run([*disassembler(), cubin], capture_output=True, text=True, check=True).stdout
     instrs, labels = parse(sass)
-    key = "HMMA" if any(op == "HMMA" for _, op, _ in instrs) else "FFMA"
+    ops = {op for _, op, _ in instrs}
+    key = next((k for k in ("HGMMA", "HMMA") if k in ops), "FFMA")
     loop = main_loop(instrs, labels, key)
     k = built.kernel
     head = (f"{spec.name} on {wl} ({', '.join(f'{n}={v}' for n, v in params.items()) or 'defaults'}): "

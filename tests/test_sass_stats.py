@@ -27,7 +27,7 @@ def test_the_main_loop_is_the_backward_branch_with_the_most_mma():
     loop = main_loop(instrs, labels, "HMMA")
     assert [op for _, op, _ in loop] == ["LDSM", "HMMA", "HMMA", "IADD3", "BAR", "BRA"]
     g = grouped(loop)
-    assert g["tensor core (HMMA)"] == 2 and g["shared loads (LDS, LDSM)"] == 1 and g["barriers (BAR)"] == 1
+    assert g["tensor core (HMMA, HGMMA)"] == 2 and g["shared loads (LDS, LDSM)"] == 1 and g["barriers (BAR)"] == 1
     assert g["integer/address (IMAD, IADD3, VIADD, LEA, SHF, LOP3, ISETP ...)"] == 1
     assert sum(g.values()) == len(loop)  # every instruction counted once
 
