@@ -22,7 +22,8 @@ from tvm.script import tirx as T
 
 from .common import ceil_div
 from .errors import ScheduleParamError
-from .registry import Launch, register
+from .gemm_fast import H200_SMS, BestConfig, TensorCoreConfig
+from .registry import Launch, get, register
 from .workloads import Gemm
 
 BLOCK_K = 64  # one 128-byte row of fp16 per K tile: exactly the 128-byte swizzle atom
@@ -106,29 +107,39 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
     SBO = 8 * 128 // 16  # next group of 8 rows (A) or 8 K rows (B): 1024 bytes
     mma = T.ptx[f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.f16.f16"]
 
+    # Thread ``tid``'s ``c``-th 16-byte copy of a tile and its place in the accumulator layout, as
+    # plain expressions (Python helpers, not TIR variables), so the simplifier sees the loop ranges
+    # and drops the bounds checks a shape does not need (at 4096³ all but one are provably true).
+    def copy16(dst, src, ok):  # one cp.async of 16 bytes, zero-filled where ``ok`` is false
+        return T.ptx["cp.async.cg.shared.global"](T.address_of(dst), T.address_of(src), 16,
+                                                   T.if_then_else(ok, T.uint32(16), T.uint32(0)))
+
+    def copy_a(A, smem, at, tid, c, tile_m, kt):
+        # A tile (BM x 64, k-major): row r is 128 bytes, its 16-byte chunk ch stored at ch ^ (r % 8)
+        r, ch = (c * THREADS + tid) // 8, (c * THREADS + tid) % 8
+        gm, gk = tile_m * BM + r, kt * BLOCK_K + ch * 8
+        return copy16(smem[at + r * 64 + T.bitwise_xor(ch, r % 8) * 8],
+                      A[T.min(gm, M - 1), T.min(gk, K - 8)], T.And(gm < M, gk < K))
+
+    def copy_b(B, smem, at, tid, c, tile_n, kt):
+        # B tile (64 x BN, n-major): 64-column panels, each K row of a panel 128 bytes, swizzled by k % 8
+        kr, nc = (c * THREADS + tid) // ROW_CHUNKS, (c * THREADS + tid) % ROW_CHUNKS
+        gk, gn = kt * BLOCK_K + kr, tile_n * BN + nc * 8
+        return copy16(smem[at + A_ELEMS + nc // 8 * PANEL + kr * 64 + T.bitwise_xor(nc % 8, kr % 8) * 8],
+                      B[T.min(gk, K - 1), T.min(gn, N - 8)], T.And(gk < K, gn < N))
+
+    def out_row(tile_m, tid, h):  # warp w of a warpgroup holds rows 16w.., each lane rows lane/4 and +8
+        return tile_m * BM + tid // WARPGROUP * 64 + tid % WARPGROUP // 32 * 16 + tid % 32 // 4 + h * 8
+
+    def out_col(tile_n, tid, j, e):  # ... and two adjacent columns of every 8-column group j
+        return tile_n * BN + j * 8 + tid % 4 * 2 + e
+
     @T.macro
     def copy_tile(A, B, smem, base, tid, tile_m, tile_n, kt, slot):
-        # A tile (BM x 64, k-major): row r is 128 bytes, its 16-byte chunk c stored at c ^ (r % 8)
         for c in T.unroll(A_CHUNKS):
-            r = (c * THREADS + tid) // 8
-            ch = (c * THREADS + tid) % 8
-            gm = tile_m * BM + r
-            gk = kt * BLOCK_K + ch * 8
-            T.ptx["cp.async.cg.shared.global"](
-                T.address_of(smem[base + slot * STAGE + r * 64 + T.bitwise_xor(ch, r % 8) * 8]),
-                T.address_of(A[T.min(gm, M - 1), T.min(gk, K - 8)]), 16,
-                T.if_then_else(T.And(gm < M, gk < K), T.uint32(16), T.uint32(0)))  # 0: zero-fill
-        # B tile (64 x BN, n-major): 64-column panels, each K row of a panel 128 bytes, swizzled by k % 8
+            copy_a(A, smem, base + slot * STAGE, tid, c, tile_m, kt)
         for c in T.unroll(B_CHUNKS):
-            kr = (c * THREADS + tid) // ROW_CHUNKS
-            nc = (c * THREADS + tid) % ROW_CHUNKS
-            gk = kt * BLOCK_K + kr
-            gn = tile_n * BN + nc * 8
-            T.ptx["cp.async.cg.shared.global"](
-                T.address_of(smem[base + slot * STAGE + A_ELEMS + (nc // 8) * PANEL + kr * 64
-                                  + T.bitwise_xor(nc % 8, kr % 8) * 8]),
-                T.address_of(B[T.min(gk, K - 1), T.min(gn, N - 8)]), 16,
-                T.if_then_else(T.And(gk < K, gn < N), T.uint32(16), T.uint32(0)))
+            copy_b(B, smem, base + slot * STAGE, tid, c, tile_n, kt)
 
     @T.prim_func
     def main(A: T.Buffer((M, K), "float16"), B: T.Buffer((K, N), "float16"), C: T.Buffer((M, N), "float32")):
@@ -148,6 +159,12 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
         addr = T.cuda.cvta_generic_to_shared(T.address_of(smem[0]))
         base = T.cast((T.uint32(1024) - (addr & T.uint32(1023))) & T.uint32(1023), "int32") // 2
         wg = tid // WARPGROUP
+        # the two matrix descriptors of the ring's start (128-byte swizzle, 1024 bytes between 8-row
+        # groups; B's 64-column panels PANEL apart); the loop only moves their start addresses
+        T.cuda.wgmma.encode_matrix_descriptor(T.address_of(desc_a[0]), T.address_of(smem[base]), 1, SBO,
+                                              SWIZZLE_128B)
+        T.cuda.wgmma.encode_matrix_descriptor(T.address_of(desc_b[0]), T.address_of(smem[base]), B_LBO, SBO,
+                                              SWIZZLE_128B)
         for s in T.unroll(AHEAD):  # prologue: K tiles 0 .. AHEAD-1 in flight
             if s < KT:
                 copy_tile(A, B, smem, base, tid, tile_m, tile_n, s, s)
@@ -160,16 +177,14 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
             cur = kt % S
             T.ptx.wgmma.fence.sync.aligned()
             for kk in T.unroll(BLOCK_K // WGMMA_K):
-                # A: this warpgroup's 64 rows, 16 K columns in (32 bytes along the swizzled rows)
-                T.cuda.wgmma.encode_matrix_descriptor(
-                    T.address_of(desc_a[0]), T.address_of(smem[base + cur * STAGE + wg * 64 * 64 + kk * 16]),
-                    1, SBO, SWIZZLE_128B)
-                # B: 16 K rows (2048 bytes) in, every panel of the tile
-                T.cuda.wgmma.encode_matrix_descriptor(
-                    T.address_of(desc_b[0]), T.address_of(smem[base + cur * STAGE + A_ELEMS + kk * 16 * 64]),
-                    B_LBO, SBO, SWIZZLE_128B)
-                # D (+)= A·B; scale-d false on the very first: no separate zeroing of the accumulators
-                mma(*[acc[i] for i in range(ACC)], desc_a[0], desc_b[0], T.Or(kt > 0, kk > 0), 1, 1, 0, 1)
+                # D (+)= A·B on descriptors moved along the ring (start address in 16-byte units):
+                # A: this warpgroup's 64 rows, 16 K columns in (32 bytes along the swizzled rows);
+                # B: 16 K rows (2048 bytes) in, every panel of the tile. scale-d false on the very
+                # first: no separate zeroing of the accumulators
+                mma(*[acc[i] for i in range(ACC)],
+                    desc_a[0] + T.uint64((cur * STAGE + wg * 64 * BLOCK_K + kk * WGMMA_K) // 8),
+                    desc_b[0] + T.uint64((cur * STAGE + A_ELEMS + kk * WGMMA_K * 64) // 8),
+                    T.Or(kt > 0, kk > 0), 1, 1, 0, 1)
             T.ptx.wgmma.commit_group.sync.aligned()
             # while the tensor cores work: the copies of tile kt+AHEAD into tile kt-1-LAG's slot
             if kt + AHEAD < KT:
@@ -178,17 +193,12 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
             T.ptx.wgmma.wait_group.sync.aligned(LAG)
         if LAG > 0:
             T.ptx.wgmma.wait_group.sync.aligned(0)
-        # the accumulators straight to C: warp w of a warpgroup holds rows 16w .. 16w+15, each lane
-        # two rows (lane/4, +8) and two adjacent columns of every 8-column group
-        warp = tid % WARPGROUP // 32
-        lane = tid % 32
+        # the accumulators straight to C (the wgmma accumulator layout: out_row, out_col)
         for j in T.unroll(BN // 8):
             for h in T.unroll(2):
                 for e in T.unroll(2):
-                    r = tile_m * BM + wg * 64 + warp * 16 + lane // 4 + h * 8
-                    col = tile_n * BN + j * 8 + lane % 4 * 2 + e
-                    if T.And(r < M, col < N):
-                        C[r, col] = acc[j * 4 + h * 2 + e]
+                    if T.And(out_row(tile_m, tid, h) < M, out_col(tile_n, tid, j, e) < N):
+                        C[out_row(tile_m, tid, h), out_col(tile_n, tid, j, e)] = acc[j * 4 + h * 2 + e]
 
     return main
 
@@ -212,3 +222,51 @@ def wgmma_gemm(wl: Gemm, cfg: WgmmaConfig = WgmmaConfig()):
     with ``T.ptx`` calls rather than as transformations of the naive loop nest.
     """
     return s_tir.Schedule(wgmma_kernel(wl, cfg))
+
+
+# --- the best fp16 choice --------------------------------------------------------------------------
+FP16_BLOCKS = (WgmmaConfig(), WgmmaConfig(block_n=128, stages=3), WgmmaConfig(block_n=64))
+
+
+def choose_fp16(wl: Gemm, sms: int = H200_SMS):
+    """The fp16 schedule for ``wl``: step 21 (wgmma) where its 16-byte copies fit the shape, with
+    the largest block tile of :data:`FP16_BLOCKS` whose blocks cover at least 90% of the SMs (one
+    block per SM: these tiles use most of an SM's registers or shared memory), else the one making
+    the most blocks; step 19 (WMMA, any shape) where they do not. Returns ``(step name, config)``.
+
+    Measured on an H200 (``scripts/sweep_gemm.py --set wgmma``): 128×256 at 4096³ and 2048³,
+    128×64 at 1024×512×2048 (64 blocks; 128×256 makes 16 and runs at half its speed).
+    """
+    if wl.K % 8 or wl.N % 8:
+        return "tensor_core_gemm", TensorCoreConfig()
+    blocks = [cfg.launch(wl).grid[0] for cfg in FP16_BLOCKS]
+    for cfg, n in zip(FP16_BLOCKS, blocks):
+        if n >= 0.9 * sms:
+            return "wgmma_gemm", cfg
+    return "wgmma_gemm", FP16_BLOCKS[blocks.index(max(blocks))]
+
+
+@dataclass(frozen=True)
+class BestFp16Config(BestConfig):
+    """No tile parameters: they are chosen per workload by :func:`choose_fp16`."""
+
+    dtypes = ("float16",)
+
+    def chosen(self, wl):
+        return choose_fp16(wl, self.sms)
+
+    def check(self, wl):
+        if wl.dtype != "float16":
+            raise ScheduleParamError(f"best_fp16_gemm is the fp16 choice; for {wl.dtype} use best_gemm")
+        self.chosen(wl)[1].check(wl)
+
+
+@register("best_fp16_gemm", "gemm", 22, BestFp16Config, aliases=("best_fp16",), tags=("float16",))
+def best_fp16_gemm(wl: Gemm, cfg: BestFp16Config = BestFp16Config()):
+    """Best fp16: warpgroup MMA (step 21) with the block tile that fills the GPU for the workload's
+    shape, chosen by :func:`choose_fp16`; WMMA (step 19) where K or N is not a multiple of 8.
+
+    Like best_gemm for fp32: one body, and what changes with the shape is how many blocks it makes.
+    """
+    name, chosen = cfg.chosen(wl)
+    return get(name).builder(wl, chosen)

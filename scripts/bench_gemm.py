@@ -4,7 +4,7 @@
 
 For every shape, fp32 and fp16: cuBLAS (torch; fp32 with TF32 off), TVM's dlight rules, the best
 fp32 schedule (``best_gemm``), the tensor-core step (WMMA and mma.sync variants) and, where the shape
-allows it, the warpgroup-MMA step (``wgmma_gemm``); ``--steps`` adds
+allows it, the warpgroup-MMA step (``wgmma_gemm``) and the fp16 choice per shape (``best_fp16_gemm``); ``--steps`` adds
 steps 14-18 at their defaults. Each TVM kernel is built in its own process and run in a guarded
 timing process (reports.gemm_bench): results checked against float64 first (fresh random inputs,
 output poisoned with NaN), then timed with CUDA events, L2 emptied before each run, median.
@@ -40,6 +40,7 @@ def make_jobs(shapes, steps=False):
                  {"workload": wl16, "name": "tensor_core_gemm", "params": {"intrinsics": "mma"}}]
         if applies("wgmma_gemm", wl16):  # 16-byte row copies: K and N multiples of 8
             jobs.append({"workload": wl16, "name": "wgmma_gemm"})
+        jobs.append({"workload": wl16, "name": "best_fp16_gemm"})
     return jobs
 
 

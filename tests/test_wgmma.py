@@ -98,6 +98,22 @@ def test_odd_shapes_build(workload):
     assert built(workload).device.cubin
 
 
+def test_best_fp16_fills_the_gpu_and_falls_back_to_wmma():
+    from schedules.gemm_wgmma import choose_fp16
+
+    big = choose_fp16(parse_workload(BIG))
+    assert big == ("wgmma_gemm", SPEC.config())
+    name, small = choose_fp16(parse_workload("gemm:1024x512x2048:float16"))  # 16 blocks of 128x256
+    assert name == "wgmma_gemm" and small.launch(parse_workload("gemm:1024x512x2048:float16")).grid[0] == 64
+    assert choose_fp16(parse_workload("gemm:3000x1000x2500:float16"))[0] == "tensor_core_gemm"  # K % 8 = 4
+    best = get("best_fp16_gemm")
+    assert best.step == 22 and best.input_dtypes == ("float16",)
+    with pytest.raises(ScheduleParamError, match="best_gemm"):
+        best.validate(parse_workload("gemm:1024x512x2048"))
+    assert "wgmma.mma_async" in build_spec(best, "gemm:1024x512x2048:float16").device.ptx
+    assert "wmma.mma.sync" in build_spec(best, "gemm:3000x1000x2500:float16").device.ptx
+
+
 # --- on the GPU -------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float16", BIG] + ODD)
@@ -111,3 +127,9 @@ def test_correct(harness, workload):
 @pytest.mark.parametrize("workload", ["gemm:2048x2048x2048:float16", "gemm:1000x520x2000:float16"])
 def test_other_block_shapes_are_correct(harness, workload, params):
     assert run_on_gpu(harness, SPEC, workload, **params) < 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float16", "gemm:3000x1000x2500:float16"])
+def test_best_fp16_is_correct(harness, workload):
+    assert run_on_gpu(harness, get("best_fp16_gemm"), workload) < 1e-4
