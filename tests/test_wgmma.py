@@ -14,7 +14,7 @@ from tuning.cuda_compile import arch_for
 SPEC = get("wgmma_gemm")
 BIG = "gemm:4096x4096x4096:float16"
 ODD = ["gemm:1000x520x2000:float16", "gemm:8x8x8:float16", "gemm:130x264x72:float16"]
-OTHER_BLOCKS = [dict(mma_overlap=True), dict(block_n=128, stages=3), dict(block_m=256, block_n=128), dict(block_m=64, block_n=256),
+OTHER_BLOCKS = [dict(mma_overlap=False), dict(block_n=128, stages=3), dict(block_m=256, block_n=128), dict(block_m=64, block_n=256),
                 dict(block_m=128, block_n=64)]
 
 _CACHE = {}
@@ -52,12 +52,13 @@ def test_ptx_has_the_warpgroup_mma_on_swizzled_descriptors_and_async_copies():
     mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.f16\.f16 [^;]*, 1, 1, 0, 1;", ptx)
     assert mmas == [str(cfg.block_n)] * 4
     assert "wgmma.fence.sync.aligned" in ptx and "wgmma.commit_group.sync.aligned" in ptx
-    assert "wgmma.wait_group.sync.aligned 0" in ptx
+    assert "wgmma.wait_group.sync.aligned 1" in ptx  # one tile's wgmmas left running (mma_overlap) ...
+    assert "wgmma.wait_group.sync.aligned 0" in ptx  # ... until the last
     assert re.search(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, ", ptx)  # 16-byte copies, zero-fill size
     assert "fence.proxy.async.shared::cta" in ptx  # generic-proxy copies made visible to the tensor cores
-    assert "cp.async.wait_group 2" in ptx  # a 4-stage ring: two tiles may still be in flight
-    overlapped = built(BIG, mma_overlap=True).device.ptx  # one tile's wgmmas left running, one copy fewer ahead
-    assert "wgmma.wait_group.sync.aligned 1" in overlapped and "cp.async.wait_group 1" in overlapped
+    assert "cp.async.wait_group 1" in ptx  # a 4-stage ring: one tile read, one computed, one copy may be in flight
+    waiting = built(BIG, mma_overlap=False).device.ptx  # each tile's wgmmas waited for: one copy more ahead
+    assert "wgmma.wait_group.sync.aligned 1" not in waiting and "cp.async.wait_group 2" in waiting
     # the 128-byte swizzle: descriptors encode layout type 1 (SW128) and a 1024-byte stride
     assert "layout_type_ = uint8_t(1); break; // 128B swizzle" in b.device.cuda
     assert re.search(r"ptx_wgmma_encode_matrix_descriptor\([^;]*, 1, 64, 3\)", b.device.cuda)
@@ -86,7 +87,7 @@ def test_shapes_it_cannot_copy_are_refused(workload, match):
 
 
 @pytest.mark.parametrize("params,match", [(dict(block_n=96), "block_n"), (dict(block_m=96), "block_m"),
-                                          (dict(stages=1), "stages"), (dict(stages=2, mma_overlap=True), "stages"),
+                                          (dict(stages=1), "stages"), (dict(stages=2), "stages"),
                                           (dict(block_m=192, block_n=64), "divide")])
 def test_bad_configurations_are_refused(params, match):
     with pytest.raises(ScheduleParamError, match=match):
