@@ -102,9 +102,11 @@ def plan(workloads, schedule_names=None, baseline_names=None, params=None, gpu=T
     for text in workloads:
         wl = parse_workload(text)
         specs = ([get(n) for n in schedule_names if get(n).kind == wl.kind] if schedule_names
-                 else [s for s in all_schedules(wl.kind) if "tuned" not in s.tags and s.accepts_dtype(wl)])  # tuned: by name only
+                 else [s for s in all_schedules(wl.kind) if not {"tuned", "tf32"} & set(s.tags) and s.accepts_dtype(wl)])
+        # tuned_gemm and tf32 steps (another precision than the fp32 rows) run by name only
         for spec in specs:
-            jobs.append({"workload": str(wl), "name": spec.name, "params": (params or {}).get(spec.name, {})})
+            jobs.append({"workload": str(wl), "name": spec.name, "params": (params or {}).get(spec.name, {}),
+                         "tolerance": spec.tolerance})
         names = list(BASELINES) if baseline_names is None else list(baseline_names)
         for name in names:
             if name not in BASELINES:

@@ -54,6 +54,12 @@ class ScheduleSpec:
         return inspect.getdoc(self.builder) or ""
 
     @property
+    def tolerance(self) -> float:
+        """The largest ‖out − ref‖/‖ref‖ against float64 that counts as right (``tolerance`` on the
+        config: tf32 steps round their inputs; every other step is checked to 1e-5)."""
+        return getattr(self.config_cls, "tolerance", 1e-5)
+
+    @property
     def input_dtypes(self) -> tuple[str, ...]:
         return getattr(self.config_cls, "dtypes", ("float32", "float16"))
 

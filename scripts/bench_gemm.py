@@ -4,7 +4,8 @@
 
 For every shape, fp32 and fp16: cuBLAS (torch; fp32 with TF32 off), TVM's dlight rules, the best
 fp32 schedule (``best_gemm``), the tensor-core step (WMMA and mma.sync variants) and, where the shape
-allows it, the warpgroup-MMA step (``wgmma_gemm``) and the fp16 choice per shape (``best_fp16_gemm``); ``--steps`` adds
+allows it, the warpgroup-MMA step (``wgmma_gemm``) and the fp16 choice per shape (``best_fp16_gemm``);
+for fp32 shapes also the TF32 warpgroup-MMA step (``wgmma_tf32_gemm``) beside cuBLAS in TF32 mode; ``--steps`` adds
 steps 14-18 at their defaults. Each TVM kernel is built in its own process and run in a guarded
 timing process (reports.gemm_bench): results checked against float64 first (fresh random inputs,
 output poisoned with NaN), then timed with CUDA events, L2 emptied before each run, median.
@@ -32,6 +33,9 @@ def make_jobs(shapes, steps=False):
         wl = "gemm:" + shape.strip().removeprefix("gemm:")
         jobs += [{"workload": wl, "name": "cublas"}, {"workload": wl, "name": "tvm_dlight"},
                  {"workload": wl, "name": "best_gemm"}]
+        if applies("wgmma_tf32_gemm", wl):  # tf32 tensor cores, beside cuBLAS in TF32 mode
+            jobs += [{"workload": wl, "name": "cublas_tf32"},
+                     {"workload": wl, "name": "wgmma_tf32_gemm", "tolerance": get_spec("wgmma_tf32_gemm").tolerance}]
         if steps:
             jobs += [{"workload": wl, "name": s} for s in STEPS]
         wl16 = f"{wl}:float16"
@@ -42,6 +46,12 @@ def make_jobs(shapes, steps=False):
             jobs.append({"workload": wl16, "name": "wgmma_gemm"})
         jobs.append({"workload": wl16, "name": "best_fp16_gemm"})
     return jobs
+
+
+def get_spec(name):
+    from schedules import get
+
+    return get(name)
 
 
 def applies(name, workload) -> bool:
@@ -60,11 +70,14 @@ def label(row):
 
 
 def table_rows(rows):
-    """Rows with their ratio to cuBLAS of the same workload (fp32 vs fp32 TF32 off, fp16 vs fp16)."""
-    cublas = {r["workload"]: r.get("tflops") for r in rows if r["name"] == "cublas"}
+    """Rows with their ratio to cuBLAS of the same workload and precision (fp32 vs fp32 TF32 off,
+    tf32 vs cuBLAS in TF32 mode, fp16 vs fp16)."""
+    cublas = {(r["workload"], r["name"]): r.get("tflops") for r in rows if r["name"] in ("cublas", "cublas_tf32")}
     out = []
     for r in rows:
-        ref = cublas.get(r["workload"])
+        tf32 = r["name"] == "cublas_tf32" or (r["name"] not in ("cublas", "tvm_dlight")
+                                              and "tf32" in get_spec(r["name"]).tags)
+        ref = cublas.get((r["workload"], "cublas_tf32" if tf32 else "cublas"))
         t = r.get("tflops")
         out.append({"workload": r["workload"], "kernel": label(r), "status": r.get("status"),
                     "time_ms": r.get("time_ms"), "tflops": t,
@@ -79,7 +92,8 @@ def markdown(trows, prov):
     lines = [f"# GEMM benchmark: {prov['gpu']}", "",
              f"TVM {prov['tvm']}, commit {prov['commit']}, {prov['date']}. Timer: {timer}; median; "
              "every result checked against float64 first. fp32 kernels are compared "
-             "with cuBLAS fp32 (TF32 off), fp16 ones with cuBLAS fp16.", "",
+             "with cuBLAS fp32 (TF32 off), tf32 ones (wgmma_tf32_gemm) with cuBLAS in TF32 mode "
+             "(cublas_tf32), fp16 ones with cuBLAS fp16.", "",
              "| workload | kernel | TFLOP/s | % cuBLAS | ms | rel. error | regs | spill B |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in trows:

@@ -130,6 +130,14 @@ def make_jobs(shapes, which):
                 jobs.append({"workload": f"gemm:{shape}:float16", "name": "tensor_core_gemm", "params": p})
         return jobs
     jobs = []
+    if which == "tf32":  # step 23's block shapes, beside cuBLAS in TF32 mode
+        for shape in shapes:
+            wl = f"gemm:{shape}"
+            jobs += [{"workload": wl, "name": "cublas_tf32"}, {"workload": wl, "name": "best_gemm"}]
+            jobs += [{"workload": wl, "name": "wgmma_tf32_gemm", "params": p, "tolerance": 2e-3}
+                     for p in ({}, dict(mma_overlap=False), dict(block_m=256, block_n=128),
+                               dict(block_n=128, stages=3, mma_overlap=False), dict(block_n=64, mma_overlap=False))]
+        return jobs
     if which == "wgmma":
         for shape in shapes:
             wl = f"gemm:{shape}:float16"
@@ -153,7 +161,7 @@ def make_jobs(shapes, which):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="out/sweep")
-    ap.add_argument("--set", default="all", choices=("fp32", "fp16", "all", "round2", "wgmma"))
+    ap.add_argument("--set", default="all", choices=("fp32", "fp16", "all", "round2", "wgmma", "tf32"))
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--budget", type=float, default=0.15, help="seconds of timed runs per kernel")
@@ -181,7 +189,7 @@ def print_tables(rows):
     for r in rows:
         by_wl.setdefault(r["workload"], []).append(r)
     for wl, rs in by_wl.items():
-        cublas = next((r.get("tflops") for r in rs if r["name"] == "cublas"), None)
+        cublas = next((r.get("tflops") for r in rs if r["name"] in ("cublas", "cublas_tf32")), None)
         print(f"\n## {wl} (cuBLAS {cublas and round(cublas, 2)} TFLOP/s)")
         for r in sorted(rs, key=lambda r: -(r.get("tflops") or 0)):
             t = r.get("tflops")

@@ -134,3 +134,59 @@ def test_other_block_shapes_are_correct(harness, workload, params):
 @pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float16", "gemm:3000x1000x2500:float16"])
 def test_best_fp16_is_correct(harness, workload):
     assert run_on_gpu(harness, get("best_fp16_gemm"), workload) < 1e-4
+
+
+# --- TF32 (step 23) -----------------------------------------------------------------------------
+TF32 = get("wgmma_tf32_gemm")
+
+
+def test_tf32_step_reads_both_operands_k_major_and_transposes_b_on_the_way_in():
+    b = build_spec(TF32, "gemm:4096x4096x4096")
+    (k,) = b.device.kernels
+    assert k.spills == 0 and "for 'sm_90a'" in b.device.ptxas_log
+    # k8 steps, no transpose immediates (tf32 has none): scale-d, scale-a, scale-b only
+    mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n256k8\.f32\.tf32\.tf32 [^;]*, p\w*, 1, 1;", b.device.ptx)
+    assert len(mmas) == 4  # four k8 steps per 32-deep tile
+    assert re.search(r"cp\.async\.ca\.shared\.global \[[^]]+\], \[[^]]+\], 4, ", b.device.ptx)  # B: one element per copy
+    assert re.search(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, ", b.device.ptx)  # A: 16-byte rows
+    # B's descriptor: k-major like A (leading offset unused, 1024 bytes between 8-row groups)
+    assert len(re.findall(r"ptx_wgmma_encode_matrix_descriptor\([^;]*, 1, 64, 3\)", b.device.cuda)) == 2
+
+
+def test_tf32_step_is_refused_where_it_cannot_copy_and_run_by_name_only():
+    with pytest.raises(ScheduleParamError, match="multiple of 4"):
+        TF32.validate(parse_workload("gemm:64x64x66"))
+    with pytest.raises(ScheduleParamError, match="float32"):
+        TF32.validate(parse_workload(BIG))
+    TF32.validate(parse_workload("gemm:3000x1000x2500"))  # N is copied element by element: any N
+    from reports.runner import plan
+
+    default = plan(["gemm:1024x512x2048"], baseline_names=[])
+    assert "wgmma_tf32_gemm" not in {j["name"] for j in default}
+    assert all(j["tolerance"] == 1e-5 for j in default)
+    (job,) = plan(["gemm:1024x512x2048"], ["wgmma_tf32_gemm"], baseline_names=[])
+    assert job["tolerance"] == TF32.tolerance == 2e-3
+
+
+def test_bench_compares_tf32_with_cublas_in_tf32_mode():
+    from scripts.bench_gemm import make_jobs, table_rows
+
+    jobs = make_jobs(["4096x4096x4096", "1000x500x2001"])
+    names = [(j["workload"], j["name"]) for j in jobs]
+    assert ("gemm:4096x4096x4096", "cublas_tf32") in names and ("gemm:4096x4096x4096", "wgmma_tf32_gemm") in names
+    assert ("gemm:1000x500x2001", "wgmma_tf32_gemm") not in names  # K % 4 != 0
+    rows = [{"workload": "w", "name": "cublas", "tflops": 50.0}, {"workload": "w", "name": "cublas_tf32", "tflops": 400.0},
+            {"workload": "w", "name": "wgmma_tf32_gemm", "tflops": 200.0}, {"workload": "w", "name": "best_gemm", "tflops": 45.0}]
+    pct = {r["kernel"]: r["pct_cublas"] for r in table_rows(rows)}
+    assert pct["wgmma_tf32_gemm"] == 50.0 and pct["best_gemm"] == 90.0 and pct["cublas_tf32"] == 100.0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload,params", [("gemm:1024x512x2048", {}), ("gemm:4096x4096x4096", {}),
+                                             ("gemm:3000x1000x2500", {}), ("gemm:130x264x72", {}), ("gemm:8x8x8", {}),
+                                             ("gemm:1000x500x2000", dict(block_n=128, stages=3, mma_overlap=False))])
+def test_tf32_is_correct_to_tf32_rounding(harness, workload, params):
+    err = run_on_gpu(harness, TF32, workload, **params)
+    # right to tf32's rounding, and not fp32-exact: the tensor cores did read tf32
+    assert err < TF32.tolerance
+    assert err > 1e-5 or workload == "gemm:8x8x8"
