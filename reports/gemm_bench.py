@@ -79,7 +79,7 @@ def build_all(jobs, lib_dir, workers=8, arch=None, progress=True):
     os.makedirs(lib_dir, exist_ok=True)
     todo = []
     for n, job in enumerate(jobs):
-        if job["name"] == "cublas":
+        if job["name"] in CUBLAS:
             continue
         todo.append({**job, "lib": os.path.join(lib_dir, f"k{n}.so"), "arch": arch})
     rows = {}
@@ -117,6 +117,7 @@ def _pool_init():
 
 # --- phase 2: check and time -------------------------------------------------------------------
 TOLERANCE = {"float32": 1e-5, "float16": 1e-4}
+CUBLAS = ("cublas", "cublas_tf32")  # the library baselines: torch.matmul, the second with TF32 allowed
 
 
 def _time_jobs(jobs, budget_s):
@@ -144,7 +145,7 @@ def _time_jobs(jobs, budget_s):
         a, b, ref, ref_norm = cache[wl.shape]
         a, b = a.to(dt), b.to(dt)
         torch.backends.cuda.matmul.allow_tf32 = job["name"] == "cublas_tf32"  # cuBLAS in TF32 mode: by name
-        if job["name"] in ("cublas", "cublas_tf32"):
+        if job["name"] in CUBLAS:
             out = torch.empty(wl.M, wl.N, device="cuda", dtype=dt)
             fn = lambda: torch.matmul(a, b, out=out)  # noqa: E731
         else:
@@ -161,7 +162,7 @@ def _time_jobs(jobs, budget_s):
         torch.cuda.synchronize()
         nan = int(torch.isnan(out).sum().item())
         err = float(((out.double() - ref).norm() / ref.norm()).item()) if not nan else float("nan")
-        tol = 1e-2 if job["name"].startswith("cublas") else max(TOLERANCE[wl.dtype], job.get("tolerance", 0))
+        tol = 1e-2 if job["name"] in CUBLAS else max(TOLERANCE[wl.dtype], job.get("tolerance", 0))
         row["rel_error"] = err
         if nan or not err <= tol:
             row.update(status="wrong", error=f"{nan} outputs not written (NaN)" if nan else
@@ -243,7 +244,7 @@ def run(jobs, lib_dir, workers=8, budget_s=0.3, progress=True):
     timeable = []
     for job in jobs:
         b = built.get(job["id"])
-        if job["name"] == "cublas" or (b and b["status"] == "built"):
+        if job["name"] in CUBLAS or (b and b["status"] == "built"):
             timeable.append({**job, "lib": b["lib"] if b else None})
     from .build import cuda_available
 

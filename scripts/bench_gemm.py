@@ -72,10 +72,12 @@ def label(row):
 def table_rows(rows):
     """Rows with their ratio to cuBLAS of the same workload and precision (fp32 vs fp32 TF32 off,
     tf32 vs cuBLAS in TF32 mode, fp16 vs fp16)."""
-    cublas = {(r["workload"], r["name"]): r.get("tflops") for r in rows if r["name"] in ("cublas", "cublas_tf32")}
+    from reports.gemm_bench import CUBLAS
+
+    cublas = {(r["workload"], r["name"]): r.get("tflops") for r in rows if r["name"] in CUBLAS}
     out = []
     for r in rows:
-        tf32 = r["name"] == "cublas_tf32" or (r["name"] not in ("cublas", "tvm_dlight")
+        tf32 = r["name"] == "cublas_tf32" or (r["name"] not in CUBLAS + ("tvm_dlight",)
                                               and "tf32" in get_spec(r["name"]).tags)
         ref = cublas.get((r["workload"], "cublas_tf32" if tf32 else "cublas"))
         t = r.get("tflops")

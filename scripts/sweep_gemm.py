@@ -185,11 +185,13 @@ def main(argv=None):
 
 
 def print_tables(rows):
+    from reports import gemm_bench
+
     by_wl = {}
     for r in rows:
         by_wl.setdefault(r["workload"], []).append(r)
     for wl, rs in by_wl.items():
-        cublas = next((r.get("tflops") for r in rs if r["name"] in ("cublas", "cublas_tf32")), None)
+        cublas = next((r.get("tflops") for r in rs if r["name"] in gemm_bench.CUBLAS), None)
         print(f"\n## {wl} (cuBLAS {cublas and round(cublas, 2)} TFLOP/s)")
         for r in sorted(rs, key=lambda r: -(r.get("tflops") or 0)):
             t = r.get("tflops")

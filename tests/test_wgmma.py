@@ -145,7 +145,7 @@ def test_tf32_step_reads_both_operands_k_major_and_transposes_b_on_the_way_in():
     (k,) = b.device.kernels
     assert k.spills == 0 and "for 'sm_90a'" in b.device.ptxas_log
     # k8 steps, no transpose immediates (tf32 has none): scale-d, scale-a, scale-b only
-    mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n256k8\.f32\.tf32\.tf32 [^;]*, p\w*, 1, 1;", b.device.ptx)
+    mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k8\.f32\.tf32\.tf32 [^;]*, p\w*, 1, 1;", b.device.ptx)
     assert len(mmas) == 4  # four k8 steps per 32-deep tile
     assert re.search(r"cp\.async\.ca\.shared\.global \[[^]]+\], \[[^]]+\], 4, ", b.device.ptx)  # B: one element per copy
     assert re.search(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, ", b.device.ptx)  # A: 16-byte rows
