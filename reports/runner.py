@@ -105,8 +105,7 @@ def plan(workloads, schedule_names=None, baseline_names=None, params=None, gpu=T
                  else [s for s in all_schedules(wl.kind) if not {"tuned", "tf32"} & set(s.tags) and s.accepts_dtype(wl)])
         # tuned_gemm and tf32 steps (another precision than the fp32 rows) run by name only
         for spec in specs:
-            jobs.append({"workload": str(wl), "name": spec.name, "params": (params or {}).get(spec.name, {}),
-                         "tolerance": spec.tolerance})
+            jobs.append({"workload": str(wl), "name": spec.name, "params": (params or {}).get(spec.name, {})})
         names = list(BASELINES) if baseline_names is None else list(baseline_names)
         for name in names:
             if name not in BASELINES:

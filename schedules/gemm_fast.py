@@ -566,13 +566,15 @@ class BestConfig:
     """No tile parameters: they are chosen per workload by :func:`choose_fp32`."""
 
     sms: int = H200_SMS
+    choice_for = ("best_gemm", "float32", "tensor_core_gemm")  # (step, its input type, the step for others)
 
     def chosen(self, wl):
         return choose_fp32(wl, self.sms)
 
     def check(self, wl):
-        if wl.dtype != "float32":
-            raise ScheduleParamError(f"best_gemm is the fp32 choice; for {wl.dtype} use tensor_core_gemm")
+        step, dtype, other = self.choice_for
+        if wl.dtype != dtype:
+            raise ScheduleParamError(f"{step} is the {dtype} choice; for {wl.dtype} use {other}")
         self.chosen(wl)[1].check(wl)
 
     def launch(self, wl: Gemm) -> Launch:

@@ -1,4 +1,5 @@
-"""Step 21: Hopper's warpgroup MMA (``wgmma``) for fp16 GEMM, written as a TIR kernel.
+"""Steps 21-23: Hopper's warpgroup MMA (``wgmma``) for fp16 and tf32 GEMM, written as a TIR kernel,
+and the fp16 choice per shape.
 
 TVM 0.27's tensorize intrinsics stop at ``wmma`` and ``mma.sync`` (step 19); ``wgmma`` is a
 warpgroup-wide instruction (128 threads) whose accumulator is spread over the four warps and whose
@@ -36,8 +37,9 @@ ITEMSIZE = {"float16": 2, "float32": 4}
 @dataclass(frozen=True)
 class WgmmaConfig:
     """``block_m`` rows per block (64 per warpgroup), ``block_n`` columns (the wgmma's N, up to
-    256), ``stages`` K tiles of 64 in the shared-memory ring, ``group_m`` block-rows per group of
-    the grouped block order."""
+    256), ``stages`` K tiles in the shared-memory ring (a tile is one 128-byte row deep: 64 fp16 or
+    32 tf32 values), ``group_m`` block-rows per group of the grouped block order; ``mma_overlap``
+    waits for a tile's wgmmas one iteration later (the ring then copies one tile less ahead)."""
 
     block_m: int = 128
     block_n: int = 256
@@ -318,14 +320,10 @@ class BestFp16Config(BestConfig):
     """No tile parameters: they are chosen per workload by :func:`choose_fp16`."""
 
     dtypes = ("float16",)
+    choice_for = ("best_fp16_gemm", "float16", "best_gemm")
 
     def chosen(self, wl):
         return choose_fp16(wl, self.sms)
-
-    def check(self, wl):
-        if wl.dtype != "float16":
-            raise ScheduleParamError(f"best_fp16_gemm is the fp16 choice; for {wl.dtype} use best_gemm")
-        self.chosen(wl)[1].check(wl)
 
 
 @register("best_fp16_gemm", "gemm", 22, BestFp16Config, aliases=("best_fp16",), tags=("float16",))

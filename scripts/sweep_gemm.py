@@ -103,7 +103,7 @@ def wgmma_configs():
     out = [("tensor_core_gemm", {})]
     for bm, bn, stages in ((128, 256, 4), (128, 256, 3), (128, 128, 4), (128, 128, 3), (256, 128, 4),
                            (256, 128, 3), (64, 256, 4), (128, 64, 4)):
-        out.append((w, dict(block_m=bm, block_n=bn, stages=stages)))
+        out.append((w, dict(block_m=bm, block_n=bn, stages=stages, mma_overlap=False)))
         if stages == 4:
             out.append((w, dict(block_m=bm, block_n=bn, stages=stages, mma_overlap=True)))
     return out
@@ -134,9 +134,10 @@ def make_jobs(shapes, which):
         for shape in shapes:
             wl = f"gemm:{shape}"
             jobs += [{"workload": wl, "name": "cublas_tf32"}, {"workload": wl, "name": "best_gemm"}]
-            jobs += [{"workload": wl, "name": "wgmma_tf32_gemm", "params": p, "tolerance": 2e-3}
-                     for p in ({}, dict(mma_overlap=False), dict(block_m=256, block_n=128),
-                               dict(block_n=128, stages=3, mma_overlap=False), dict(block_n=64, mma_overlap=False))]
+            jobs += [{"workload": wl, "name": "wgmma_tf32_gemm", "params": p}
+                     for p in (dict(block_m=128, block_n=256), dict(block_m=128, block_n=256, mma_overlap=False), {},
+                               dict(block_m=128, block_n=128, stages=3, mma_overlap=False),
+                               dict(block_m=128, block_n=64, mma_overlap=False))]
         return jobs
     if which == "wgmma":
         for shape in shapes:
@@ -144,7 +145,8 @@ def make_jobs(shapes, which):
             jobs += [{"workload": wl, "name": "cublas"}]
             jobs += [{"workload": wl, "name": n, "params": p} for n, p in wgmma_configs()]
         jobs += [{"workload": f"gemm:{shape}:float16", "name": "wgmma_gemm", "params": p}
-                 for shape in WGMMA_ODD for p in ({}, dict(block_n=128, stages=3), dict(mma_overlap=True))]
+                 for shape in WGMMA_ODD for p in ({}, dict(block_n=128, stages=3, mma_overlap=False),
+                                                  dict(mma_overlap=False))]
         return jobs
     for shape in shapes:
         if which in ("fp32", "all"):

@@ -161,11 +161,14 @@ def test_tf32_step_is_refused_where_it_cannot_copy_and_run_by_name_only():
     TF32.validate(parse_workload("gemm:3000x1000x2500"))  # N is copied element by element: any N
     from reports.runner import plan
 
-    default = plan(["gemm:1024x512x2048"], baseline_names=[])
-    assert "wgmma_tf32_gemm" not in {j["name"] for j in default}
-    assert all(j["tolerance"] == 1e-5 for j in default)
-    (job,) = plan(["gemm:1024x512x2048"], ["wgmma_tf32_gemm"], baseline_names=[])
-    assert job["tolerance"] == TF32.tolerance == 2e-3
+    from reports.gemm_bench import tolerance
+
+    assert "wgmma_tf32_gemm" not in {j["name"] for j in plan(["gemm:1024x512x2048"], baseline_names=[])}
+    assert [j["name"] for j in plan(["gemm:1024x512x2048"], ["wgmma_tf32_gemm"], baseline_names=[])] == ["wgmma_tf32_gemm"]
+    # its results are checked to tf32's rounding, every other step's to fp32's (the run's worker and the bench)
+    assert TF32.tolerance == 2e-3 and get("best_gemm").tolerance == SPEC.tolerance == 1e-5
+    assert tolerance("wgmma_tf32_gemm", "float32") == 2e-3 and tolerance("best_gemm", "float32") == 1e-5
+    assert tolerance("tvm_dlight", "float16") == 1e-4 and tolerance("cublas_tf32", "float32") == 1e-2
 
 
 def test_bench_compares_tf32_with_cublas_in_tf32_mode():
