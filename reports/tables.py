@@ -30,9 +30,20 @@ def derive(rows: list[dict]) -> list[dict]:
                     r["speedup_vs_prev"] = prev["time_ms"] / r["time_ms"]
                 prev = r
         for r in group:
-            if cublas and r.get("time_ms"):
+            if cublas and r.get("time_ms") and not _other_precision(r):
                 r["pct_cublas"] = 100 * cublas["time_ms"] / r["time_ms"]
     return out
+
+
+def _other_precision(row) -> bool:
+    """A tf32 step's row: the run's cuBLAS computes in full fp32 (TF32 off), so no % cuBLAS
+    (``scripts/bench_gemm.py`` compares it with cuBLAS in TF32 mode)."""
+    from schedules import ScheduleParamError, get
+
+    try:
+        return row.get("role") == "schedule" and "tf32" in get(row["name"]).tags
+    except ScheduleParamError:  # a step registered elsewhere (tuned_gemm)
+        return False
 
 
 COLUMNS = ["workload", "name", "role", "step", "status", "time_ms", "time_min_ms", "reps", "tflops", "gbps",

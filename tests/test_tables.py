@@ -15,6 +15,8 @@ def _results():
          "error": "boom"},
         {"workload": "gemm:64x64x64", "name": "shared_cache_gemm", "role": "schedule", "step": 4, "status": "ok",
          "time_ms": 1.0, "device": "gpu"},
+        {"workload": "gemm:64x64x64", "name": "wgmma_tf32_gemm", "role": "schedule", "step": 23, "status": "ok",
+         "time_ms": 0.1, "device": "gpu"},
         {"workload": "gemm:64x64x64", "name": "cublas", "role": "baseline", "status": "ok", "time_ms": 0.5,
          "device": "gpu"},
     ]
@@ -30,6 +32,8 @@ def test_speedups_skip_failed_steps_and_compare_with_cublas():
     assert rows["shared_cache_gemm"]["pct_cublas"] == pytest.approx(50.0)
     assert rows["shared_cache_gemm"]["tflops"] == pytest.approx(2 * 64**3 / 1e-3 / 1e12)
     assert "tflops" not in rows["thread_2d_gemm"]
+    # a tf32 step is not held against cuBLAS in full fp32 (the bench compares it with cuBLAS TF32)
+    assert "pct_cublas" not in rows["wgmma_tf32_gemm"] and rows["wgmma_tf32_gemm"]["tflops"]
 
 
 def test_markdown_names_provenance_and_errors():
