@@ -48,7 +48,6 @@ class WgmmaConfig:
     mma_overlap: bool = True  # leave one tile's wgmmas running while the next tile's are issued
     dtypes = ("float16",)
     step_name = "wgmma_gemm"
-    b_copy_elems = 8  # B goes n-major, 16 bytes per copy
 
     @property
     def warpgroups(self) -> int:
@@ -61,6 +60,12 @@ class WgmmaConfig:
     @property
     def itemsize(self) -> int:
         return ITEMSIZE[self.dtypes[0]]
+
+    @property
+    def b_copy_elems(self) -> int:
+        """Elements of B per copy: fp16 B goes n-major, 16 bytes at a time; tf32 B is transposed on
+        its way in, one 4-byte element at a time (tf32 wgmma reads both operands k-major)."""
+        return 8 if self.itemsize == 2 else 1
 
     @property
     def block_k(self) -> int:
@@ -270,7 +275,6 @@ class Tf32WgmmaConfig(WgmmaConfig):
     block_n: int = 128
     dtypes = ("float32",)
     step_name = "wgmma_tf32_gemm"
-    b_copy_elems = 1  # B is transposed on its way in: one 4-byte copy per element
     tolerance = 2e-3  # tf32 keeps 10 of fp32's 23 mantissa bits: errors near 3e-4 against float64
 
 
