@@ -1,19 +1,12 @@
-"""Baselines timed in the same harness as the schedules: NumPy and PyTorch on the CPU, PyTorch on
-CUDA (cuBLAS, TF32 off), and TVM's own default GPU rules (``s_tir.dlight``)."""
+"""Library baselines timed in the same harness as the schedules: NumPy and PyTorch on the CPU,
+cuBLAS through PyTorch on CUDA (one call per workload kind, input type and output type, the same
+types as the lab's kernels), and TVM's own default GPU rules (``s_tir.dlight``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .measure import CudaHarness, bench_cpu
-
-BASELINES = {
-    "numpy_cpu": "NumPy on the CPU (its BLAS)",
-    "torch_cpu": "PyTorch on the CPU",
-    "cublas": "PyTorch on CUDA: cuBLAS, TF32 off",
-    "tvm_dlight": "TVM's default GPU rules (s_tir.dlight), a fair TVM baseline",
-}
-GPU_BASELINES = ("cublas", "tvm_dlight")
+from .measure import bench_cpu
 
 
 class Unavailable(RuntimeError):
@@ -39,22 +32,23 @@ def dlight_module(workload, target):
 
 
 def run_cpu_baseline(name, workload, inputs):
-    """Returns (output, Timing) for a CPU library baseline."""
+    """(output, Timing) of a CPU library baseline. They are timed on float32 workloads only (NumPy
+    has no bfloat16 product, and its float16 one is an emulation nobody would call)."""
+    if workload.dtype != "float32":
+        raise Unavailable(f"{name} is timed on float32 workloads only, not {workload.dtype}")
     a, b = inputs
-    if workload.kind == "gemv_t":
-        a = a.T  # y = Aᵀ·x: the same product on a transposed view
+    out_shape = workload.arg_shapes()[-1][0]
     if name == "numpy_cpu":
-        out = np.empty(workload.arg_shapes()[-1][0], dtype=np.float32)
+        a = a.T if workload.kind == "gemv_t" else a
+        out = np.empty(out_shape, dtype=np.float32)
         fn = lambda: np.matmul(a, b, out=out)  # noqa: E731
     elif name == "torch_cpu":
         torch = _torch()
-
-        a, b = (torch.from_numpy(x) for x in inputs)
-        if workload.kind == "gemv_t":
-            a = a.t()
-        out_t = torch.empty(workload.arg_shapes()[-1][0], dtype=torch.float32)
-        fn = (lambda: torch.matmul(a, b, out=out_t)) if workload.kind == "gemm" else \
-             (lambda: torch.mv(a, b, out=out_t))
+        at, bt = (torch.from_numpy(x) for x in inputs)
+        at = at.t() if workload.kind == "gemv_t" else at
+        out_t = torch.empty(out_shape, dtype=torch.float32)
+        fn = (lambda: torch.matmul(at, bt, out=out_t)) if workload.kind == "gemm" else \
+             (lambda: torch.mv(at, bt, out=out_t))
         out = out_t.numpy()
     else:
         raise ValueError(f"unknown CPU baseline {name!r}")
@@ -63,23 +57,32 @@ def run_cpu_baseline(name, workload, inputs):
     return result, bench_cpu(fn)
 
 
-def cublas_call(harness: CudaHarness, workload, bufs):
-    """A closure that runs the cuBLAS product on device buffers ``bufs = [a, b, out]``."""
+def cublas_tolerance(workload, tf32: bool = False) -> float:
+    """What cuBLAS's own result is checked to: its tf32 mode rounds the inputs to 10 mantissa bits."""
+    return 2e-3 if tf32 else 1e-4
+
+
+def cublas_call(harness, workload, inputs, out, tf32: bool = False):
+    """``(fn, description)``: a closure running cuBLAS (through torch) on the device buffers, with
+    the workload's input type and the kernels' output type (fp32, also for fp16/bf16 inputs:
+    cuBLAS's mixed-precision GEMM, as the lab's kernels compute), and what it calls."""
     torch = harness.torch
     if torch is None:
         raise Unavailable("the cuBLAS baseline needs torch with CUDA")
-    a, b, out = bufs
-    if workload.kind == "gemm":
-        return lambda: torch.matmul(a, b, out=out)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    a, b = inputs
+    if tf32 and workload.dtype != "float32":
+        raise Unavailable("cuBLAS's TF32 mode is for float32 inputs")
+    mode = " (TF32)" if tf32 else ""
     if workload.kind == "gemv_t":
-        a = a.t()  # a column-major view: cuBLAS runs its transposed GEMV on the same bytes
+        a = a.t()  # a column-major view: cuBLAS runs its transposed product on the same bytes
+    if workload.kind != "gemm":  # GEMV as an (M x N)·(N x 1) product into a view of y
+        b, out = b.unsqueeze(1), out.unsqueeze(1)
     if a.dtype == out.dtype:
-        return lambda: torch.mv(a, b, out=out)
-    # fp16 inputs, fp32 output: cuBLAS's mixed GEMM (fp32 accumulate, fp32 result) where torch has
-    # it, else the fp16 mv (fp32 accumulate, fp16 result) plus a widening copy
-    b2 = b.unsqueeze(1)
-    try:
-        torch.mm(a, b2, out_dtype=out.dtype)
-        return lambda: out.copy_(torch.mm(a, b2, out_dtype=out.dtype).squeeze(1))
+        return (lambda: torch.mm(a, b, out=out)), f"torch.mm, {a.dtype} → {out.dtype}{mode}"
+    try:  # fp16/bf16 inputs, fp32 output: torch ≥ 2.8's out_dtype (cublasGemmEx with an fp32 C)
+        torch.mm(a, b, out_dtype=out.dtype, out=out)
+        return (lambda: torch.mm(a, b, out_dtype=out.dtype, out=out)), \
+            f"torch.mm(out_dtype={out.dtype}), {a.dtype} → {out.dtype}"
     except (TypeError, RuntimeError):
-        return lambda: out.copy_(torch.mv(a, b))
+        return (lambda: out.copy_(torch.mm(a, b))), f"torch.mm {a.dtype} → {a.dtype}, widened to {out.dtype}"

@@ -166,6 +166,44 @@ def launch_extents(lowered: str) -> dict:
     return found
 
 
+ARCH_SPECS = {  # per-SM resources by compute capability, where torch cannot be asked
+    "sm_90": dict(regs_per_sm=65536, smem_per_sm=228 * 1024, smem_per_block=227 * 1024, threads_per_sm=2048,
+                  blocks_per_sm=32),
+    "sm_80": dict(regs_per_sm=65536, smem_per_sm=164 * 1024, smem_per_block=163 * 1024, threads_per_sm=2048,
+                  blocks_per_sm=32),
+}
+
+
+def device_spec():
+    """The GPU's properties a shape-driven choice reads (schedules.common.GpuSpec), from the device:
+    SM count, registers and shared memory per SM and per block, L2 size. Without a GPU, an sm_90
+    GPU is assumed (the defaults of GpuSpec)."""
+    from schedules.common import GpuSpec
+
+    if not cuda_available():
+        return GpuSpec()
+    dev = tvm.cuda(0)
+    fields = dict(ARCH_SPECS.get(device_arch(), ARCH_SPECS["sm_90"]))
+    fields.update(name=dev.device_name, sms=int(dev.multi_processor_count))
+    try:
+        fields["l2_bytes"] = int(dev.l2_cache_size_bytes)
+    except Exception:  # noqa: BLE001 - older runtimes: keep the default
+        pass
+    try:
+        import torch
+
+        props = torch.cuda.get_device_properties(0)
+        for key, attr in (("regs_per_sm", "regs_per_multiprocessor"),
+                          ("smem_per_sm", "shared_memory_per_multiprocessor"),
+                          ("smem_per_block", "shared_memory_per_block_optin"),
+                          ("threads_per_sm", "max_threads_per_multi_processor")):
+            if getattr(props, attr, None):
+                fields[key] = int(getattr(props, attr))
+    except Exception:  # noqa: BLE001 - no torch: the architecture's table
+        pass
+    return GpuSpec(**fields)
+
+
 def parse_params(items) -> dict:
     """``--param NAME=VALUE`` overrides of a schedule's configuration: whole numbers, true/false, or
     words (``intrinsics=mma``). Raises ValueError on a malformed item."""

@@ -1,14 +1,16 @@
-"""Check and time kernels on the GPU, one harness for TVM kernels and the library baselines.
+"""Checking and timing on the GPU: device buffers, fresh random inputs, the float64 check, the timer.
 
 Timing: warm-up, then many runs each timed by a pair of CUDA events, the L2 cache emptied before
 each run, and the median reported. The standard eviction reads 256 MiB (``flush="read"``): the
 inputs are cold and L2 holds no dirty lines. Triton's ``do_bench`` writes 256 MiB instead
 (``flush="write"``); the dirty lines it leaves are written back while the timed kernel runs, which
 costs a memory-bound kernel about a tenth of its time (measured on an H200: a 64 µs GEMV became
-72 µs, cuBLAS's gemv 79 → 86 µs), so the write flush understates bandwidth. where torch is missing, TVM's
-``time_evaluator`` (median of repeats, no flush) is the fallback, and the result says so.
-Correctness: fresh random inputs in [-1, 1), the output poisoned with NaN before the run, and
-‖out − ref‖ / ‖ref‖ against a float64 NumPy reference; a NaN left anywhere fails the check.
+72 µs, cuBLAS's gemv 79 → 86 µs), so the write flush understates bandwidth. Where torch is missing,
+TVM's ``time_evaluator`` (median of repeats, no flush) is the fallback, and the result says so.
+
+Correctness: fresh random inputs in [-1, 1) for every check, the output poisoned with NaN before the
+run, and ‖out − ref‖ / ‖ref‖ against a float64 product of the same inputs (computed on the GPU where
+torch is there); a NaN or infinity left anywhere fails the check.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 FLUSH_BYTES = 256 << 20
+LONG_SUM = 16384  # sums longer than this are checked relative to ‖|A|·|B|‖ (see product_error)
 
 
 def have_torch_cuda() -> bool:
@@ -42,39 +45,66 @@ class Timing:
         return asdict(self)
 
 
+def numpy_dtype(dtype: str):
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return np.dtype(dtype)
+
+
 def random_inputs(workload, rng=None):
-    """Fresh random inputs for a workload (a new seed every call unless ``rng`` is given)."""
+    """Fresh random host inputs in [-1, 1) (a new seed every call unless ``rng`` is given)."""
     rng = rng or np.random.default_rng()
-    return [rng.uniform(-1, 1, size=shape).astype(dtype) for shape, dtype in workload.arg_shapes()[:-1]]
+    return [rng.uniform(-1, 1, size=shape).astype(numpy_dtype(dtype)) for shape, dtype in workload.arg_shapes()[:-1]]
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
 
 
 def reference(workload, inputs):
-    a, b = (x.astype(np.float64) for x in inputs)
-    return a.T @ b if workload.kind == "gemv_t" else a @ b
+    """The float64 product of ``inputs`` (numpy arrays or torch tensors, computed where they are)."""
+    a, b = (x.double() if _is_torch(x) else np.asarray(x, dtype=np.float64) for x in inputs)
+    if workload.kind == "gemv_t":
+        a = a.t() if _is_torch(a) else a.T
+    return a @ b
 
 
-def rel_error(out, ref) -> float:
-    out = np.asarray(out, dtype=np.float64)
-    if not np.all(np.isfinite(out)):
-        return float("nan")
-    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(ref), np.finfo(float).tiny))
+def _norm(x) -> float:
+    if _is_torch(x):
+        import torch
+
+        return float(torch.linalg.vector_norm(x))
+    return float(np.linalg.norm(x))
+
+
+def count_not_finite(out) -> int:
+    if _is_torch(out):
+        import torch
+
+        return int((~torch.isfinite(out)).sum())
+    return int((~np.isfinite(np.asarray(out, dtype=np.float64))).sum())
 
 
 def product_error(workload, out, inputs, ref=None) -> float:
     """The error the checks bound: ‖out − ref‖ / ‖ref‖ against float64. For a single output, or
     sums longer than 16384 terms, ‖ref‖ can be small through cancellation (one y of a sum of ±
-    products) while fp32 rounding grows like √K, so there the error is taken relative to ‖|A|·|B|‖,
-    the size of the products being added (the usual backward-error scale). NaN when any output is
-    not finite (never written)."""
-    ref = reference(workload, inputs) if ref is None else ref
-    sum_length = inputs[0].shape[0] if workload.kind == "gemv_t" else inputs[0].shape[-1]
-    if ref.size > 1 and sum_length <= 16384:
-        return rel_error(out, ref)
-    out = np.asarray(out, dtype=np.float64)
-    if not np.all(np.isfinite(out)):
+    products) while the rounding of the sum grows like √K, so there the error is taken relative to
+    ‖|A|·|B|‖, the size of the products being added (the usual backward-error scale). NaN when any
+    output is not finite (never written). Works on numpy arrays and on torch tensors (on the GPU)."""
+    if count_not_finite(out):
         return float("nan")
-    scale = reference(workload, [np.abs(x) for x in inputs])
-    return float(np.linalg.norm(out - ref) / max(np.linalg.norm(scale), np.finfo(float).tiny))
+    ref = reference(workload, inputs) if ref is None else ref
+    out64 = out.double() if _is_torch(out) else np.asarray(out, dtype=np.float64)
+    sum_length = inputs[0].shape[0] if workload.kind == "gemv_t" else inputs[0].shape[-1]
+    diff = _norm(out64 - ref)
+    outputs = ref.numel() if _is_torch(ref) else ref.size
+    if outputs > 1 and sum_length <= LONG_SUM:
+        return diff / max(_norm(ref), np.finfo(float).tiny)
+    scale = reference(workload, [x.abs() if _is_torch(x) else np.abs(np.asarray(x, dtype=np.float64))
+                                 for x in inputs])
+    return diff / max(_norm(scale), np.finfo(float).tiny)
 
 
 class CudaHarness:
@@ -90,31 +120,34 @@ class CudaHarness:
         self.tvm = tvm
         self.dev = tvm.cuda(0)
         self.torch = None
+        self.flush = "read" if flush is True else (flush or None)
+        if self.flush not in self.FLUSH_TEXT:
+            raise ValueError(f"flush must be 'read', 'write' or None, got {flush!r}")
+        self.before_run = None
         if have_torch_cuda():
             import torch
 
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
             self.torch = torch
-            self.flush = "read" if flush is True else (flush or None)
-            if self.flush not in self.FLUSH_TEXT:
-                raise ValueError(f"flush must be 'read', 'write' or None, got {flush!r}")
-            self.before_run = None
             if self.flush:
                 cache = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
                 self.before_run = cache.zero_ if self.flush == "write" else (
                     lambda: cache.sum(dtype=torch.int64))
 
     # buffers ----------------------------------------------------------------------------------
-    def to_device(self, array):
-        if self.torch is not None:
-            return self.torch.from_numpy(np.ascontiguousarray(array)).to("cuda")
-        return self.tvm.runtime.tensor(array, self.dev)
-
     def empty(self, shape, dtype):
         if self.torch is not None:
             return self.torch.empty(shape, dtype=getattr(self.torch, dtype), device="cuda")
         return self.tvm.runtime.empty(shape, dtype, self.dev)
+
+    def to_device(self, array):
+        if self.torch is not None:
+            if array.dtype == numpy_dtype("bfloat16"):
+                return self.torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(
+                    "cuda", self.torch.bfloat16)
+            return self.torch.from_numpy(np.ascontiguousarray(array)).to("cuda")
+        return self.tvm.runtime.tensor(array, self.dev)
 
     def poison(self, buf):
         if self.torch is not None:
@@ -125,9 +158,17 @@ class CudaHarness:
     def tvm_view(self, buf):
         return self.tvm.runtime.from_dlpack(buf) if self.torch is not None else buf
 
+    def to_host(self, buf):
+        """The buffer where the check computes: torch tensors stay on the GPU; TVM buffers come to
+        the host as numpy arrays."""
+        self.sync()
+        return buf if self.torch is not None else buf.numpy()
+
     def to_numpy(self, buf):
         self.sync()
-        return buf.cpu().numpy() if self.torch is not None else buf.numpy()
+        if self.torch is not None:
+            return buf.float().cpu().numpy() if buf.dtype == self.torch.bfloat16 else buf.cpu().numpy()
+        return buf.numpy()
 
     def sync(self):
         if self.torch is not None:
@@ -177,6 +218,33 @@ class CudaHarness:
         times = [t * 1e3 for t in r.results]
         return Timing(statistics.median(times), min(times), max(times), repeat,
                       f"tvm time_evaluator, {number} runs per repeat, no L2 flush")
+
+
+_BUFFERS: dict = {}  # one workload's device buffers, reused by the jobs that follow on it
+
+
+def device_buffers(harness: CudaHarness, workload):
+    """(inputs, output) device buffers for ``workload``; the last workload's are reused (the values
+    are refilled by :func:`refill` before every check)."""
+    key = (id(harness.torch), str(workload))
+    if key not in _BUFFERS:
+        _BUFFERS.clear()
+        shapes = workload.arg_shapes()
+        inputs = [harness.empty(shape, dtype) for shape, dtype in shapes[:-1]]
+        out = harness.empty(*shapes[-1])
+        _BUFFERS[key] = (inputs, out)
+    return _BUFFERS[key]
+
+
+def refill(harness: CudaHarness, inputs, rng=None):
+    """New random values in [-1, 1) in every input buffer."""
+    if harness.torch is not None:
+        for x in inputs:
+            x.uniform_(-1, 1)
+        return
+    rng = rng or np.random.default_rng()
+    for x in inputs:
+        x.copyfrom(rng.uniform(-1, 1, size=x.shape).astype(x.dtype))
 
 
 def bench_cpu(fn, budget_s: float = 0.5, min_reps: int = 3, max_reps: int = 50) -> Timing:

@@ -1,181 +1,242 @@
-"""``schedlab run``: every schedule and baseline on every workload, each in its own process with a
-time limit; then the results files, the table and the charts."""
+"""The main job (``schedlab run``, or :func:`run` from Python): every step of the ladders on each
+workload beside the library baselines, built, checked against float64 and timed through the lab's
+one measurement path (:mod:`reports.harness`); then the results as a DataFrame and its files:
+``results.json``, ``results.csv``, ``table.md``, the charts and ``report.html``.
+
+From a notebook::
+
+    from reports import run
+    df = run(["gemm:2048x2048x2048"], schedules=["warp_tiled_gemm", "best_gemm"], out_dir="out/nb")
+    df[["name", "time_ms", "tflops", "pct_cublas"]]          # df.attrs["out_dir"]: where the files are
+"""
 
 from __future__ import annotations
 
-import json
 import os
-import select
-import subprocess
-import sys
-import tempfile
 
-import tuning.tuned  # noqa: F401  (registers tuned_gemm)
-from schedules import all_schedules, get, parse_workload
+import pandas as pd
 
-from . import charts, tables
-from .baselines import BASELINES, GPU_BASELINES
-from .build import cuda_available, device_arch
+from schedules import ScheduleParamError, all_schedules, get, parse_workload
+
+from . import charts, results as R
+from .files import ensure_out_dir
+from .harness import BASELINES, CPU_BASELINES, GPU_BASELINES, LIBRARY, run_jobs
 from .progress import Progress
-from .provenance import provenance
 
 DEFAULT_WORKLOADS = ("gemm:1024x512x2048", "gemv:16384x16", "gemv:16384x32", "gemv:16384x128")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_isolated(job: dict, timeout: float, module: str = "reports.worker") -> dict:
-    """Run one job in a fresh Python process (``python -m module``, JSON in on stdin, one JSON row
-    out). A crash, a fault, a hang or a wrong answer becomes this job's error row. ``job["env"]``:
-    environment variables for that process only."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.update(job.get("env") or {})  # a job's own settings (e.g. SCHEDLAB_TUNED)
-    base = {"workload": job["workload"], "name": job["name"]}
-    try:
-        proc = subprocess.run([sys.executable, "-m", module], input=json.dumps(job), env=env,
-                              capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    except subprocess.TimeoutExpired:
-        return {**base, "status": "error", "error": f"timed out after {timeout:g} s (hang?)"}
-    for line in reversed(proc.stdout.strip().splitlines()):
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except json.JSONDecodeError:
-                break
-    tail = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
-    hint = next((ln for ln in reversed(tail) if "CUDA" in ln or "illegal" in ln.lower()), tail[-1] if tail else "")
-    return {**base, "status": "error",
-            "error": f"process died (exit {proc.returncode}): {hint.strip()[:300]}",
-            "stderr": "\n".join(tail[-40:])}
-
-
-class Zygote:
-    """``schedlab run --fork``: jobs go to one warm parent (reports.zygote) that forks a child per
-    job, so each schedule still runs in its own process with a time limit but without re-importing
-    TVM and torch. If the parent itself dies it is restarted for the next job."""
-
-    def __init__(self, handler: str | None = None):
-        self.handler, self.proc, self.log = handler, None, None
-
-    def _start(self):
-        env = dict(os.environ)
-        env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        # torch.cuda.is_available() (called by tvm_ffi when TVM is imported) would otherwise ask the CUDA
-        # runtime, which marks every later fork "bad" (seen on the H200: "Cannot re-initialize CUDA in
-        # forked subprocess"); through NVML it touches no CUDA state
-        env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "reports.zygote"] + ([self.handler] if self.handler else []),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                     cwd=ROOT, env=env)
-        if not self.proc.stdout.readline():
-            self.close()
-            raise RuntimeError("the fork server did not start")
-
-    def __call__(self, job: dict, timeout: float) -> dict:
-        base = {"workload": job["workload"], "name": job["name"]}
-        try:
-            if self.proc is None or self.proc.poll() is not None:
-                self._start()
-            self.proc.stdin.write(json.dumps({**job, "_timeout": timeout}) + "\n")
-            self.proc.stdin.flush()
-            ready, _, _ = select.select([self.proc.stdout], [], [], timeout + 60)
-            line = self.proc.stdout.readline() if ready else ""
-        except (OSError, RuntimeError) as e:
-            self.close()
-            return {**base, "status": "error", "error": f"fork server failed: {e}"}
-        if not line:
-            self.close()
-            return {**base, "status": "error", "error": "fork server died or stopped answering"}
-        return json.loads(line)
-
-    def close(self):
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
+LEFT_OUT_TAGS = ("tuned", "tf32")  # run by name only: a tuning record / another precision than the fp32 rows
 
 
 def plan(workloads, schedule_names=None, baseline_names=None, params=None, gpu=True):
-    """The jobs of a run: for each workload, its schedules (all of its kind by default) and baselines."""
-    jobs = []
+    """``(jobs, left_out)``: for each workload its steps (every step of its kind that takes its input
+    type, unless names are given) and baselines; ``left_out[workload]`` names the steps of its kind
+    left out because they do not take its input type."""
+    import tuning.tuned  # noqa: F401  (registers tuned_gemm)
+
+    jobs, left_out = [], {}
     for text in workloads:
         wl = parse_workload(text)
-        specs = ([get(n) for n in schedule_names if get(n).kind == wl.kind] if schedule_names
-                 else [s for s in all_schedules(wl.kind) if not {"tuned", "tf32"} & set(s.tags) and s.accepts_dtype(wl)])
-        # tuned_gemm and tf32 steps (another precision than the fp32 rows) run by name only
+        if schedule_names:
+            specs = [get(n) for n in schedule_names if get(n).kind == wl.kind]
+            for spec in specs:
+                if not spec.accepts_dtype(wl):
+                    raise ScheduleParamError(f"{spec.name} takes {', '.join(spec.input_dtypes)} inputs, not "
+                                             f"{wl.dtype} ({wl})")
+        else:
+            kind = [s for s in all_schedules(wl.kind) if not set(LEFT_OUT_TAGS) & set(s.tags)]
+            specs = [s for s in kind if s.accepts_dtype(wl)]
+            left_out[str(wl)] = [s.name for s in kind if not s.accepts_dtype(wl)]
         for spec in specs:
             jobs.append({"workload": str(wl), "name": spec.name, "params": (params or {}).get(spec.name, {})})
-        names = list(BASELINES) if baseline_names is None else list(baseline_names)
+        names = list(default_baselines(wl, specs)) if baseline_names is None else list(baseline_names)
         for name in names:
             if name not in BASELINES:
                 raise ValueError(f"unknown baseline {name!r} (known: {', '.join(BASELINES)})")
             if name in GPU_BASELINES and name != "tvm_dlight" and not gpu:
-                continue
+                continue  # no GPU: no cuBLAS row rather than an invented one
             jobs.append({"workload": str(wl), "name": name})
-    return jobs
+    return jobs, left_out
 
 
-def run(workloads=DEFAULT_WORKLOADS, schedule_names=None, baseline_names=None, out_dir="out/run",
-        timeout=300.0, params=None, progress=True, results_dir=None, fork=False):
-    """The main job. Returns the results dict it wrote to ``out_dir/results.json``. ``fork``: run the
-    jobs through one warm fork server (faster; each job still in its own process)."""
+def default_baselines(wl, specs):
+    """NumPy and PyTorch on the CPU (fp32 workloads), cuBLAS of the same types, cuBLAS in TF32 mode
+    where a tf32 step runs, and TVM's dlight rules."""
+    names = list(CPU_BASELINES) if wl.dtype == "float32" else []
+    names.append("cublas")
+    if wl.kind == "gemm" and any(s.precision(wl.dtype) == "tf32" for s in specs):
+        names.append("cublas_tf32")
+    names.append("tvm_dlight")
+    return names
+
+
+def check_fits(workloads, gpu: bool, host_copies: bool):
+    """Refuse, in one line, a workload whose buffers cannot fit: on the GPU its inputs, output and
+    the float64 check (a float64 copy of each and the reference); on the host the same where CPU
+    baselines run or the check is made there. Nothing is built before this passes."""
+    import psutil
+
+    gpu_total = None
+    if gpu:
+        import tvm
+
+        try:
+            gpu_total = int(tvm.cuda(0).total_global_memory)
+        except Exception:  # noqa: BLE001 - unknown: checked by the allocation itself
+            gpu_total = None
+    host_total = psutil.virtual_memory().total
+    for text in workloads:
+        wl = parse_workload(text)
+        shapes = wl.arg_shapes()
+        elems = [int(pd.Series(s).prod()) for s, _ in shapes]
+        data = sum(n * {"float32": 4, "float16": 2, "bfloat16": 2}[d] for n, (_, d) in zip(elems, shapes))
+        check = 8 * (sum(elems) + 2 * elems[-1])  # float64 inputs, output, reference and difference
+        if gpu_total is not None and data + check > gpu_total:
+            raise ScheduleParamError(f"{wl} needs {_gb(data + check)} of GPU memory (inputs, output and the float64 "
+                                     f"check); the GPU has {_gb(gpu_total)}")
+        if (host_copies or not gpu) and data + check > host_total:
+            raise ScheduleParamError(f"{wl} needs {_gb(data + check)} of host memory (inputs, output and the float64 "
+                                     f"check); this machine has {_gb(host_total)}")
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.3g} GB"
+
+
+def run(workloads=DEFAULT_WORKLOADS, schedules=None, baselines=None, out_dir="out/run", timeout=300.0,
+        params=None, progress=True, workers=None, report=True) -> pd.DataFrame:
+    """The main job. Returns the results DataFrame (``df.attrs``: provenance, ceilings, ``out_dir``)
+    after writing its files into ``out_dir``; a run cut short (Ctrl-C) leaves the rows it finished,
+    marked incomplete."""
+    from .build import cuda_available, device_arch, device_spec
+    from .provenance import provenance
+
+    workloads = list(workloads)
     for text in workloads:  # bad input fails before anything is built
         parse_workload(text)
-    for n in schedule_names or ():
+    for n in schedules or ():
         get(n)
+    if not timeout > 0:
+        raise ScheduleParamError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    ensure_out_dir(out_dir)
     gpu = cuda_available()
-    arch = device_arch()
-    os.makedirs(out_dir, exist_ok=True)
-    jobs = plan(workloads, schedule_names, baseline_names, params, gpu)
-    if gpu:
-        jobs.insert(0, {"workload": str(parse_workload(workloads[0])), "name": "ceilings"})
-    bar = Progress(len(jobs), "schedlab run") if progress else None
-    prov = provenance()
-    rows, ceilings = [], {}
-
-    def results(done: bool) -> dict:
-        return {"provenance": prov, "arch": arch, "gpu": gpu, "ceilings": ceilings, "complete": done,
-                "rows": tables.derive(rows)}
-
-    execute = Zygote() if fork else run_isolated
+    jobs, left_out = plan(workloads, schedules, baselines, params, gpu)
+    check_fits(workloads, gpu, host_copies=any(j["name"] in CPU_BASELINES for j in jobs))
+    spec = device_spec()
     for job in jobs:
-        job.update(gpu=gpu, arch=arch, out_dir=out_dir)
-        row = execute(job, timeout)
-        if job["name"] == "ceilings":
-            ceilings = {k: v for k, v in row.items() if k not in ("workload", "kind", "name")}
-            if ceilings.get("gpu"):
-                prov["gpu"] = ceilings["gpu"]
+        job["gpu"] = spec.__dict__
+    if gpu:
+        jobs.insert(0, {"workload": jobs[0]["workload"] if jobs else workloads[0], "name": "ceilings"})
+    meta = {"provenance": provenance(), "arch": device_arch(), "gpu": gpu, "ceilings": {}, "complete": False,
+            "left_out": left_out, "kind": "run", "gpu_spec": spec.__dict__}
+    rows: list[dict] = []
+    builds = Progress(sum(j["name"] not in LIBRARY for j in jobs), "build") if progress else None
+    measures = None
+
+    def built(row):
+        if builds is not None:
+            builds.update(f"{row['name']} on {row['workload']}: {row.get('status')}")
+
+    def measured(row):
+        nonlocal measures
+        if row["name"] == "ceilings":
+            meta["ceilings"] = {k: v for k, v in row.items() if k not in ("id", "workload", "name", "status")}
+            if row.get("gpu"):
+                meta["provenance"]["gpu"] = row["gpu"]
         else:
             rows.append(row)
-            # after every row: a run that is cut short still leaves what it measured
-            write_results(results(False), out_dir, charts_too=False)
-        if bar:
+            R.write_results(R.frame(rows, meta), out_dir)  # a run cut short still leaves what it measured
+        if progress:
+            if measures is None:
+                builds and builds.close()
+                measures = Progress(len(jobs), "run")
             status = row.get("status")
-            detail = f"{row.get('time_ms', 0):.4g} ms" if status == "ok" and "time_ms" in row else status
-            bar.update(f"{job['name']} on {job['workload']}: {detail}")
-    if fork:
-        execute.close()
-    final = results(True)
-    write_results(final, out_dir)
-    if results_dir:
-        write_results(final, results_dir, ir=False)
-    return final
+            detail = f"{row['time_ms']:.4g} ms" if status == "ok" and row.get("time_ms") else status
+            measures.update(f"{row['name']} on {row['workload']}: {detail}")
+
+    try:
+        run_jobs(jobs, gpu=gpu, out_dir=out_dir, workers=workers, timeout=timeout, on_row=measured, on_build=built)
+    finally:
+        for bar in (builds, measures):
+            if bar is not None:
+                bar.close()
+        df = R.frame(rows, meta)
+        df.attrs["out_dir"] = out_dir
+        R.write_results(df, out_dir, table_md=markdown(df))
+    df.attrs["complete"] = True
+    write_all(df, out_dir, report=report)
+    return df
 
 
-def write_results(results: dict, out_dir: str, ir: bool = True, charts_too: bool = True):
-    """results.json, results.csv, table.md and the charts (IR files are written by the workers)."""
-    os.makedirs(out_dir, exist_ok=True)
-    rows = results["rows"]
-    if not ir:
-        rows = [{k: v for k, v in r.items() if k not in ("files", "traceback", "stderr")} for r in rows]
-        results = {**results, "rows": rows}
-    with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump(results, f, indent=1, default=float)
-    tables.to_csv(rows, os.path.join(out_dir, "results.csv"))
-    with open(os.path.join(out_dir, "table.md"), "w") as f:
-        f.write(tables.markdown(results))
-    if not charts_too:
-        return
-    charts.time_chart(results, os.path.join(out_dir, "time_per_step.png"))
-    charts.roofline_chart(results, os.path.join(out_dir, "roofline.png"))
+def write_all(df: pd.DataFrame, out_dir: str, report: bool = True, ir: bool = True) -> dict:
+    """results.json/.csv, table.md, the charts and (``report``) report.html of a finished run."""
+    paths = R.write_results(df, out_dir, table_md=markdown(df), keep_files=ir)
+    paths["time_chart"] = charts.time_chart(df, os.path.join(out_dir, "time_per_step.png"))
+    paths["roofline"] = charts.roofline_chart(df, os.path.join(out_dir, "roofline.png"))
+    if report:
+        from .page import write_run_report
+
+        paths["report"] = write_run_report(df, out_dir)
+    return paths
+
+
+# --- the Markdown table ------------------------------------------------------------------------------
+def ordered(group: pd.DataFrame) -> pd.DataFrame:
+    """Schedules in ladder order, then the baselines."""
+    return group.assign(_b=group["role"] != "schedule", _s=group["step"].fillna(0)).sort_values(
+        ["_b", "_s"], kind="stable").drop(columns=["_b", "_s"])
+
+
+def _time_cell(r) -> tuple[str, str, str]:
+    status = r.get("status")
+    rate = "tflops" if str(r["workload"]).startswith("gemm") else "gbps"
+    if status == "ok" and not R._missing(r.get("time_ms")):
+        return R.fmt(r["time_ms"], ".4g"), R.fmt(r.get(rate), ".3g"), ""
+    if status == "no-gpu":
+        return "no GPU", "no GPU", ""
+    if status == "unavailable":
+        return "n/a", str(r.get("error", ""))[:60], ""
+    return f"**{status}**", "", ""
+
+
+def _params(p) -> str:
+    if not isinstance(p, dict):
+        return ""
+    return ", ".join(f"{k}={v}" for k, v in p.items() if k != "unroll")
+
+
+def markdown(df: pd.DataFrame) -> str:
+    meta = df.attrs
+    lines = [R.provenance_line(meta), ""]
+    if meta.get("complete") is False:
+        lines += ["**Partial: the run was cut short; the rows below are those it finished.**", ""]
+    c = meta.get("ceilings") or {}
+    if c.get("copy_gbps"):
+        lines += [f"Measured ceilings: copy bandwidth {c['copy_gbps']:.0f} GB/s, cuBLAS 8192³ "
+                  f"{c['fp32_tflops']:.1f} TFLOP/s fp32 (TF32 off), {c['fp16_tflops']:.1f} TFLOP/s fp16.", ""]
+    timers = df.loc[df.get("device", pd.Series(dtype=object)) == "gpu", "timer"].dropna() if "timer" in df else []
+    if len(timers):
+        lines += [f"GPU timer: {timers.iloc[0]}; median of the runs.", ""]
+    for wl_text, group in df.groupby("workload", sort=False):
+        rate = "TFLOP/s" if wl_text.startswith("gemm") else "GB/s"
+        table = []
+        for _, r in ordered(group).iterrows():
+            t, thr, _ = _time_cell(r)
+            sched = r.get("role") == "schedule"
+            table.append({"step": r.get("ladder") if sched and isinstance(r.get("ladder"), str) else "",
+                          "schedule": f"`{r['name']}`" if sched else r["name"], "time (ms)": t, rate: thr,
+                          "× first": R.fmt(r.get("speedup_vs_first"), ".2f"),
+                          "× prev": R.fmt(r.get("speedup_vs_prev"), ".2f"),
+                          "% cuBLAS": R.fmt(r.get("pct_cublas"), ".1f"), "rel. error": R.fmt(r.get("rel_error"), ".1e"),
+                          "threads/block": R.fmt(r.get("threads_per_block"), ".0f"),
+                          "regs": R.fmt(r.get("registers"), ".0f"), "smem (B)": R.fmt(r.get("shared_bytes"), ".0f"),
+                          "spills (B)": R.fmt(r.get("spill_bytes"), ".0f"), "parameters": _params(r.get("params"))})
+        lines += [f"### {wl_text}", "", R.markdown_table(pd.DataFrame(table), {"step": "left"})]
+        skipped = (meta.get("left_out") or {}).get(wl_text)
+        if skipped:
+            wl = parse_workload(wl_text)
+            lines += [f"Left out (they do not take {wl.dtype} inputs): {', '.join(skipped)}.", ""]
+    bad = df[~df["status"].isin(["ok", "no-gpu", "unavailable"])] if "status" in df else df.iloc[0:0]
+    if len(bad):
+        lines += ["### Errors", ""] + [f"- `{r['name']}` on {r['workload']}: {r.get('error', '')}"
+                                       for _, r in bad.iterrows()] + [""]
+    return "\n".join(lines)

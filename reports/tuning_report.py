@@ -19,6 +19,10 @@ from tuning import records as R  # noqa: E402
 
 from .provenance import provenance, slug  # noqa: E402
 
+
+def R_missing(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
+
 # the classic steps the classic space tiles, and the fast hand-written ones the fast space spans
 HAND_SCHEDULES = ("block_tiling_gemm", "thread_tiling_gemm", "double_buffer_gemm",
                   "warp_tiled_gemm", "split_k_gemm", "rasterized_gemm", "best_gemm")
@@ -118,9 +122,11 @@ def hand_comparison(db: str, workload: str, out_dir: str, timeout: float = 300.0
     """Time tuned_gemm, the fast hand schedules, cuBLAS and dlight in schedlab run's harness."""
     from . import runner
 
-    os.environ["SCHEDLAB_TUNED"] = os.path.abspath(db)
-    return runner.run([workload], ["tuned_gemm", *HAND_SCHEDULES], ["cublas", "tvm_dlight"],
-                      out_dir=os.path.join(out_dir, "hand"), timeout=timeout, progress=False, fork=True)
+    df = runner.run([workload], ["tuned_gemm", *HAND_SCHEDULES], ["cublas", "tvm_dlight"],
+                    out_dir=os.path.join(out_dir, "hand"), timeout=timeout, progress=False, report=False,
+                    params={"tuned_gemm": {"source": os.path.abspath(db)}})
+    return {"provenance": df.attrs["provenance"], "rows": [{k: v for k, v in r.items() if not R_missing(v)}
+                                                           for r in df.to_dict("records")]}
 
 
 SEEDED_SPACES = ("fast", "tiled")  # the spaces whose runs measure hand-written configurations first
@@ -172,31 +178,22 @@ def reselect(db: str, workload: str, out_dir: str, k: int = 5, timeout: float = 
     from schedules import parse_workload
     from tuning.tuner import make_target, save_best
 
-    from . import runner
-    from .build import cuda_available, device_arch
+    from .build import cuda_available
+    from .harness import run_jobs
 
     if not cuda_available():
         raise RuntimeError("--reselect times configurations on the GPU, and there is no CUDA GPU here")
     top = reselect_candidates(R.trials(db, workload), k)
     wl = parse_workload(workload)
     target = make_target("cuda")
-    arch = device_arch()
-    results, files = [], {}
-    zygote = runner.Zygote()
-    try:
-        for rank, row in enumerate(top, 1):
-            files[rank] = save_best(tempfile.mkdtemp(prefix="reselect"), wl, target, row["run"], row.get("space"), row)
-            job = runner.plan([workload], ["tuned_gemm"], [], None, True)[0]
-            job.update(gpu=True, arch=arch, out_dir=os.path.join(out_dir, "reselect", str(rank)),
-                       env={"SCHEDLAB_TUNED": files[rank]})
-            res = zygote(job, timeout)
-            results.append({"rank": rank, "run": row["run"], "key": row["key"], "knobs": row.get("knobs"),
-                            "seed": bool(row.get("seed")),
-                            "tuner_ms": row["time_ms"], "harness_ms": res.get("time_ms"),
-                            "status": res.get("status"), "rel_error": res.get("rel_error"),
-                            "error": res.get("error")})
-    finally:
-        zygote.close()
+    files = {rank: save_best(tempfile.mkdtemp(prefix="reselect"), wl, target, row["run"], row.get("space"), row)
+             for rank, row in enumerate(top, 1)}
+    jobs = [{"workload": workload, "name": "tuned_gemm", "params": {"source": files[rank]}} for rank in files]
+    measured = run_jobs(jobs, timeout=timeout) if jobs else []
+    results = [{"rank": rank, "run": row["run"], "key": row["key"], "knobs": row.get("knobs"),
+                "seed": bool(row.get("seed")), "tuner_ms": row["time_ms"], "harness_ms": res.get("time_ms"),
+                "status": res.get("status"), "rel_error": res.get("rel_error"), "error": res.get("error")}
+               for (rank, row), res in zip(enumerate(top, 1), measured)]
     ok = [r for r in results if r["status"] == "ok" and r["harness_ms"]]
     if ok:
         chosen = min(ok, key=lambda r: r["harness_ms"])

@@ -22,8 +22,49 @@ class GpuLimits:
     warp_size: int = 32
 
 
+@dataclass(frozen=True)
+class GpuSpec:
+    """The GPU a shape-driven choice (best_gemm, best_fp16_gemm, ...) is made for: what it reads to
+    count waves and occupancy. The lab reads these from the device at run time
+    (``reports.build.device_spec``); without a device, an H100/H200 (sm_90, 132 SMs) is assumed."""
+
+    name: str = "sm_90 (H100/H200 class, assumed)"
+    sms: int = 132
+    regs_per_sm: int = 65536
+    smem_per_sm: int = 228 * 1024
+    smem_per_block: int = 227 * 1024  # opt-in dynamic shared memory per block
+    threads_per_sm: int = 2048
+    blocks_per_sm: int = 32
+    l2_bytes: int = 50 * 1024 * 1024
+    memory_gbps: float = 4000.0  # device memory bandwidth, for the roofline terms of the model
+
+
+_CURRENT_GPU = [GpuSpec()]
+
+
+def current_gpu() -> GpuSpec:
+    """The GPU choices are made for (set by :func:`use_gpu`; an sm_90 GPU until then)."""
+    return _CURRENT_GPU[0]
+
+
+def use_gpu(spec: GpuSpec | dict | None):
+    """Make shape-driven choices in this process for ``spec`` (a GpuSpec or its fields as a dict)."""
+    if spec is not None:
+        _CURRENT_GPU[0] = spec if isinstance(spec, GpuSpec) else GpuSpec(**spec)
+    return _CURRENT_GPU[0]
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def aligned_vector(n: int, vector: int) -> int:
+    """The widest load not over ``vector`` that every row start allows: a row of a row-major
+    matrix with rows of ``n`` elements begins at element i·n, so a v-element load needs
+    n % v == 0 (float4: n % 4 == 0). A row's last, partial vector is predicated off as a whole."""
+    while vector > 1 and n % vector:
+        vector //= 2
+    return vector
 
 
 def new_schedule(func) -> s_tir.Schedule:

@@ -26,7 +26,7 @@ class NaiveConfig:
         return Launch(grid=(wl.N, wl.M, 1), block=(1, 1, 1), threads_from="one thread")
 
 
-@register("naive_gemm", "gemm", 1, NaiveConfig, aliases=("naive", "v0"))
+@register("naive_gemm", "gemm", NaiveConfig, aliases=("naive", "v0"))
 def naive_gemm(wl: Gemm, cfg: NaiveConfig = NaiveConfig()):
     """Naive: one thread block of one thread per output element, a serial loop over K.
 
@@ -53,7 +53,7 @@ class Thread1DConfig:
                       block=(self.rows_per_block, 1, 1), threads_from="rows_per_block")
 
 
-@register("thread_1d_gemm", "gemm", 2, Thread1DConfig, aliases=("threads_1d", "v1"))
+@register("thread_1d_gemm", "gemm", Thread1DConfig, aliases=("threads_1d", "v1"))
 def thread_1d_gemm(wl: Gemm, cfg: Thread1DConfig = Thread1DConfig()):
     """1D threads: rows split by 32, the outer part to blockIdx.x, the inner to threadIdx.x; the
     columns to blockIdx.y.
@@ -93,7 +93,7 @@ def _thread_2d(wl: Gemm, cfg: Thread2DConfig, rows_on: str):
     return sch
 
 
-@register("thread_2d_gemm", "gemm", 3, Thread2DConfig, aliases=("threads_2d", "v2"))
+@register("thread_2d_gemm", "gemm", Thread2DConfig, aliases=("threads_2d", "v2"))
 def thread_2d_gemm(wl: Gemm, cfg: Thread2DConfig = Thread2DConfig()):
     """2D threads: 32×32 output tiles, both axes split and bound to blocks and threads.
 
@@ -103,7 +103,7 @@ def thread_2d_gemm(wl: Gemm, cfg: Thread2DConfig = Thread2DConfig()):
     return _thread_2d(wl, cfg, rows_on="y")
 
 
-@register("uncoalesced_gemm", "gemm", 6, Thread2DConfig, aliases=("uncoalesced",))
+@register("uncoalesced_gemm", "gemm", Thread2DConfig, aliases=("uncoalesced",))
 def uncoalesced_gemm(wl: Gemm, cfg: Thread2DConfig = Thread2DConfig()):
     """Uncoalesced: step 3 with threadIdx.x running down the rows instead of along them.
 
@@ -159,7 +159,7 @@ def _shared_tiled(wl: Gemm, cfg: SharedTileConfig, register_acc: bool):
     return shared_tiled_gemm(sch, sch.get_sblock("C"), cfg.tile_m, cfg.tile_n, cfg.tile_k, register_acc)
 
 
-@register("shared_cache_gemm", "gemm", 4, SharedTileConfig, aliases=("shared_cache", "v3"))
+@register("shared_cache_gemm", "gemm", SharedTileConfig, aliases=("shared_cache", "v3"))
 def shared_cache_gemm(wl: Gemm, cfg: SharedTileConfig = SharedTileConfig()):
     """Shared cache: 16×16 tiles, K split by 8, the A and B tiles read into shared memory at the
     K-outer loop, cooperatively fetched by all threads of the block.
@@ -171,7 +171,7 @@ def shared_cache_gemm(wl: Gemm, cfg: SharedTileConfig = SharedTileConfig()):
     return _shared_tiled(wl, cfg, register_acc=False)
 
 
-@register("register_cache_gemm", "gemm", 5, RegisterCacheConfig, aliases=("register_cache", "v4"))
+@register("register_cache_gemm", "gemm", RegisterCacheConfig, aliases=("register_cache", "v4"))
 def register_cache_gemm(wl: Gemm, cfg: RegisterCacheConfig = RegisterCacheConfig()):
     """Register cache: 32×32 tiles, K split by 4, C accumulated in a local (register) cache and
     written back once; A and B through shared memory.
@@ -182,7 +182,7 @@ def register_cache_gemm(wl: Gemm, cfg: RegisterCacheConfig = RegisterCacheConfig
     return _shared_tiled(wl, cfg, register_acc=True)
 
 
-@register("block_tiling_gemm", "gemm", 7, BlockTileConfig, aliases=("block_tiling",))
+@register("block_tiling_gemm", "gemm", BlockTileConfig, aliases=("block_tiling",))
 def block_tiling_gemm(wl: Gemm, cfg: BlockTileConfig = BlockTileConfig()):
     """Block tiling: 16×16×16 shared-memory tiles, one output per thread, the sum in a register.
 
@@ -310,7 +310,7 @@ def pipeline_double_buffer(sch, ko, ki, a_shared, b_shared):
     sch.annotate(ko, "software_pipeline_order", [0, 3, 1, 4, 5, 2, 6])
 
 
-@register("thread_tiling_gemm", "gemm", 8, ThreadTileConfig, aliases=("thread_tiling", "cutlass"))
+@register("thread_tiling_gemm", "gemm", ThreadTileConfig, aliases=("thread_tiling", "cutlass"))
 def thread_tiling_gemm(wl: Gemm, cfg: ThreadTileConfig = ThreadTileConfig()):
     """Thread tiling: a 128×128 block tile, K step 8, each thread an 8×8 register tile accumulated
     as outer products of a column of A and a row of B held in registers.
@@ -322,7 +322,7 @@ def thread_tiling_gemm(wl: Gemm, cfg: ThreadTileConfig = ThreadTileConfig()):
     return thread_tiled(wl, cfg)[0]
 
 
-@register("double_buffer_gemm", "gemm", 9, DoubleBufferConfig, aliases=("double_buffer", "pipelined"))
+@register("double_buffer_gemm", "gemm", DoubleBufferConfig, aliases=("double_buffer", "pipelined"))
 def double_buffer_gemm(wl: Gemm, cfg: DoubleBufferConfig = DoubleBufferConfig()):
     """Double buffering: step 8 with two shared-memory stages, the load of the next K tile
     overlapping the compute of the current one (TVM's software-pipelining annotations).

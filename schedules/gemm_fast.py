@@ -1,4 +1,4 @@
-"""Fast GEMM: the steps past the classic ones (14 on), towards cuBLAS-class SIMT fp32 and tensor cores.
+"""Fast GEMM: the steps past the classic ones (vectorized_shared_gemm on), towards cuBLAS-class SIMT fp32 and tensor cores.
 
 Every fp32 step here is one body, :func:`fast_tiled`, with one knob turned on at a time; each step's
 configuration is a :class:`FastTileConfig` with that knob's defaults, so a step's docstring can say
@@ -13,7 +13,7 @@ exactly what changed from the one before. The knobs:
   sub-tile and its 32 lanes form a lanes_m × lanes_n grid inside it: the lanes that share a row read
   the same A fragment (one broadcast), those that share a column the same B fragment.
 * ``stages`` / ``async_copy``: software pipelining. ``stages=2`` without async copies stages global
-  loads through registers (step 9); with ``async_copy`` the copies are ``cp.async`` straight into a
+  loads through registers (double_buffer_gemm); with ``async_copy`` the copies are ``cp.async`` straight into a
   ring of ``stages`` shared buffers, ``stages - 1`` tiles in flight while one is computed.
 * ``split_k``: the K loop cut into ``split_k`` slices computed by separate thread blocks
   (``rfactor``): a first kernel writes ``split_k`` partial products, a second sums them. It multiplies
@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from .common import ceil_div, cooperative_fetch_axes, inline_padding, new_schedule, register_fragments
+from .common import aligned_vector, ceil_div, cooperative_fetch_axes, inline_padding, new_schedule, register_fragments
 from .errors import ScheduleParamError
 from .gemm import check_thread_tiles, pipeline_double_buffer
 from .registry import Launch, register
@@ -43,7 +43,9 @@ F32 = 4
 # --- the fp32 body -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FastTileConfig:
-    """Tile sizes and switches of :func:`fast_tiled` (defaults: step 14)."""
+    """Tile sizes and switches of :func:`fast_tiled` (defaults: vectorized_shared_gemm)."""
+
+    dtypes = ("float32",)  # input types the step takes (a class attribute, not a parameter)
 
     block_m: int = 128
     block_n: int = 128
@@ -129,7 +131,7 @@ class FastTileConfig:
 
 
 def fast_tiled(wl: Gemm, cfg: FastTileConfig):
-    """The fp32 body of steps 14-18. Returns the schedule."""
+    """The fp32 body of vectorized_shared_gemm ... rasterized_gemm. Returns the schedule."""
     return apply_fast_tiled(new_schedule(wl.prim_func()), wl, cfg)
 
 
@@ -167,6 +169,9 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None):
     sch.reverse_compute_at(write_back, lane, preserve_unit_loops=True)
 
     axes = (("threadIdx.z", cfg.warps_m), ("threadIdx.y", cfg.warps_n), ("threadIdx.x", cfg.lanes_m * cfg.lanes_n))
+    # global loads as wide as the rows allow: a row of A starts at a multiple of K elements, one of
+    # B at a multiple of N, so a v-wide load needs K (or N) % v == 0 (float2 where float4 is not)
+    a_vec, b_vec = aligned_vector(wl.K, cfg.vector), aligned_vector(wl.N, cfg.vector)
     scope = "shared.dyn" if cfg.dynamic_shared else "shared"
     a_shared = sch.cache_read(block, 0, scope)
     b_shared = sch.cache_read(block, 1, scope)
@@ -175,14 +180,14 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None):
     if cfg.a_layout == "k_major":
         sch.transform_layout(a_shared, ("write", 0), lambda m, kk: (kk, m))
         # cp.async cannot transpose 16 bytes: each thread copies single floats (4-byte cp.async)
-        cooperative_fetch_axes(sch, a_shared, axes, 1 if cfg.async_copy else cfg.vector)
+        cooperative_fetch_axes(sch, a_shared, axes, 1 if cfg.async_copy else a_vec)
         if cfg.pad:
             sch.storage_align(a_shared, 0, axis=0, factor=cfg.block_m, offset=cfg.pad)
     else:
-        cooperative_fetch_axes(sch, a_shared, axes, cfg.vector)
+        cooperative_fetch_axes(sch, a_shared, axes, a_vec)
         if cfg.pad:
             sch.storage_align(a_shared, 0, axis=0, factor=cfg.block_k, offset=cfg.pad)
-    cooperative_fetch_axes(sch, b_shared, axes, cfg.vector)
+    cooperative_fetch_axes(sch, b_shared, axes, b_vec)
     if cfg.pad:
         sch.storage_align(b_shared, 0, axis=0, factor=cfg.block_n, offset=cfg.pad)
 
@@ -411,7 +416,7 @@ class VectorizedSharedConfig(FastTileConfig):
     pass
 
 
-@register("vectorized_shared_gemm", "gemm", 14, VectorizedSharedConfig, aliases=("vectorized_shared",))
+@register("vectorized_shared_gemm", "gemm", VectorizedSharedConfig, aliases=("vectorized_shared",))
 def vectorized_shared_gemm(wl: Gemm, cfg: VectorizedSharedConfig = VectorizedSharedConfig()):
     """Vectorized shared stores + padding: step 8's 128×128×8 tile with A kept m-major in shared
     memory, so both tiles go global → shared as 128-bit loads and 128-bit stores, and every shared
@@ -422,7 +427,7 @@ def vectorized_shared_gemm(wl: Gemm, cfg: VectorizedSharedConfig = VectorizedSha
     the 4-float pad puts consecutive rows 4 banks apart, so those reads do not conflict. The lesson
     is in the measurement (H200, 4096³): 49% of cuBLAS against step 8's 80%: the stores happen once
     per K tile, the fragment reads 8 times as often, and 8 scalar reads per k instead of 2 float4s
-    (and 167 registers, one block per SM) cost far more than the stores saved. Steps 15 on keep A
+    (and 167 registers, one block per SM) cost far more than the stores saved. warp_tiled_gemm and the steps after it keep A
     transposed and pad it.
     """
     return fast_tiled(wl, cfg)
@@ -436,7 +441,7 @@ class WarpTileConfig(FastTileConfig):
     stages: int = 2
 
 
-@register("warp_tiled_gemm", "gemm", 15, WarpTileConfig, aliases=("warp_tiling",))
+@register("warp_tiled_gemm", "gemm", WarpTileConfig, aliases=("warp_tiling",))
 def warp_tiled_gemm(wl: Gemm, cfg: WarpTileConfig = WarpTileConfig()):
     """Warp tiling: the 256 threads form 4 × 2 warps, each owning a 32 × 64 sub-tile of C; inside a
     warp the lanes form a 4 × 8 grid, each lane 8×8 outputs as 2×2 sub-tiles of 4×4. A is stored
@@ -460,7 +465,7 @@ class AsyncPipelineConfig(WarpTileConfig):
     async_copy: bool = True
 
 
-@register("async_pipeline_gemm", "gemm", 16, AsyncPipelineConfig, aliases=("cp_async", "async_pipeline"))
+@register("async_pipeline_gemm", "gemm", AsyncPipelineConfig, aliases=("cp_async", "async_pipeline"))
 def async_pipeline_gemm(wl: Gemm, cfg: AsyncPipelineConfig = AsyncPipelineConfig()):
     """cp.async multi-stage pipeline: global → shared copies issued as ``cp.async`` (no register
     staging) into a ring of 4 shared buffers of K depth 16 (66 KiB: dynamic shared memory), 3 K tiles
@@ -470,7 +475,7 @@ def async_pipeline_gemm(wl: Gemm, cfg: AsyncPipelineConfig = AsyncPipelineConfig
     issues its copies for tile k+3 and goes straight on to the FMAs of tile k, and waits
     (cp.async.wait_group) only for the tile it needs next. B goes as 16-byte copies; A, stored
     transposed, as 4-byte copies (cp.async cannot transpose within 16 bytes). Measured on an H200 it
-    is 2-3 points behind step 15's register staging at 2048³-4096³ (90% of cuBLAS): the 4-byte
+    is 2-3 points behind warp_tiled_gemm's register staging at 2048³-4096³ (90% of cuBLAS): the 4-byte
     copies of A cost issue slots the FMA loop needs, and the deeper ring buys nothing more once the
     K loop is long.
     """
@@ -482,15 +487,15 @@ class SplitKConfig(WarpTileConfig):
     split_k: int = 8
 
 
-@register("split_k_gemm", "gemm", 17, SplitKConfig, aliases=("split_k",))
+@register("split_k_gemm", "gemm", SplitKConfig, aliases=("split_k",))
 def split_k_gemm(wl: Gemm, cfg: SplitKConfig = SplitKConfig()):
-    """Split-K, for small outputs: step 15's 128×128 tiles, with K cut into 8 slices computed by
+    """Split-K, for small outputs: warp_tiled_gemm's 128×128 tiles, with K cut into 8 slices computed by
     separate blocks (``rfactor`` → a partial product C_rf[8, M, N]), summed by a second kernel.
 
     1024×512 has only 32 tiles of 128×128 for 132 SMs (2 resident blocks each): 12% of the GPU.
     Eight K slices make 256 blocks, one full wave. The price is the partials, written and read back
     once (for 1024×512: 16 MiB each way, mostly in L2) and a second launch. Measured on an H200:
-    98% of cuBLAS at 1024×512×2048 (step 15 alone: 28%); smaller 64×64 or 128×64 tiles, the other
+    98% of cuBLAS at 1024×512×2048 (warp_tiled_gemm alone: 28%); smaller 64×64 or 128×64 tiles, the other
     way to make blocks, reached 85-91%.
     """
     return fast_tiled(wl, cfg)
@@ -501,9 +506,9 @@ class RasterizedConfig(WarpTileConfig):
     group_m: int = 8
 
 
-@register("rasterized_gemm", "gemm", 18, RasterizedConfig, aliases=("swizzle", "rasterized"))
+@register("rasterized_gemm", "gemm", RasterizedConfig, aliases=("swizzle", "rasterized"))
 def rasterized_gemm(wl: Gemm, cfg: RasterizedConfig = RasterizedConfig()):
-    """Thread-block rasterization: step 15 with the block order grouped, 8 block-rows of one
+    """Thread-block rasterization: warp_tiled_gemm with the block order grouped, 8 block-rows of one
     block-column group at a time, instead of row by row.
 
     The blocks resident at one moment then share 8 row panels of A and a few column panels of B
@@ -515,7 +520,7 @@ def rasterized_gemm(wl: Gemm, cfg: RasterizedConfig = RasterizedConfig()):
     return fast_tiled(wl, cfg)
 
 
-@register("tensor_core_gemm", "gemm", 19, TensorCoreConfig, aliases=("tensor_core", "wmma"), tags=("float16",))
+@register("tensor_core_gemm", "gemm", TensorCoreConfig, aliases=("tensor_core", "wmma"), tags=("float16",))
 def tensor_core_gemm(wl: Gemm, cfg: TensorCoreConfig = TensorCoreConfig()):
     """Tensor cores: fp16 inputs, fp32 accumulation, through TVM's WMMA intrinsics (tensorize):
     each warp keeps 4 × 4 accumulators of 16×16 in tensor-core fragments (a 64×64 warp tile), 2 × 2
@@ -528,64 +533,3 @@ def tensor_core_gemm(wl: Gemm, cfg: TensorCoreConfig = TensorCoreConfig()):
     reaches Hopper's wgmma rate (TVM 0.27 has no wgmma intrinsic), so cuBLAS stays about 2× ahead.
     """
     return tensor_core_tiled(wl, cfg)
-
-
-# --- the best fp32 choice ------------------------------------------------------------------------
-H200_SMS = 132
-BLOCKS_PER_SM = 2  # step 15's body: 256 threads × ≤128 registers, 16.5 KiB shared
-
-
-def wave_efficiency(blocks: int, slots: int) -> float:
-    """Fraction of the GPU's block slots busy over the waves ``blocks`` need."""
-    return blocks / (slots * ceil_div(blocks, slots))
-
-
-def choose_fp32(wl: Gemm, sms: int = H200_SMS):
-    """The fastest measured fp32 schedule for ``wl`` (H200 sweeps, scripts/sweep_gemm.py): step 15's
-    register-staged 128×128 warp tiles everywhere, with split-K where the output has too few tiles
-    to fill the GPU. Returns ``(step name, config)``.
-
-    split_k is the smallest of 1, 2, 4, 8 whose blocks fill at least 90% of the block slots over their
-    waves (else the best-filling one), never leaving a slice fewer than 8 K tiles. Measured: 4096³
-    and 2048³ → 1 (93% of cuBLAS), 3000×1000×2500 → 4 (98%), 1024×512×2048 → 8 (98%).
-    """
-    base = WarpTileConfig(group_m=8)
-    tiles = ceil_div(wl.M, base.block_m) * ceil_div(wl.N, base.block_n)
-    slots = sms * BLOCKS_PER_SM
-    k_tiles = ceil_div(wl.K, base.block_k)
-    candidates = [s for s in (1, 2, 4, 8) if s == 1 or k_tiles >= 8 * s]
-    good = [s for s in candidates if wave_efficiency(tiles * s, slots) >= 0.9]
-    split = good[0] if good else max(candidates, key=lambda s: (wave_efficiency(tiles * s, slots), -s))
-    if split > 1:
-        return "split_k_gemm", SplitKConfig(split_k=split, group_m=8)
-    return "rasterized_gemm", RasterizedConfig()
-
-
-@dataclass(frozen=True)
-class BestConfig:
-    """No tile parameters: they are chosen per workload by :func:`choose_fp32`."""
-
-    sms: int = H200_SMS
-    choice_for = ("best_gemm", "float32", "tensor_core_gemm")  # (step, its input type, the step for others)
-
-    def chosen(self, wl):
-        return choose_fp32(wl, self.sms)
-
-    def check(self, wl):
-        step, dtype, other = self.choice_for
-        if wl.dtype != dtype:
-            raise ScheduleParamError(f"{step} is the {dtype} choice; for {wl.dtype} use {other}")
-        self.chosen(wl)[1].check(wl)
-
-    def launch(self, wl: Gemm) -> Launch:
-        return self.chosen(wl)[1].launch(wl)
-
-
-@register("best_gemm", "gemm", 20, BestConfig, aliases=("best",))
-def best_gemm(wl: Gemm, cfg: BestConfig = BestConfig()):
-    """Best fp32: the fastest measured step and configuration for the workload's shape, chosen by
-    :func:`choose_fp32` (step 15/18's warp tiles, with split-K on small outputs).
-
-    One tile body serves every shape; what changes with the shape is how many blocks it makes.
-    """
-    return fast_tiled(wl, cfg.chosen(wl)[1])

@@ -1,7 +1,7 @@
-"""Steps 21-23: Hopper's warpgroup MMA (``wgmma``) for fp16 and tf32 GEMM, written as a TIR kernel,
+"""Hopper's warpgroup MMA (``wgmma``) for fp16 and tf32 GEMM, written as a TIR kernel,
 and the fp16 choice per shape.
 
-TVM 0.27's tensorize intrinsics stop at ``wmma`` and ``mma.sync`` (step 19); ``wgmma`` is a
+TVM 0.27's tensorize intrinsics stop at ``wmma`` and ``mma.sync`` (tensor_core_gemm); ``wgmma`` is a
 warpgroup-wide instruction (128 threads) whose accumulator is spread over the four warps and whose
 operands are *shared-memory descriptors*, not fragments, so no ``TensorIntrin`` of the s_tir
 schedule language describes it. TVM's PTX dialect (``T.ptx``, the TIRx CUDA backend) does emit it,
@@ -23,8 +23,7 @@ from tvm.script import tirx as T
 
 from .common import ceil_div
 from .errors import ScheduleParamError
-from .gemm_fast import H200_SMS, BestConfig, TensorCoreConfig
-from .registry import Launch, get, register
+from .registry import Launch, register
 from .workloads import Gemm
 
 ROW_BYTES = 128  # one K tile row: exactly the 128-byte swizzle atom (64 fp16 or 32 tf32)
@@ -39,15 +38,20 @@ class WgmmaConfig:
     """``block_m`` rows per block (64 per warpgroup), ``block_n`` columns (the wgmma's N, up to
     256), ``stages`` K tiles in the shared-memory ring (a tile is one 128-byte row deep: 64 fp16 or
     32 tf32 values), ``group_m`` block-rows per group of the grouped block order; ``mma_overlap``
-    waits for a tile's wgmmas one iteration later (the ring then copies one tile less ahead)."""
+    waits for a tile's wgmmas one iteration later (the ring then copies one tile less ahead);
+    ``copy_bytes``: the width of one copy of a row piece (16, 8, 4 through cp.async, 2 through
+    registers); 0 takes the widest the shape allows (a row of A starts at a multiple of K·itemsize
+    bytes, one of B at N·itemsize: a copy must not straddle two rows' alignment)."""
 
     block_m: int = 128
     block_n: int = 256
     stages: int = 4
     group_m: int = 8
     mma_overlap: bool = True  # leave one tile's wgmmas running while the next tile's are issued
-    dtypes = ("float16",)
+    copy_bytes: int = 0
+    dtypes = ("float16", "bfloat16")  # 16-bit inputs of one size: the tiles' layout is the same for both
     step_name = "wgmma_gemm"
+    zero_means_auto = ("copy_bytes",)
 
     @property
     def warpgroups(self) -> int:
@@ -61,11 +65,19 @@ class WgmmaConfig:
     def itemsize(self) -> int:
         return ITEMSIZE[self.dtypes[0]]
 
-    @property
-    def b_copy_elems(self) -> int:
-        """Elements of B per copy: fp16 B goes n-major, 16 bytes at a time; tf32 B is transposed on
-        its way in, one 4-byte element at a time (tf32 wgmma reads both operands k-major)."""
-        return 8 if self.itemsize == 2 else 1
+    def copy_widths(self, wl: Gemm) -> tuple[int, int]:
+        """Bytes per copy of A and of B: ``copy_bytes``, or the widest that divides the row pitch
+        (A: K·itemsize; fp16 B: N·itemsize; tf32 B is transposed on its way in, one 4-byte element
+        at a time: tf32 wgmma reads both operands k-major)."""
+        def widest(pitch_bytes):
+            w = 16
+            while w > self.itemsize and pitch_bytes % w:
+                w //= 2
+            return w
+
+        a = self.copy_bytes or widest(wl.K * self.itemsize)
+        b = 4 if self.itemsize == 4 else (self.copy_bytes or widest(wl.N * self.itemsize))
+        return a, b
 
     @property
     def block_k(self) -> int:
@@ -81,7 +93,7 @@ class WgmmaConfig:
     def check(self, wl: Gemm):
         name = type(self).step_name
         if wl.dtype not in self.dtypes:
-            raise ScheduleParamError(f"{name} takes {self.dtypes[0]} inputs, not {wl.dtype}")
+            raise ScheduleParamError(f"{name} takes {' or '.join(self.dtypes)} inputs, not {wl.dtype}")
         if self.block_m % 64 or not 64 <= self.block_m <= 256:
             raise ScheduleParamError(f"{name}: block_m must be 64, 128, 192 or 256 (64 rows per warpgroup), "
                                      f"got {self.block_m}")
@@ -91,13 +103,15 @@ class WgmmaConfig:
         if self.stages < 2 + self.mma_overlap:
             raise ScheduleParamError(f"{name}: stages must be at least {2 + self.mma_overlap} "
                                      f"(mma_overlap={self.mma_overlap}), got {self.stages}")
-        if (self.block_n * self.block_k // self.b_copy_elems) % self.threads:
-            raise ScheduleParamError(f"{name}: the B tile's copies ({self.block_n * self.block_k // self.b_copy_elems}) "
-                                     f"must divide over the {self.threads} threads (block_m, block_n)")
-        vec = 16 // self.itemsize
-        if wl.K % vec or wl.N % self.b_copy_elems:
-            which = "K and N must be multiples" if self.b_copy_elems > 1 else "K must be a multiple"
-            raise ScheduleParamError(f"{name} copies rows in 16-byte pieces: {which} of {vec} ({wl})")
+        a_bytes, b_bytes = self.copy_widths(wl)
+        for what, width, pitch in (("A", a_bytes, wl.K), ("B", b_bytes, wl.N)):
+            if width not in (2, 4, 8, 16) or width < self.itemsize or (pitch * self.itemsize) % width:
+                raise ScheduleParamError(f"{name}: copy_bytes={width} does not fit {what}'s rows of "
+                                         f"{pitch * self.itemsize} bytes ({wl}); 0 picks the widest that does")
+        b_copies = self.block_n * self.block_k * self.itemsize // b_bytes
+        if b_copies % self.threads or (self.block_m * self.block_k * self.itemsize // a_bytes) % self.threads:
+            raise ScheduleParamError(f"{name}: the tiles' copies must divide over the {self.threads} threads "
+                                     f"(block_m, block_n)")
 
     def launch(self, wl: Gemm) -> Launch:
         tiles = ceil_div(wl.M, self.block_m) * ceil_div(wl.N, self.block_n)
@@ -113,15 +127,18 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
     LAG = int(cfg.mma_overlap)  # wgmma groups left running at the end of an iteration
     AHEAD = S - 1 - LAG  # K tiles copied ahead of the one computed: the ring also holds LAG tiles being read
     THREADS = cfg.threads
-    DT = cfg.dtypes[0]
+    DT = wl.dtype
     TF32 = DT == "float32"  # fp32 inputs, read by the tensor cores as tf32
     BK = cfg.block_k  # elements in one 128-byte row
     VEC = 16 // cfg.itemsize  # elements in one 16-byte chunk
     WK = WGMMA_K_BYTES // cfg.itemsize  # K of one wgmma
     A_ELEMS = BM * BK  # one stage: the A tile, then the B tile
     STAGE = cfg.stage_elems()
-    A_CHUNKS = A_ELEMS // VEC // THREADS  # 16-byte copies per thread per tile
-    B_COPIES = BN * BK // cfg.b_copy_elems // THREADS
+    A_BYTES, B_BYTES = cfg.copy_widths(wl)  # bytes per copy: 16 where the rows allow it
+    VA, VB = A_BYTES // cfg.itemsize, B_BYTES // cfg.itemsize  # elements per copy
+    PA, PB = VEC // VA, VEC // VB  # copies per 16-byte chunk of the swizzled layout
+    A_CHUNKS = A_ELEMS // VA // THREADS  # copies per thread per tile
+    B_COPIES = BN * BK // VB // THREADS
     ROW_CHUNKS = BN // 8  # (fp16) 16-byte chunks in one K row of the B tile
     PANEL = 64 * BK  # (fp16) one 64-column panel of the B tile
     ACC = BN // 2  # fp32 accumulators per thread: 64 x BN over 128 threads
@@ -134,7 +151,8 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
         mma = T.ptx[f"wgmma.mma_async.sync.aligned.m64n{BN}k8.f32.tf32.tf32"]
         mma_flags = (1, 1)  # scale-a, scale-b
     else:
-        mma = T.ptx[f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.f16.f16"]
+        ab = {"float16": "f16", "bfloat16": "bf16"}[DT]
+        mma = T.ptx[f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{ab}.{ab}"]
         mma_flags = (1, 1, 0, 1)  # scale-a, scale-b, A k-major, B n-major (transposed)
 
     # Thread ``tid``'s ``c``-th copy of a tile and its place in the accumulator layout, as plain
@@ -144,26 +162,37 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
         return T.ptx["cp.async.cg.shared.global" if size == 16 else "cp.async.ca.shared.global"](
             T.address_of(dst), T.address_of(src), size, T.if_then_else(ok, T.uint32(size), T.uint32(0)))
 
-    def copy_a(A, smem, at, tid, c, tile_m, kt):
-        # A tile (BM x BK, k-major): row r is 128 bytes, its 16-byte chunk ch stored at ch ^ (r % 8)
-        r, ch = (c * THREADS + tid) // 8, (c * THREADS + tid) % 8
-        gm, gk = tile_m * BM + r, kt * BK + ch * VEC
-        return copy(smem[at + r * BK + T.bitwise_xor(ch, r % 8) * VEC],
-                    A[T.min(gm, M - 1), T.min(gk, K - VEC)], T.And(gm < M, gk < K), 16)
+    # Thread ``tid``'s ``c``-th copy of a tile: (shared index, global row, global column, in bounds).
+    # A tile (BM x BK, k-major): row r is 128 bytes, its 16-byte chunk ch stored at ch ^ (r % 8);
+    # a copy narrower than 16 bytes is piece p of its chunk.
+    def a_piece(at, tid, c, tile_m, kt):
+        q = c * THREADS + tid
+        r, ch, p = q // (8 * PA), q % (8 * PA) // PA, q % PA
+        gm, gk = tile_m * BM + r, kt * BK + ch * VEC + p * VA
+        return at + r * BK + T.bitwise_xor(ch, r % 8) * VEC + p * VA, gm, gk, T.And(gm < M, gk < K)
 
-    def copy_b(B, smem, at, tid, c, tile_n, kt):
+    def b_piece(at, tid, c, tile_n, kt):
+        q = c * THREADS + tid
         if TF32:
             # B tile stored k-major (BN rows of 128 bytes, chunks swizzled by n % 8): B is K x N
             # row-major, so each 4-byte element is copied alone, a warp reading 32 consecutive n
-            n, k = (c * THREADS + tid) % BN, (c * THREADS + tid) // BN
+            n, k = q % BN, q // BN
             gk, gn = kt * BK + k, tile_n * BN + n
-            return copy(smem[at + A_ELEMS + n * BK + T.bitwise_xor(k // 4, n % 8) * 4 + k % 4],
-                        B[T.min(gk, K - 1), T.min(gn, N - 1)], T.And(gk < K, gn < N), 4)
-        # fp16: B tile n-major (64 x BN): 64-column panels, each K row of a panel 128 bytes, swizzled by k % 8
-        kr, nc = (c * THREADS + tid) // ROW_CHUNKS, (c * THREADS + tid) % ROW_CHUNKS
-        gk, gn = kt * BK + kr, tile_n * BN + nc * 8
-        return copy(smem[at + A_ELEMS + nc // 8 * PANEL + kr * 64 + T.bitwise_xor(nc % 8, kr % 8) * 8],
-                    B[T.min(gk, K - 1), T.min(gn, N - 8)], T.And(gk < K, gn < N), 16)
+            return at + A_ELEMS + n * BK + T.bitwise_xor(k // 4, n % 8) * 4 + k % 4, gk, gn, T.And(gk < K, gn < N)
+        # fp16/bf16: B tile n-major (64 x BN): 64-column panels, each K row of a panel 128 bytes,
+        # swizzled by k % 8
+        kr, nc, p = q // (ROW_CHUNKS * PB), q % (ROW_CHUNKS * PB) // PB, q % PB
+        gk, gn = kt * BK + kr, tile_n * BN + nc * 8 + p * VB
+        return (at + A_ELEMS + nc // 8 * PANEL + kr * 64 + T.bitwise_xor(nc % 8, kr % 8) * 8 + p * VB, gk, gn,
+                T.And(gk < K, gn < N))
+
+    def copy_a(A, smem, at, tid, c, tile_m, kt):
+        dst, gm, gk, ok = a_piece(at, tid, c, tile_m, kt)
+        return copy(smem[dst], A[T.min(gm, M - 1), T.min(gk, K - VA)], ok, A_BYTES)
+
+    def copy_b(B, smem, at, tid, c, tile_n, kt):
+        dst, gk, gn, ok = b_piece(at, tid, c, tile_n, kt)
+        return copy(smem[dst], B[T.min(gk, K - 1), T.min(gn, N - VB)], ok, B_BYTES)
 
     def out_row(tile_m, tid, h):  # warp w of a warpgroup holds rows 16w.., each lane rows lane/4 and +8
         return tile_m * BM + tid // WARPGROUP * 64 + tid % WARPGROUP // 32 * 16 + tid % 32 // 4 + h * 8
@@ -171,12 +200,25 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
     def out_col(tile_n, tid, j, e):  # ... and two adjacent columns of every 8-column group j
         return tile_n * BN + j * 8 + tid % 4 * 2 + e
 
+    # 2-byte pieces (a 16-bit matrix with an odd row length): cp.async copies at least 4 bytes,
+    # so these go through registers, plain loads and shared stores ordered by the same barriers
+    # (and the same proxy fence) as the asynchronous copies
+    A_SYNC, B_SYNC = A_BYTES < 4, B_BYTES < 4
+
     @T.macro
     def copy_tile(A, B, smem, base, tid, tile_m, tile_n, kt, slot):
         for c in T.unroll(A_CHUNKS):
-            copy_a(A, smem, base + slot * STAGE, tid, c, tile_m, kt)
+            if A_SYNC:
+                dst, gm, gk, ok = T.meta_var(a_piece(base + slot * STAGE, tid, c, tile_m, kt))
+                smem[dst] = T.if_then_else(ok, A[T.min(gm, M - 1), T.min(gk, K - 1)], T.cast(0, DT))
+            else:
+                copy_a(A, smem, base + slot * STAGE, tid, c, tile_m, kt)
         for c in T.unroll(B_COPIES):
-            copy_b(B, smem, base + slot * STAGE, tid, c, tile_n, kt)
+            if B_SYNC:
+                dst, gk, gn, ok = T.meta_var(b_piece(base + slot * STAGE, tid, c, tile_n, kt))
+                smem[dst] = T.if_then_else(ok, B[T.min(gk, K - 1), T.min(gn, N - 1)], T.cast(0, DT))
+            else:
+                copy_b(B, smem, base + slot * STAGE, tid, c, tile_n, kt)
 
     @T.prim_func
     def main(A: T.Buffer((M, K), DT), B: T.Buffer((K, N), DT), C: T.Buffer((M, N), "float32")):
@@ -187,7 +229,7 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
         acc = T.alloc_buffer((ACC,), "float32", scope="local")
         desc_a = T.alloc_buffer((1,), "uint64", scope="local")
         desc_b = T.alloc_buffer((1,), "uint64", scope="local")
-        # grouped block order (step 18): GM block-rows of one column group run together
+        # grouped block order (rasterized_gemm): GM block-rows of one column group run together
         first_m = bid // (GM * TN) * GM
         rows = T.min(TM - first_m, GM)
         tile_m = first_m + bid % (GM * TN) % rows
@@ -240,7 +282,7 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
     return main
 
 
-@register("wgmma_gemm", "gemm", 21, WgmmaConfig, aliases=("warpgroup_mma", "wgmma"), tags=("float16",))
+@register("wgmma_gemm", "gemm", WgmmaConfig, aliases=("warpgroup_mma", "wgmma"), tags=("float16",))
 def wgmma_gemm(wl: Gemm, cfg: WgmmaConfig = WgmmaConfig()):
     """Warpgroup MMA (Hopper): fp16 inputs, fp32 accumulation through ``wgmma.mma_async``, each
     warpgroup of 128 threads multiplying 64 × 256 × 16 per instruction with both operands read by
@@ -248,7 +290,7 @@ def wgmma_gemm(wl: Gemm, cfg: WgmmaConfig = WgmmaConfig()):
     a 4-stage cp.async ring stored in the 128-byte swizzled layout wgmma reads, one tile's wgmmas
     still running while the next tile's are issued, grouped block order.
 
-    Step 19's ``mma.sync`` is a warp-wide, synchronous instruction fed from registers: every warp
+    tensor_core_gemm's ``mma.sync`` is a warp-wide, synchronous instruction fed from registers: every warp
     loads its fragments from shared memory (ldmatrix) and waits for each product. ``wgmma`` is
     issued by four warps at once, asynchronously, on descriptors of the shared tiles, so no
     fragment loads pass through registers and a thread can issue the next tile's copies while the
@@ -261,14 +303,14 @@ def wgmma_gemm(wl: Gemm, cfg: WgmmaConfig = WgmmaConfig()):
 
     Measured on an H200 at 4096³ (``scripts/sweep_gemm.py --set wgmma``): 71% of cuBLAS fp16 with
     ``mma_overlap`` (the barrier and the copies of the next tile no longer leave the tensor cores
-    idle), 67% waiting for each tile's wgmmas; step 19 reaches 44%.
+    idle), 67% waiting for each tile's wgmmas; tensor_core_gemm reaches 44%.
     """
     return s_tir.Schedule(wgmma_kernel(wl, cfg))
 
 
 @dataclass(frozen=True)
 class Tf32WgmmaConfig(WgmmaConfig):
-    """Step 21's parameters; 4 warpgroups of 64 × 128 by default (the many small copies of B go
+    """wgmma_gemm's parameters; 4 warpgroups of 64 × 128 by default (the many small copies of B go
     faster over 512 threads: 223 TFLOP/s at 4096³ on an H200 against 187 with 2 × 64 × 256)."""
 
     block_m: int = 256
@@ -278,10 +320,10 @@ class Tf32WgmmaConfig(WgmmaConfig):
     tolerance = 2e-3  # tf32 keeps 10 of fp32's 23 mantissa bits: errors near 3e-4 against float64
 
 
-@register("wgmma_tf32_gemm", "gemm", 23, Tf32WgmmaConfig, aliases=("tf32_gemm", "wgmma_tf32"), tags=("tf32",))
+@register("wgmma_tf32_gemm", "gemm", Tf32WgmmaConfig, aliases=("tf32_gemm", "wgmma_tf32"), tags=("tf32",))
 def wgmma_tf32_gemm(wl: Gemm, cfg: Tf32WgmmaConfig = Tf32WgmmaConfig()):
     """TF32 warpgroup MMA: fp32 inputs multiplied by the tensor cores as tf32 (10-bit mantissa), fp32
-    accumulation: step 21's kernel with ``wgmma.mma_async.m64n128k8.f32.tf32.tf32``, 4 warpgroups per
+    accumulation: wgmma_gemm's kernel with ``wgmma.mma_async.m64n128k8.f32.tf32.tf32``, 4 warpgroups per
     256 × 128 block, K tiles of 32 (still 128-byte rows), and B transposed on its way into shared memory.
 
     tf32 wgmma has no transpose immediates: both operands must be k-major in shared memory. A
@@ -293,49 +335,3 @@ def wgmma_tf32_gemm(wl: Gemm, cfg: Tf32WgmmaConfig = Tf32WgmmaConfig()):
     ``schedlab run`` leaves it out of the fp32 steps it runs by default.
     """
     return s_tir.Schedule(wgmma_kernel(wl, cfg))
-
-
-# --- the best fp16 choice --------------------------------------------------------------------------
-FP16_BLOCKS = (WgmmaConfig(), WgmmaConfig(block_n=128, stages=3, mma_overlap=False),
-               WgmmaConfig(block_n=64, mma_overlap=False))
-
-
-def choose_fp16(wl: Gemm, sms: int = H200_SMS):
-    """The fp16 schedule for ``wl``: step 21 (wgmma) where its 16-byte copies fit the shape, with
-    the largest block tile of :data:`FP16_BLOCKS` whose blocks cover at least 90% of the SMs (one
-    block per SM: these tiles use most of an SM's registers or shared memory), else the one making
-    the most blocks; step 19 (WMMA, any shape) where they do not. Returns ``(step name, config)``.
-
-    Measured on an H200 (``scripts/sweep_gemm.py --set wgmma``): 128×256 with ``mma_overlap`` at
-    4096³ and 2048³; 128×64 at 1024×512×2048 (64 blocks; 128×256 makes 16 and runs at half the
-    speed), where overlapping costs 15% (two tiles copied ahead instead of three).
-    """
-    if wl.K % 8 or wl.N % 8:
-        return "tensor_core_gemm", TensorCoreConfig()
-    blocks = [cfg.launch(wl).grid[0] for cfg in FP16_BLOCKS]
-    for cfg, n in zip(FP16_BLOCKS, blocks):
-        if n >= 0.9 * sms:
-            return "wgmma_gemm", cfg
-    return "wgmma_gemm", FP16_BLOCKS[blocks.index(max(blocks))]
-
-
-@dataclass(frozen=True)
-class BestFp16Config(BestConfig):
-    """No tile parameters: they are chosen per workload by :func:`choose_fp16`."""
-
-    dtypes = ("float16",)
-    choice_for = ("best_fp16_gemm", "float16", "best_gemm")
-
-    def chosen(self, wl):
-        return choose_fp16(wl, self.sms)
-
-
-@register("best_fp16_gemm", "gemm", 22, BestFp16Config, aliases=("best_fp16",), tags=("float16",))
-def best_fp16_gemm(wl: Gemm, cfg: BestFp16Config = BestFp16Config()):
-    """Best fp16: warpgroup MMA (step 21) with the block tile that fills the GPU for the workload's
-    shape, chosen by :func:`choose_fp16`; WMMA (step 19) where K or N is not a multiple of 8.
-
-    Like best_gemm for fp32: one body, and what changes with the shape is how many blocks it makes.
-    """
-    name, chosen = cfg.chosen(wl)
-    return get(name).builder(wl, chosen)

@@ -17,30 +17,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import ceil_div, inline_padding, new_schedule, register_accumulator, register_fragments
+from .common import aligned_vector, ceil_div, inline_padding, new_schedule, register_accumulator, register_fragments
 from .errors import ScheduleParamError
 from .registry import Launch, register
-from .workloads import Gemv, GemvT
+from .workloads import Gemm, Gemv, GemvT
 
 VECTOR_BYTES = 16  # the widest load a CUDA thread issues: 128 bits (float4, or 8 halves)
 
 
 def itemsize(dtype: str) -> int:
-    return {"float32": 4, "float16": 2}[dtype]
+    return {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
 
 
 def widest_vector(wl) -> int:
     """Elements in one 128-bit load of ``wl``'s input type: 4 floats or 8 halves."""
     return VECTOR_BYTES // itemsize(wl.dtype)
-
-
-def aligned_vector(n: int, vector: int) -> int:
-    """The widest load not over ``vector`` that every row start allows: a row of A begins at
-    element i·N, so a v-element load needs N % v == 0 (float4: N % 4 == 0). The row's last,
-    partial vector is predicated off as a whole, so N need not be a multiple of lanes × vector."""
-    while vector > 1 and n % vector:
-        vector //= 2
-    return vector
 
 
 def _check_vector(wl, vector):
@@ -49,6 +40,52 @@ def _check_vector(wl, vector):
     if vector * itemsize(wl.dtype) > VECTOR_BYTES:
         raise ScheduleParamError(
             f"vector = {vector} {wl.dtype} elements is {vector * itemsize(wl.dtype) * 8} bits: loads are at most 128")
+
+
+# --- GEMV forms: a GEMV, a transposed GEMV, or a GEMM with one output row or column -----------------
+def gemv_shape(wl):
+    """The GEMV a workload is: itself, or for a GEMM with N = 1 the row form y = A·x (Gemv(M, K):
+    B is the vector) and with M = 1 the column form y = Bᵀ·x (GemvT(K, N): A is the vector). The
+    GEMV steps size their launch and choose their parameters from this."""
+    if wl.kind in ("gemv", "gemv_t"):
+        return wl
+    if wl.kind == "gemm" and wl.N == 1:
+        return Gemv(wl.M, wl.K, wl.dtype, wl.acc_dtype)
+    if wl.kind == "gemm" and wl.M == 1:
+        return GemvT(wl.K, wl.N, wl.dtype, wl.acc_dtype)
+    raise ScheduleParamError(f"{wl} is not a matrix-vector product (a GEMM needs M = 1 or N = 1)")
+
+
+def _row_form(wl) -> bool:
+    """A GEMM the row-wise GEMV steps take: one output column (C = A·b)."""
+    return wl.kind == "gemm" and wl.N == 1
+
+
+def _column_form(wl) -> bool:
+    """A GEMM the transposed GEMV step takes: one output row (c = a·B)."""
+    return wl.kind == "gemm" and wl.M == 1 and wl.N != 1
+
+
+def _start(wl, pad: int | None = None):
+    """``(sch, block, out_loop, reduce_loop, matrix_read_index, pad_names)`` of a GEMV form: a GEMM's
+    unit output loop is fused away, so every schedule below sees one output loop and the sum."""
+    gemv_shape(wl)  # refuses a GEMM that is not a matrix-vector product
+    sch = new_schedule(wl.prim_func())
+    name = "C" if wl.kind == "gemm" else "y"
+    block = sch.get_sblock(name)
+    if pad is not None:
+        sch.pad_einsum(block, [1] * (len(sch.get_loops(block)) - 1) + [pad])
+    loops = sch.get_loops(block)
+    out = sch.fuse(*loops[:-1]) if len(loops) == 3 else loops[0]
+    matrix = 1 if wl.kind == "gemm" and wl.M == 1 and wl.N != 1 else 0  # y = Bᵀ·x: the matrix is B
+    pads = ("A_pad", "B_pad") if wl.kind == "gemm" else ("A_pad", "x_pad")
+    return sch, block, out, loops[-1], matrix, pads
+
+
+def _final_loops(sch, wl):
+    """The summing block of an rfactor'd GEMV form and its loops (output, partial index)."""
+    final = sch.get_sblock("C" if wl.kind == "gemm" else "y")
+    return final, sch.get_loops(final)
 
 
 # --- row-wise GEMV: the shared body ---------------------------------------------------------------
@@ -62,10 +99,8 @@ def row_gemv(wl: Gemv, *, lanes: int, rows_per_warp: int, rows_per_block: int, v
     consecutive vectors (coalesced), ``u`` is unrolled so that its ``unroll`` independent loads are
     issued back to back, and ``v`` is a register fragment filled by one wide load.
     """
-    sch = new_schedule(wl.prim_func())
-    block = sch.get_sblock("y")
-    i, k = sch.get_loops(block)
-    vector = aligned_vector(wl.N, vector)
+    sch, block, i, k, _, _ = _start(wl)
+    vector = aligned_vector(gemv_shape(wl).N, vector)
     bx, tz, ty = sch.split(i, [None, rows_per_block, rows_per_warp])
     ko, u, tx, v = sch.split(k, [None, unroll, lanes, vector])
     sch.reorder(bx, tz, ty, tx, ko, u, v)
@@ -83,6 +118,7 @@ def row_gemv(wl: Gemv, *, lanes: int, rows_per_warp: int, rows_per_block: int, v
 
 @dataclass(frozen=True)
 class WarpRowConfig:
+    also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
     lanes: int = 32           # threads that share one row (a warp, or part of one)
     rows_per_warp: int = 1    # rows one warp reduces side by side (lanes × rows_per_warp ≤ 32)
     warps_per_block: int = 4
@@ -90,6 +126,7 @@ class WarpRowConfig:
     unroll: int = 1           # loads in flight per lane (unrolled steps along the row)
 
     def check(self, wl):
+        wl = gemv_shape(wl)
         if self.lanes * self.rows_per_warp > 32:
             raise ScheduleParamError(
                 f"lanes × rows_per_warp = {self.lanes * self.rows_per_warp} must fit in one warp (32)")
@@ -102,18 +139,19 @@ class WarpRowConfig:
         return self.warps_per_block * self.rows_per_warp
 
     def launch(self, wl: Gemv) -> Launch:
+        wl = gemv_shape(wl)
         return Launch(grid=(ceil_div(wl.M, self.rows_per_block), 1, 1),
                       block=(self.lanes, self.rows_per_warp, self.warps_per_block),
                       threads_from="lanes × rows_per_warp × warps_per_block")
 
 
 def warp_row_gemv(wl: Gemv, cfg: WarpRowConfig):
-    """Steps 10–12 share this body: ``row_gemv`` with one warp's lanes split over its rows."""
+    """warp_gemv, vectorized_gemv and multi_row_gemv share this body: ``row_gemv`` with one warp's lanes split over its rows."""
     return row_gemv(wl, lanes=cfg.lanes, rows_per_warp=cfg.rows_per_warp, rows_per_block=cfg.warps_per_block,
                     vector=cfg.vector, unroll=cfg.unroll)
 
 
-@register("warp_gemv", "gemv", 10, WarpRowConfig, aliases=("gemv_warp",))
+@register("warp_gemv", "gemv", WarpRowConfig, aliases=("gemv_warp",))
 def warp_gemv(wl: Gemv, cfg: WarpRowConfig = WarpRowConfig()):
     """One warp per row: 32 lanes stride along the row, partial sums in registers, then a
     warp-shuffle reduction (for N around 32).
@@ -130,11 +168,11 @@ class VectorGemvConfig(WarpRowConfig):
     unroll: int = 4
 
 
-@register("vectorized_gemv", "gemv", 11, VectorGemvConfig, aliases=("gemv_float4",))
+@register("vectorized_gemv", "gemv", VectorGemvConfig, aliases=("gemv_float4",))
 def vectorized_gemv(wl: Gemv, cfg: VectorGemvConfig = VectorGemvConfig()):
     """One warp per row with 128-bit loads (float4) and several loads in flight per lane (N ≥ 128).
 
-    Each lane loads four floats per instruction: a quarter of the load instructions of step 10 for
+    Each lane loads four floats per instruction: a quarter of the load instructions of warp_gemv for
     the same bytes, and with ``unroll`` loads issued back to back, ``unroll`` × 16 bytes in flight
     per lane, which is what it takes to cover DRAM latency at full bandwidth. Rows start 16-byte
     aligned only when N % 4 == 0; otherwise the loads narrow to what the alignment allows (float2
@@ -149,7 +187,7 @@ class MultiRowGemvConfig(WarpRowConfig):
     rows_per_warp: int = 2
 
 
-@register("multi_row_gemv", "gemv", 12, MultiRowGemvConfig, aliases=("gemv_multi_row",))
+@register("multi_row_gemv", "gemv", MultiRowGemvConfig, aliases=("gemv_multi_row",))
 def multi_row_gemv(wl: Gemv, cfg: MultiRowGemvConfig = MultiRowGemvConfig()):
     """Several rows per warp (short rows): ``lanes`` threads per row, 32 / lanes rows per warp.
 
@@ -162,6 +200,7 @@ def multi_row_gemv(wl: Gemv, cfg: MultiRowGemvConfig = MultiRowGemvConfig()):
 
 @dataclass(frozen=True)
 class MultiWarpGemvConfig:
+    also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
     warps_per_row: int = 4    # lanes on one row = 32 × warps_per_row
     rows_per_block: int = 1
     vector: int = 4
@@ -172,9 +211,10 @@ class MultiWarpGemvConfig:
         return 32 * self.warps_per_row
 
     def check(self, wl):
-        _check_vector(wl, self.vector)
+        _check_vector(gemv_shape(wl), self.vector)
 
     def launch(self, wl: Gemv) -> Launch:
+        wl = gemv_shape(wl)
         return Launch(grid=(ceil_div(wl.M, self.rows_per_block), 1, 1),
                       block=(self.lanes, 1, self.rows_per_block),
                       shared_bytes=4 * self.warps_per_row * self.rows_per_block,
@@ -182,7 +222,7 @@ class MultiWarpGemvConfig:
                       shared_from="warps_per_row × rows_per_block")
 
 
-@register("multi_warp_gemv", "gemv", 13, MultiWarpGemvConfig, aliases=("gemv_multi_warp",))
+@register("multi_warp_gemv", "gemv", MultiWarpGemvConfig, aliases=("gemv_multi_warp",))
 def multi_warp_gemv(wl: Gemv, cfg: MultiWarpGemvConfig = MultiWarpGemvConfig()):
     """Several warps per row (very long rows, few of them): a two-stage reduction.
 
@@ -197,6 +237,7 @@ def multi_warp_gemv(wl: Gemv, cfg: MultiWarpGemvConfig = MultiWarpGemvConfig()):
 
 @dataclass(frozen=True)
 class SplitKGemvConfig:
+    also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
     splits: int | None = None     # chunks each row is cut into (blockIdx.y); None: enough for resident_warps
     warps_per_chunk: int = 8      # lanes on one chunk = 32 × warps_per_chunk (two-stage reduction)
     vector: int | None = None     # elements per load; None: the widest the row alignment allows
@@ -208,11 +249,13 @@ class SplitKGemvConfig:
         return 32 * self.warps_per_chunk
 
     def vector_for(self, wl) -> int:
+        wl = gemv_shape(wl)
         return aligned_vector(wl.N, self.vector or widest_vector(wl))
 
     def chunk(self, wl) -> int:
         """Elements per chunk: a whole number of steps of all lanes (every chunk starts aligned),
         and the chunks cover the padded row exactly: the split count divides the step count."""
+        wl = gemv_shape(wl)
         step = self.lanes * self.vector_for(wl) * self.unroll
         steps = ceil_div(wl.N, step)
         want = self.splits or ceil_div(self.resident_warps, wl.M * self.warps_per_chunk)
@@ -224,28 +267,26 @@ class SplitKGemvConfig:
         _check_vector(wl, self.vector_for(wl))
 
     def launch(self, wl: Gemv) -> Launch:
-        return Launch(grid=(wl.M, ceil_div(wl.N, self.chunk(wl)), 1), block=(self.lanes, 1, 1),
+        chunk, wl = self.chunk(wl), gemv_shape(wl)
+        return Launch(grid=(wl.M, ceil_div(wl.N, chunk), 1), block=(self.lanes, 1, 1),
                       shared_bytes=4 * self.warps_per_chunk, threads_from="32 × warps_per_chunk")
 
 
-@register("split_k_gemv", "gemv", 14, SplitKGemvConfig, aliases=("gemv_split_k",))
+@register("split_k_gemv", "gemv", SplitKGemvConfig, aliases=("gemv_split_k",))
 def split_k_gemv(wl: Gemv, cfg: SplitKGemvConfig = SplitKGemvConfig()):
     """Split-K for very few, very long rows (M = 1 … tens): each row cut into chunks, one block
     per (row, chunk), then a second kernel adds each row's chunk sums.
 
     Several warps per row still leave most SMs idle when there are only a few rows; cutting each
     row into ``splits`` chunks (``rfactor`` over the chunk index, bound to blockIdx.y) gives
-    M × splits blocks. Each block reduces its chunk like step 13 (shuffles, then shared memory);
+    M × splits blocks. Each block reduces its chunk like multi_warp_gemv (shuffles, then shared memory);
     the partials y_rf[chunk, row] are added by one block per row (a cross-thread reduction).
     """
-    sch = new_schedule(wl.prim_func())
-    block = sch.get_sblock("y")
     vector, chunk = cfg.vector_for(wl), cfg.chunk(wl)
     # Pad the row to whole steps (zero-filled reads, inlined below): TVM 0.27 silently drops the
     # cross-thread reduction of an rfactor block that carries a T.where predicate, and emits
     # racy updates of y_rf instead, so the rfactor block must not need one.
-    sch.pad_einsum(block, [1, cfg.lanes * vector * cfg.unroll])
-    i, k = sch.get_loops(block)
+    sch, block, i, k, _, pads = _start(wl, pad=cfg.lanes * vector * cfg.unroll)
     ks, kr = sch.split(k, [None, chunk])
     rf = sch.rfactor(ks, factor_axis=0)
     i, ks, kr = sch.get_loops(rf)
@@ -259,10 +300,9 @@ def split_k_gemv(wl: Gemv, cfg: SplitKGemvConfig = SplitKGemvConfig()):
     sch.bind(i, "blockIdx.x")
     sch.bind(ks, "blockIdx.y")
     sch.bind(tx, "threadIdx.x")
-    inline_padding(sch, reads=("A_pad", "x_pad"), writes=())
-    final = sch.get_sblock("y")
-    i, s = sch.get_loops(final)
-    so, sx = sch.split(s, [None, min(256, max(32, _pow2_at_least(ceil_div(wl.N, chunk))))])
+    inline_padding(sch, reads=pads, writes=())
+    final, (i, s) = _final_loops(sch, wl)
+    so, sx = sch.split(s, [None, min(256, max(32, _pow2_at_least(ceil_div(gemv_shape(wl).N, chunk))))])
     sch.bind(i, "blockIdx.x")
     sch.bind(sx, "threadIdx.x")
     return sch
@@ -288,6 +328,8 @@ class GemvDispatchConfig:
     ~2 % (large ones) the differences are noise.
     """
 
+    also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
+
     # Rows of ≤ 256 bytes share a warp. 16384×16: 4 lanes × 8 rows 5.2 µs vs warp/row 7.0;
     # ×32: 8 lanes 5.8 vs 7.3; ×64: 8 lanes 6.5 vs 7.6; ×128 (512 B): warp/row 8.0 = 16 lanes 8.1;
     # ×17 (scalar): 16 lanes × 2 rows 5.7 vs warp/row 7.1.
@@ -311,6 +353,7 @@ class GemvDispatchConfig:
     max_unroll: int = 4        # loads in flight per lane: unroll 1–8 of float4 within 1 % at N ≥ 1024
 
     def choose(self, wl: Gemv):
+        wl = gemv_shape(wl)
         item = itemsize(wl.dtype)
         vector = aligned_vector(wl.N, widest_vector(wl))
         lanes_needed = ceil_div(wl.N, vector)
@@ -341,9 +384,9 @@ class GemvDispatchConfig:
         return cfg.launch(wl)
 
 
-@register("gemv_dispatch", "gemv", 15, GemvDispatchConfig, aliases=("gemv_auto",))
+@register("gemv_dispatch", "gemv", GemvDispatchConfig, aliases=("gemv_auto",))
 def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
-    """Dispatcher: picks among steps 10–14 and their parameters by shape.
+    """Dispatcher: picks among the GEMV steps before it and their parameters by shape.
 
     Short rows (≤ 256 B): several rows per warp with the widest aligned load; long rows (≥ 4 KiB):
     several warps per row (more when there are few rows), split-K when the rows are very few;
@@ -358,6 +401,7 @@ def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
 
 @dataclass(frozen=True)
 class ColumnGemvConfig:
+    also_takes = staticmethod(_column_form)  # a GEMM that is a matrix-vector product
     threads: int = 256          # threads per block: columns (threadIdx.x) × rows (threadIdx.y)
     max_threads_x: int = 32     # threads along the columns; fewer when N / vector is smaller
     vector: int | None = None   # contiguous columns per thread per load; None: 128 bits (4 fp32, 8 fp16)
@@ -367,25 +411,28 @@ class ColumnGemvConfig:
     target_blocks: int = 264    # narrow A: aim for about this many blocks (2 per SM of an H100/H200)
 
     def narrow(self, wl) -> bool:
-        return wl.N <= self.narrow_max_n
+        return gemv_shape(wl).N <= self.narrow_max_n
 
     def vector_for(self, wl) -> int:
         if self.narrow(wl):
             return 1
+        wl = gemv_shape(wl)
         return aligned_vector(wl.N, self.vector or widest_vector(wl))
 
     def threads_x(self, wl) -> int:
-        return min(self.max_threads_x, self.threads, _pow2_at_least(ceil_div(wl.N, self.vector_for(wl))))
+        return min(self.max_threads_x, self.threads,
+                   _pow2_at_least(ceil_div(gemv_shape(wl).N, self.vector_for(wl))))
 
     def threads_y(self, wl) -> int:
         return max(1, self.threads // self.threads_x(wl))
 
     def slice_rows(self, wl) -> int:
         """Rows one thread adds up before its sum leaves registers."""
+        narrow, wl = self.narrow(wl), gemv_shape(wl)
         if self.rows_per_slice:
             return self.rows_per_slice
-        rows = 1 if self.narrow(wl) else 8
-        if self.narrow(wl):   # enough blocks of threads_y rows each
+        rows = 1 if narrow else 8
+        if narrow:   # enough blocks of threads_y rows each
             while rows < 64 and ceil_div(wl.M, rows * 2 * self.threads_y(wl)) >= self.target_blocks:
                 rows *= 2
             return rows
@@ -395,16 +442,18 @@ class ColumnGemvConfig:
         return rows
 
     def check(self, wl):
-        _check_vector(wl, self.vector_for(wl))
+        _check_vector(gemv_shape(wl), self.vector_for(wl))
 
     def launch(self, wl: GemvT) -> Launch:
-        tx, ty, rows = self.threads_x(wl), self.threads_y(wl), self.slice_rows(wl)
-        blocks_y = ceil_div(wl.M, rows * ty) if self.narrow(wl) else ceil_div(ceil_div(wl.M, rows), ty)
-        return Launch(grid=(ceil_div(wl.N, tx * self.vector_for(wl)), blocks_y, 1),
+        tx, ty, rows, vector, narrow = (self.threads_x(wl), self.threads_y(wl), self.slice_rows(wl),
+                                        self.vector_for(wl), self.narrow(wl))
+        wl = gemv_shape(wl)
+        blocks_y = ceil_div(wl.M, rows * ty) if narrow else ceil_div(ceil_div(wl.M, rows), ty)
+        return Launch(grid=(ceil_div(wl.N, tx * vector), blocks_y, 1),
                       block=(tx, ty, 1), threads_from="threads")
 
 
-@register("column_gemv_t", "gemv_t", 16, ColumnGemvConfig, aliases=("gemv_t_columns",))
+@register("column_gemv_t", "gemv_t", ColumnGemvConfig, aliases=("gemv_t_columns",))
 def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     """Transposed GEMV y = Aᵀ·x: threads along the columns, rows split over threads and blocks,
     partial sums per row slice, then a second kernel that adds the partials (any M, N).
@@ -417,16 +466,12 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     block (cross-thread reduction through shared memory), so there is one partial row per block.
     The second kernel reduces the partials of 8–16 column groups per block across threadIdx.y.
     """
-    sch = new_schedule(wl.prim_func())
-    block = sch.get_sblock("y")
-    j, i = sch.get_loops(block)
     vector = cfg.vector_for(wl)
     tx_n, ty_n, rows = cfg.threads_x(wl), cfg.threads_y(wl), cfg.slice_rows(wl)
     if cfg.narrow(wl):
         # whole blocks of rows: the rfactor block below reduces across threads and so must carry
         # no T.where predicate (see split_k_gemv); the padded rows read as zeros
-        sch.pad_einsum(block, [1, rows * ty_n])
-        j, i = sch.get_loops(block)
+        sch, block, j, i, matrix, pads = _start(wl, pad=rows * ty_n)
         s, r, ty = sch.split(i, [None, rows, ty_n])
         rf = sch.rfactor(s, factor_axis=0)           # y_rf[s, j]: one partial row per block
         j, s, r, ty = sch.get_loops(rf)
@@ -435,6 +480,7 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
         sch.unroll(r)
         sch.bind(s, "blockIdx.y")
     else:
+        sch, block, j, i, matrix, pads = _start(wl)
         s, r = sch.split(i, [None, rows])
         rf = sch.rfactor(s, factor_axis=0)           # y_rf[s, j] = Σ_r A[s·R + r, j]·x[s·R + r]
         j, s, r = sch.get_loops(rf)
@@ -444,17 +490,16 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
         write_back = register_accumulator(sch, rf, tx)    # the slice's sums stay in registers
         if vector > 1:
             sch.vectorize(sch.get_loops(write_back)[-1])
-            register_fragments(sch, rf, r, indices=(0,))
+            register_fragments(sch, rf, r, indices=(matrix,))
             sch.unroll(v)
         sch.bind(by, "blockIdx.y")
     sch.bind(bx, "blockIdx.x")
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
-    inline_padding(sch, reads=("A_pad", "x_pad"), writes=())
+    inline_padding(sch, reads=pads, writes=())
     # second kernel: columns on threadIdx.x (coalesced), the partials of a column over threadIdx.y
-    final = sch.get_sblock("y")
-    j, s = sch.get_loops(final)
-    fx = min(32, _pow2_at_least(wl.N))
+    final, (j, s) = _final_loops(sch, wl)
+    fx = min(32, _pow2_at_least(gemv_shape(wl).N))
     fb, ft = sch.split(j, [None, fx])
     so, sy = sch.split(s, [None, max(1, 256 // fx)])
     sch.reorder(fb, ft, sy, so)

@@ -1,8 +1,10 @@
 """The registry every part of the lab reads: the CLI, the tests, the reports and the tuner.
 
-A schedule is registered with its optimization step number, the workload kind it applies to, its
-configuration dataclass (parameters with the classic write-ups' defaults) and its builder
-``fn(workload, config) -> tvm.s_tir.Schedule``.
+A schedule is registered with the workload kind it applies to, its configuration dataclass
+(parameters with the classic write-ups' defaults) and its builder ``fn(workload, config) ->
+tvm.s_tir.Schedule``. Its step number is its place in its ladder (:data:`LADDERS`): the GEMM ladder
+and the GEMV ladder are each numbered 1, 2, 3... in teaching order, and shown as ``gemm 7`` or
+``gemv 3``. ``schedlab list``, the README's table, the charts and the tests read this one order.
 """
 
 from __future__ import annotations
@@ -34,15 +36,58 @@ class Launch:
         return x * y * z
 
 
+# Each ladder in teaching order: a step's number is its position here (1-based).
+LADDERS = {
+    "gemm": (
+        # the classic SIMT steps
+        "naive_gemm", "thread_1d_gemm", "thread_2d_gemm", "shared_cache_gemm", "register_cache_gemm",
+        "uncoalesced_gemm", "block_tiling_gemm", "thread_tiling_gemm", "double_buffer_gemm",
+        # towards cuBLAS-class fp32
+        "vectorized_shared_gemm", "warp_tiled_gemm", "async_pipeline_gemm", "split_k_gemm", "rasterized_gemm",
+        "best_gemm", "tuned_gemm",
+        # tensor cores: fp16 and bf16, then Hopper's structure one piece at a time
+        "tensor_core_gemm", "wgmma_gemm", "tma_gemm", "warp_specialized_gemm", "persistent_gemm", "cluster_gemm",
+        "best_fp16_gemm",
+        # tensor cores: fp32 inputs read as tf32
+        "wgmma_tf32_gemm", "tma_tf32_gemm", "best_tf32_gemm",
+    ),
+    "gemv": ("warp_gemv", "vectorized_gemv", "multi_row_gemv", "multi_warp_gemv", "split_k_gemv", "gemv_dispatch",
+             "column_gemv_t"),
+}
+LADDER_OF_KIND = {"gemm": "gemm", "gemv": "gemv", "gemv_t": "gemv"}
+PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+TOLERANCE = {"float32": 1e-5, "float16": 1e-4, "bfloat16": 1e-4}  # 16-bit inputs: exact products, fp32 sums
+
+
+def ladder_position(name: str, kind: str) -> int:
+    ladder = LADDERS[LADDER_OF_KIND[kind]]
+    if name not in ladder:
+        raise RuntimeError(f"schedule {name} is not in the {LADDER_OF_KIND[kind]} ladder (schedules/registry.py LADDERS)")
+    return ladder.index(name) + 1
+
+
 @dataclass(frozen=True)
 class ScheduleSpec:
     name: str
-    kind: str  # "gemm" | "gemv"
-    step: int
+    kind: str  # "gemm" | "gemv" | "gemv_t"
     builder: Callable
     config_cls: type
     aliases: tuple[str, ...] = ()
     tags: tuple[str, ...] = field(default=())
+
+    @property
+    def ladder(self) -> str:
+        return LADDER_OF_KIND[self.kind]
+
+    @property
+    def step(self) -> int:
+        """Position in its ladder, from 1."""
+        return ladder_position(self.name, self.kind)
+
+    @property
+    def label(self) -> str:
+        """``gemm 7`` / ``gemv 3``: how the lab names a step."""
+        return f"{self.ladder} {self.step}"
 
     @property
     def summary(self) -> str:
@@ -53,11 +98,17 @@ class ScheduleSpec:
     def doc(self) -> str:
         return inspect.getdoc(self.builder) or ""
 
-    @property
-    def tolerance(self) -> float:
-        """The largest ‖out − ref‖/‖ref‖ against float64 that counts as right (``tolerance`` on the
-        config: tf32 steps round their inputs; every other step is checked to 1e-5)."""
-        return getattr(self.config_cls, "tolerance", 1e-5)
+    def tolerance_for(self, workload) -> float:
+        """The largest ‖out − ref‖/‖ref‖ against float64 that counts as right: the input type's
+        (1e-5 for fp32 sums of fp32 products; 1e-4 for fp16/bf16 inputs, whose products are exact
+        but whose K-long sums the tensor cores round in fp32), or the step's own where larger
+        (``tolerance`` on the config: tf32 steps round their inputs to 10 mantissa bits)."""
+        return max(TOLERANCE[workload.dtype], getattr(self.config_cls, "tolerance", 0.0))
+
+    def precision(self, dtype: str) -> str:
+        """What the step computes in, for comparisons with cuBLAS: tf32 for the tf32 steps, else
+        the input type (fp32, fp16, bf16)."""
+        return "tf32" if "tf32" in self.tags and dtype == "float32" else PRECISION[dtype]
 
     @property
     def input_dtypes(self) -> tuple[str, ...]:
@@ -65,7 +116,7 @@ class ScheduleSpec:
 
     def accepts_dtype(self, workload) -> bool:
         """Whether the step takes the workload's input type (``dtypes`` on its config; fp32 and
-        fp16 by default). ``schedlab run`` with no schedule names skips steps that do not."""
+        fp16 by default). ``schedlab run`` with no schedule names leaves out steps that do not."""
         return workload.dtype in self.input_dtypes
 
     def config(self, **overrides):
@@ -80,7 +131,8 @@ class ScheduleSpec:
     def validate(self, workload, cfg=None, limits: GpuLimits = GpuLimits()):
         """Raise ScheduleParamError, naming the parameter, if ``cfg`` cannot run ``workload``."""
         cfg = cfg if cfg is not None else self.config()
-        if workload.kind != self.kind:
+        also = getattr(cfg, "also_takes", None)  # e.g. a GEMV step on a GEMM with one output column
+        if workload.kind != self.kind and not (also and also(workload)):
             raise ScheduleParamError(f"schedule {self.name} is for {self.kind}, not {workload.kind} ({workload})")
         for f in dataclasses.fields(cfg):
             value = getattr(cfg, f.name)
@@ -88,7 +140,8 @@ class ScheduleSpec:
             if default is not None and type(value) is not type(default):  # e.g. --param tile_m=big
                 raise ScheduleParamError(f"{self.name}: {f.name} must be {type(default).__name__} "
                                          f"(like its default {default!r}), got {value!r}")
-            if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
+            auto = value == 0 and f.name in getattr(cfg, "zero_means_auto", ())
+            if isinstance(value, int) and not isinstance(value, bool) and value <= 0 and not auto:
                 raise ScheduleParamError(f"{self.name}: {f.name} must be positive, got {value}")
         check = getattr(cfg, "check", None)
         if check is not None:
@@ -121,13 +174,13 @@ _REGISTRY: dict[str, ScheduleSpec] = {}
 _ALIASES: dict[str, str] = {}
 
 
-def register(name: str, kind: str, step: int, config: type, aliases=(), tags=()):
-    """Decorator: add a builder to the registry."""
+def register(name: str, kind: str, config: type, aliases=(), tags=()):
+    """Decorator: add a builder to the registry (its name must be in its kind's ladder)."""
 
     def wrap(fn):
         if name in _REGISTRY or name in _ALIASES:
             raise RuntimeError(f"schedule {name} registered twice")
-        register_spec(ScheduleSpec(name, kind, step, fn, config, tuple(aliases), tuple(tags)))
+        register_spec(ScheduleSpec(name, kind, fn, config, tuple(aliases), tuple(tags)))
         return fn
 
     return wrap
@@ -141,13 +194,18 @@ def get(name: str) -> ScheduleSpec:
     return _REGISTRY[key]
 
 
-def all_schedules(kind: str | None = None, tag: str | None = None) -> list[ScheduleSpec]:
-    specs = sorted(_REGISTRY.values(), key=lambda s: (s.kind, s.step, s.name))
-    return [s for s in specs if (kind is None or s.kind == kind) and (tag is None or tag in s.tags)]
+def all_schedules(kind: str | None = None, tag: str | None = None, ladder: str | None = None) -> list[ScheduleSpec]:
+    """The registered steps in ladder order (GEMM, then GEMV), optionally of one workload kind,
+    carrying one tag, or of one ladder."""
+    order = list(LADDERS)
+    specs = sorted(_REGISTRY.values(), key=lambda s: (order.index(s.ladder), s.step))
+    return [s for s in specs if (kind is None or s.kind == kind) and (tag is None or tag in s.tags)
+            and (ladder is None or s.ladder == ladder)]
 
 
 def register_spec(spec: ScheduleSpec):
     """Add a ready-made spec (the tuner registers tuned schedules this way)."""
+    ladder_position(spec.name, spec.kind)
     _REGISTRY[spec.name] = spec
     for alias in spec.aliases:
         _ALIASES[alias] = spec.name

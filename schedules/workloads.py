@@ -2,8 +2,8 @@
 
 A workload string names a kind and its sizes: ``gemm:MxNxK`` (C = A·B, A is M×K and B is K×N,
 row-major, fp32), ``gemv:MxN`` (y = A·x, A is M×N row-major, fp32) or ``gemv_t:MxN`` (y = Aᵀ·x, the
-same A read column-wise: x has M entries, y has N). A ``:float16`` suffix makes the inputs half
-precision; the sum and the output stay float32.
+same A read column-wise: x has M entries, y has N). A ``:float16`` or ``:bfloat16`` suffix makes the
+inputs 16-bit; the sum and the output stay float32.
 """
 
 from __future__ import annotations
@@ -138,12 +138,12 @@ class GemvT(Gemv):
 
 Workload = Gemm | Gemv | GemvT
 
-_DTYPES = ("float32", "float16")
+_DTYPES = ("float32", "float16", "bfloat16")
 
 
 def parse_workload(text: str) -> Workload:
-    """``gemm:1024x512x2048``, ``gemv:16384x16``, ``gemv_t:16384x16``, optionally ``:float16`` for
-    half inputs."""
+    """``gemm:1024x512x2048``, ``gemv:16384x16``, ``gemv_t:16384x16``, optionally ``:float16`` or
+    ``:bfloat16`` for 16-bit inputs."""
     m = re.fullmatch(r"\s*(gemm|gemv_t|gemv)\s*:\s*([0-9x×]+)\s*(?::\s*(\w+))?\s*", text or "")
     if not m:
         raise ScheduleParamError(
@@ -174,4 +174,4 @@ def _check_positive(name, value):
 
 
 def _itemsize(dtype: str) -> int:
-    return {"float32": 4, "float16": 2, "float64": 8}[dtype]
+    return {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}[dtype]

@@ -3,8 +3,9 @@
     ncu --section SpeedOfLight --section Occupancy --section WarpStateStats --launch-skip 2 --launch-count 1 \\
         python3 scripts/profile_kernel.py tensor_core_gemm gemm:4096x4096x4096:float16
 
-(the first launches warm up; profile a later one). Prints the check against float64 so that the
-profiled kernel is known to be the right one.
+(the first launches warm up; profile a later one). The kernel is built and checked against float64
+through the lab's measurement path (reports.harness), in this process, so the profiled kernel is
+known to be the right one.
 """
 
 from __future__ import annotations
@@ -26,24 +27,13 @@ def main(argv=None):
     ap.add_argument("--param", action="append", default=[], help="NAME=VALUE config override")
     args = ap.parse_args(argv)
 
-    from reports import build as B
-    from reports import measure as M
+    from reports.build import parse_params
+    from reports.harness import check_in_process
 
-    spec, wl, cfg, built = B.build_named(args.schedule, args.workload, B.parse_params(args.param))
-    harness = M.CudaHarness(flush=None)
-    inputs = M.random_inputs(wl)
-    shape, dtype = wl.arg_shapes()[-1]
-    bufs = [harness.to_device(x) for x in inputs] + [harness.empty(shape, dtype)]
-    harness.poison(bufs[-1])
-    args_tvm = [harness.tvm_view(b) for b in bufs]
-    for _ in range(args.launches):
-        built.executable["main"](*args_tvm)
-    harness.sync()
-    err = M.product_error(wl, harness.to_numpy(bufs[-1]), inputs)
-    k = built.kernel
-    print(f"{spec.name} on {wl}: rel. error {err:.2e}; {k.name}: {k.registers} registers, "
-          f"{k.shared_bytes} B static shared, {k.spills} B spilled")
-    return 0 if err < 1e-3 else 1
+    row = check_in_process(args.schedule, args.workload, parse_params(args.param), launches=args.launches - 1)
+    print(f"{row['name']} on {row['workload']}: {row['status']}, rel. error {row.get('rel_error', float('nan')):.2e}; "
+          f"{row.get('registers')} registers, {row.get('shared_bytes')} B static shared, {row.get('spill_bytes')} B spilled")
+    return 0 if row["status"] == "ok" else 1
 
 
 if __name__ == "__main__":

@@ -1,8 +1,6 @@
-"""Stand-ins for reports.worker that fail the ways a GPU kernel can: abort, hang, garbage.
-Run as a script (``python -m tests.crash_worker``, a job on stdin) or as the fork server's handler
-(``handle(job)``)."""
+"""Stand-ins for the harness's job functions that fail the ways a GPU kernel can: abort, hang,
+garbage on stdout, an exception. ``handle(job)`` runs in a reports.isolate worker."""
 
-import json
 import os
 import sys
 import time
@@ -16,16 +14,8 @@ def handle(job):
         os.abort()
     elif mode == "hang":
         time.sleep(60)
-    elif mode == "garbage":
-        print("not json")
-        sys.stdout.flush()
-        os._exit(0)
-    row = {"workload": job["workload"], "name": job["name"], "status": "ok", "pid": os.getpid()}
-    if mode == "env":  # report a variable, to check that a job's own environment reaches it
-        row["value"] = os.environ.get(job["variable"])
-    return row
-
-
-if __name__ == "__main__":
-    row = handle(json.loads(sys.stdin.read()))
-    print(json.dumps(row))
+    elif mode == "print":  # a job that prints to stdout must not break the protocol
+        print("some chatter on stdout")
+    elif mode == "raise":
+        raise RuntimeError("boom in the job")
+    return {"status": "ok", "pid": os.getpid(), "value": os.environ.get(job.get("variable", ""), None)}

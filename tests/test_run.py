@@ -1,46 +1,74 @@
-"""`schedlab run` on a machine without a GPU, and the fault isolation of each schedule's process."""
+"""`schedlab run` on a machine without a GPU, and the isolation of every job in a worker process."""
 
 import json
 import os
 
 import pytest
 
-from reports.runner import run, run_isolated
+from reports.isolate import Pool
+from reports.runner import plan, run
 from scripts.schedlab import main
+from tests.conftest import HAS_GPU
 
 
-def test_a_crashing_schedule_becomes_an_error_row():
-    row = run_isolated({"workload": "gemm:8x8x8", "name": "x", "mode": "abort"}, 30, module="tests.crash_worker")
-    assert row["status"] == "error" and "illegal memory access" in row["error"]
+def test_each_failure_is_that_jobs_row_and_the_pool_goes_on():
+    jobs = [{"workload": "w", "name": n, "mode": m} for n, m in
+            (("a", "ok"), ("b", "abort"), ("c", "hang"), ("d", "print"), ("e", "raise"), ("f", "ok"))]
+    with Pool("tests.crash_worker:handle", workers=1, timeout=3) as pool:
+        rows = pool.map(jobs)
+    by = {r["name"]: r for r in rows}
+    assert [r["name"] for r in rows] == list("abcdef")  # job order, every job a row
+    assert by["a"]["status"] == by["d"]["status"] == by["f"]["status"] == "ok"
+    assert by["b"]["status"] == "error" and "SIGABRT" in by["b"]["error"] and "illegal memory access" in by["b"]["error"]
+    assert by["c"]["status"] == "error" and "timed out after 3 s" in by["c"]["error"]
+    assert by["e"]["status"] == "error" and "boom in the job" in by["e"]["error"]
+    assert by["a"]["pid"] != by["d"]["pid"]  # the worker that faulted (and the hung one) was replaced
+    assert by["d"]["pid"] == by["f"]["pid"]  # an exception in a job does not cost its worker
 
 
-def test_a_hanging_schedule_is_stopped():
-    row = run_isolated({"workload": "gemm:8x8x8", "name": "x", "mode": "hang"}, 2, module="tests.crash_worker")
-    assert row["status"] == "error" and "timed out" in row["error"]
+def test_workers_are_reused_and_run_in_parallel():
+    jobs = [{"workload": "w", "name": str(n), "mode": "ok"} for n in range(6)]
+    with Pool("tests.crash_worker:handle", workers=2, timeout=30) as pool:
+        rows = pool.map(jobs)
+        again = pool.map(jobs[:2])
+    pids = {r["pid"] for r in rows}
+    assert len(pids) == 2 and {r["pid"] for r in again} <= pids
 
 
-def test_a_worker_without_a_result_is_an_error():
-    row = run_isolated({"workload": "gemm:8x8x8", "name": "x", "mode": "garbage"}, 30, module="tests.crash_worker")
-    assert row["status"] == "error"
+def test_a_worker_gets_the_pools_environment(monkeypatch):
+    with Pool("tests.crash_worker:handle", workers=1, timeout=30, env={"SCHEDLAB_X": "one"}) as pool:
+        (row,) = pool.map([{"workload": "w", "name": "a", "mode": "ok", "variable": "SCHEDLAB_X"}])
+    assert row["value"] == "one" and "SCHEDLAB_X" not in os.environ
 
 
 def test_a_bad_config_is_that_rows_error_and_the_run_goes_on(tmp_path):
-    res = run(["gemm:64x64x64"], ["shared_cache_gemm", "naive_gemm"], baseline_names=[], out_dir=str(tmp_path),
-              params={"shared_cache_gemm": {"tile_m": 64, "tile_n": 64}}, progress=False)
-    rows = {r["name"]: r for r in res["rows"]}
-    assert rows["shared_cache_gemm"]["status"] == "error"
-    assert "threads per block" in rows["shared_cache_gemm"]["error"]
-    assert rows["naive_gemm"]["status"] in ("ok", "no-gpu")
+    df = run(["gemm:64x64x64"], ["shared_cache_gemm", "naive_gemm"], baselines=[], out_dir=str(tmp_path),
+             params={"shared_cache_gemm": {"tile_m": 64, "tile_n": 64}}, progress=False, report=False)
+    rows = df.set_index("name")
+    assert rows.loc["shared_cache_gemm", "status"] == "error"
+    assert "threads per block" in rows.loc["shared_cache_gemm", "error"]
+    assert rows.loc["naive_gemm", "status"] in ("ok", "no-gpu")
 
 
-@pytest.mark.skipif(__import__("tests.conftest", fromlist=["HAS_GPU"]).HAS_GPU, reason="checks the no-GPU path")
+def test_fp16_plan_leaves_out_the_fp32_only_steps_and_names_them():
+    jobs, left = plan(["gemm:256x256x256:float16"], gpu=True)
+    names = {j["name"] for j in jobs}
+    assert "best_fp16_gemm" in names and "naive_gemm" in names
+    assert not {"warp_tiled_gemm", "best_gemm", "split_k_gemm"} & names
+    assert {"warp_tiled_gemm", "best_gemm", "split_k_gemm", "vectorized_shared_gemm"} <= set(left["gemm:256x256x256:float16"])
+    assert "numpy_cpu" not in names and "cublas" in names  # CPU baselines on fp32 workloads only
+    with pytest.raises(ValueError, match="warp_tiled_gemm takes float32 inputs, not float16"):
+        plan(["gemm:256x256x256:float16"], ["warp_tiled_gemm"])
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
 def test_run_without_gpu_builds_everything_and_invents_nothing(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["run", "--workload", "gemm:96x80x40", "--workload", "gemv:33x17", "--schedules",
                  "shared_cache_gemm,thread_tiling_gemm,warp_gemv", "--baselines", "numpy_cpu,cublas",
-                 "--out", str(out), "--quiet", "--strict"]) == 0
+                 "--out", str(out), "--quiet", "--strict", "--no-report"]) == 0
     res = json.loads((out / "results.json").read_text())
-    assert res["complete"] is True
+    assert res["meta"]["complete"] is True
     rows = {(r["workload"], r["name"]): r for r in res["rows"]}
     for key in [("gemm:96x80x40", "shared_cache_gemm"), ("gemm:96x80x40", "thread_tiling_gemm"),
                 ("gemv:33x17", "warp_gemv")]:
@@ -49,67 +77,35 @@ def test_run_without_gpu_builds_everything_and_invents_nothing(tmp_path, capsys)
         assert r["registers"] > 0 and r["spill_bytes"] == 0
         for stage in ("scheduled", "lowered", "cuda", "ptx", "ptxas"):
             assert os.path.getsize(r["files"][stage]) > 0
+    assert rows[("gemm:96x80x40", "shared_cache_gemm")]["ladder"] == "gemm 4"
     assert rows[("gemm:96x80x40", "numpy_cpu")]["status"] == "ok"
     assert rows[("gemm:96x80x40", "numpy_cpu")]["rel_error"] < 1e-5
     assert ("gemm:96x80x40", "cublas") not in rows  # no GPU: no cuBLAS row rather than an invented one
     table = (out / "table.md").read_text()
-    assert "no GPU" in table and "shared_cache_gemm" in table
+    assert "no GPU" in table and "shared_cache_gemm" in table and "| gemm 4 " in table
     assert (out / "results.csv").read_text().count("\n") == len(res["rows"]) + 1
     assert "no GPU" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(__import__("tests.conftest", fromlist=["HAS_GPU"]).HAS_GPU, reason="checks the no-GPU path")
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
 def test_gemv_benchmark_without_gpu_builds_and_times_nothing(tmp_path):
-    from scripts import bench_gemv
+    from reports import bench_gemv
 
-    bench_gemv.main(["--workload", "gemv:64x64", "--out", str(tmp_path)])
-    rows = json.loads((tmp_path / "gemv_bench.json").read_text())["rows"]
-    assert rows and {r["status"] for r in rows} == {"no-gpu"}
-    assert not any(k.startswith(("us_", "gbps_")) for r in rows for k in r)
+    assert bench_gemv.main(["--workload", "gemv:64x64", "--out", str(tmp_path), "--quiet"]) == 0
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert rows and {r["status"] for r in rows} <= {"no-gpu", "unavailable"}
+    assert not any(k.startswith(("time_", "gbps")) for r in rows for k in r)
     assert all(r["spill_bytes"] == 0 and r["registers"] > 0 for r in rows if "registers" in r)
 
 
-def test_the_fork_server_isolates_each_job():
-    from reports.runner import Zygote
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
+def test_gemm_benchmark_without_gpu_builds_and_times_nothing(tmp_path):
+    from reports import bench_gemm
 
-    z = Zygote("tests.crash_worker:handle")
-    try:
-        ok1 = z({"workload": "w", "name": "a", "mode": "ok"}, 30)
-        crash = z({"workload": "w", "name": "b", "mode": "abort"}, 30)
-        hang = z({"workload": "w", "name": "c", "mode": "hang"}, 2)
-        garbage = z({"workload": "w", "name": "d", "mode": "garbage"}, 30)
-        ok2 = z({"workload": "w", "name": "e", "mode": "ok"}, 30)
-    finally:
-        z.close()
-    assert ok1["status"] == ok2["status"] == "ok" and ok1["pid"] != ok2["pid"]  # a process per job
-    assert crash["status"] == "error" and "SIGABRT" in crash["error"] and "illegal memory access" in crash["error"]
-    assert hang["status"] == "error" and "timed out" in hang["error"]
-    assert garbage["status"] == "error"
-
-
-def test_run_with_the_fork_server_gives_the_same_rows(tmp_path):
-    kw = dict(baseline_names=["numpy_cpu"], progress=False)
-    a = run(["gemv:33x17"], ["warp_gemv", "multi_row_gemv"], out_dir=str(tmp_path / "a"), **kw)
-    b = run(["gemv:33x17"], ["warp_gemv", "multi_row_gemv"], out_dir=str(tmp_path / "b"), fork=True, **kw)
-    strip = lambda res: [(r["name"], r["status"], r.get("registers")) for r in res["rows"]]  # noqa: E731
-    assert strip(a) == strip(b)
-    assert all(r["status"] in ("ok", "no-gpu") for r in b["rows"])
-
-
-def test_a_jobs_own_environment_reaches_its_process_and_no_other(monkeypatch):
-    """``job["env"]`` (how --reselect points each candidate's tuned_gemm at its own file) is set in
-    that job's process, fresh or forked, and not in the next job's or in ours."""
-    from reports.runner import Zygote
-
-    var = "SCHEDLAB_TEST_JOB_ENV"
-    monkeypatch.delenv(var, raising=False)
-    job = {"workload": "w", "name": "a", "mode": "env", "variable": var}
-    fresh = run_isolated({**job, "env": {var: "one"}}, 30, module="tests.crash_worker")
-    z = Zygote("tests.crash_worker:handle")
-    try:
-        forked = z({**job, "env": {var: "two"}}, 30)
-        after = z(job, 30)
-    finally:
-        z.close()
-    assert (fresh["value"], forked["value"], after["value"]) == ("one", "two", None)
-    assert var not in os.environ
+    assert bench_gemm.main(["--shapes", "256x128x64", "--precisions", "fp32,fp16", "--out", str(tmp_path),
+                            "--quiet"]) == 0
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    built = {r["name"] for r in rows if r["status"] == "no-gpu"}
+    assert {"best_gemm", "best_fp16_gemm", "wgmma_gemm", "tvm_dlight"} <= built
+    assert not any("time_ms" in r for r in rows)
+    assert "% cuBLAS" in (tmp_path / "table.md").read_text()

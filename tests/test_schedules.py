@@ -10,15 +10,49 @@ from schedules import all_schedules, get
 from tests.helpers import ODD_WORKLOADS, build_spec, default_workload
 
 SPECS = [s for s in all_schedules() if "tuned" not in s.tags]  # tuned_gemm needs a tuning record: test_tuning
-CLASSIC = [s for s in SPECS if s.step <= 12] + [get("gemv_dispatch")]
+CLASSIC = [s for s in all_schedules(ladder="gemm") if s.step <= 9] + \
+    [get(n) for n in ("warp_gemv", "vectorized_gemv", "multi_row_gemv", "gemv_dispatch")]
 
 
-def test_registry_has_the_classic_steps_in_order():
-    steps = {s.step: s.name for s in CLASSIC}  # the 13 classic steps (the dispatcher is 15 now)
-    assert steps == {1: "naive_gemm", 2: "thread_1d_gemm", 3: "thread_2d_gemm", 4: "shared_cache_gemm",
-                     5: "register_cache_gemm", 6: "uncoalesced_gemm", 7: "block_tiling_gemm",
-                     8: "thread_tiling_gemm", 9: "double_buffer_gemm", 10: "warp_gemv",
-                     11: "vectorized_gemv", 12: "multi_row_gemv", 15: "gemv_dispatch"}
+def test_two_ladders_numbered_in_teaching_order_without_gaps():
+    import tuning.tuned  # noqa: F401
+    from schedules.registry import LADDERS
+
+    for ladder, names in LADDERS.items():
+        specs = all_schedules(ladder=ladder)
+        assert [s.name for s in specs] == [n for n in names if n in {s.name for s in specs}]
+        assert [s.step for s in specs] == list(range(1, len(specs) + 1)), ladder  # 1..N, no gaps, no duplicates
+        assert len(set(names)) == len(names)
+        assert all(s.label == f"{ladder} {s.step}" for s in specs)
+    gemm = {s.step: s.name for s in all_schedules(ladder="gemm") if s.step <= 9}
+    assert gemm == {1: "naive_gemm", 2: "thread_1d_gemm", 3: "thread_2d_gemm", 4: "shared_cache_gemm",
+                    5: "register_cache_gemm", 6: "uncoalesced_gemm", 7: "block_tiling_gemm",
+                    8: "thread_tiling_gemm", 9: "double_buffer_gemm"}
+    assert [s.name for s in all_schedules(ladder="gemv")][:3] == ["warp_gemv", "vectorized_gemv", "multi_row_gemv"]
+    for alias, name in (("v0", "naive_gemm"), ("v3", "shared_cache_gemm"), ("cutlass", "thread_tiling_gemm"),
+                        ("wgmma", "wgmma_gemm")):
+        assert get(alias).name == name
+
+
+def test_a_step_outside_the_ladders_cannot_be_registered():
+    from schedules.registry import ScheduleSpec, register_spec
+
+    with pytest.raises(RuntimeError, match="not in the gemm ladder"):
+        register_spec(ScheduleSpec("my_gemm", "gemm", lambda wl, cfg: None, object))
+
+
+def test_schedlab_list_shows_the_two_ladders(capsys):
+    from scripts.schedlab import main
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("GEMM ladder") < out.index("gemm 1  naive_gemm") < out.index("GEMV ladder") < \
+        out.index("gemv 1  warp_gemv")
+    labels = [line.split()[:2] for line in out.splitlines() if line.startswith("  ")]
+    assert len({tuple(x) for x in labels}) == len(labels)  # no two steps share a number
+
+
+def test_registry_entries_are_documented():
     for spec in SPECS:
         assert spec.summary, f"{spec.name} has no docstring"
         assert get(spec.name) is spec

@@ -184,25 +184,29 @@ def test_rpc_tracker_and_server_end_to_end(tmp_path):
             p.wait(10)
 
 
-def test_fast_space_spans_the_fast_steps_with_the_hand_choice_first():
-    """The fast space: one design space per valid structural combination (best_gemm's own choice
-    first), each with one sampled knob (unroll), postprocessed by MetaSchedule's CUDA postprocessors,
-    and its CUDA compiles with nvcc without spills."""
+def test_fast_space_spans_the_fast_steps_with_the_models_choices_first():
+    """The fast space: one design space per valid structural combination (the dispatcher's top
+    choices first, best_gemm's own first of all), each with one sampled knob (unroll),
+    postprocessed by MetaSchedule's CUDA postprocessors, and its CUDA compiles with nvcc without
+    spills."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
     from reports import build as B
     from schedules import parse_workload
-    from schedules.gemm_fast import choose_fp32
-    from tuning.spaces import fast_configs, get_space, knob_values, sample_insts
+    from schedules import dispatch
+    from tuning.spaces import SEEDS, fast_configs, get_space, knob_values, model_seeds, sample_insts
     from tuning.tuner import candidate_from_decisions, launch_of, make_target
 
     wl = parse_workload("gemm:1024x512x2048")
     cfgs = fast_configs(wl)
-    hand = choose_fp32(wl)[1]
-    assert (cfgs[0].split_k, cfgs[0].block_m, cfgs[0].warps_m) == (hand.split_k, hand.block_m, hand.warps_m) == (8, 128, 4)
+    step, hand = dispatch.choose(wl, "fp32")
+    assert (cfgs[0].split_k, cfgs[0].block_m, cfgs[0].block_n) == (hand.split_k, hand.block_m, hand.block_n)
+    assert cfgs[0].split_k > 1  # 32 output tiles for 132 SMs: the model splits K
+    assert [(c.block_m, c.block_n, c.split_k) for c in cfgs[:SEEDS]] == \
+        [(c.block_m, c.block_n, c.split_k) for c in model_seeds(wl)]
     assert len(cfgs) >= 100 and len(set(cfgs)) == len(cfgs)
-    assert {c.split_k for c in cfgs} == {1, 2, 4, 8} and {c.stages for c in cfgs} == {1, 2}
+    assert {1, 2, 4, 8} <= {c.split_k for c in cfgs} and {c.stages for c in cfgs} == {1, 2}
     assert {(c.block_m, c.block_n) for c in cfgs} >= {(128, 128), (64, 64), (128, 64)}
 
     B.setup_cuda_env()
@@ -450,9 +454,9 @@ def test_the_tuner_builds_cuda_with_the_labs_compiler(monkeypatch):
 
 @pytest.mark.parametrize("shape", ["1024x512x2048", "4096x4096x4096"])
 def test_the_fast_spaces_seed_is_best_gemms_own_kernel(shape):
-    """The search starts from the hand-written best: the seed's CUDA is best_gemm's to the byte
-    (the unroll knob is annotated where the hand step puts its own), so the tuner's final choice in
-    the harness cannot be a look-alike that is slower than the hand schedule."""
+    """The search starts from the dispatcher's choice: the first seed's CUDA is best_gemm's to the
+    byte (the unroll knob is annotated where the hand step puts its own), so the tuner's final
+    choice in the harness cannot be a look-alike that is slower than best_gemm."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
@@ -468,7 +472,9 @@ def test_the_fast_spaces_seed_is_best_gemms_own_kernel(shape):
     space = get_space("fast")
     ctx = ms.TuneContext(mod, target=target, space_generator=space.generator(target),
                          search_strategy=ms.search_strategy.ReplayTrace(), task_name="t", num_threads=1)
-    (index, decisions), = space.seeds(wl)
+    seeds = space.seeds(wl)
+    assert len(seeds) >= 2  # the model's top choices, not only its first
+    index, decisions = seeds[0]
     trace = ctx.generate_design_space()[index].trace
     cand, _, failed = candidate_from_decisions(mod, list(ctx.space_generator.postprocs), trace,
                                                sample_insts(trace), decisions)

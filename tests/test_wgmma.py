@@ -27,9 +27,9 @@ def built(workload, **params):
     return _CACHE[key]
 
 
-def test_registered_as_step_21_for_fp16_only():
-    assert SPEC.step == 21 and get("wgmma") is SPEC and get("warpgroup_mma") is SPEC
-    assert SPEC.input_dtypes == ("float16",)
+def test_registered_after_the_wmma_step_for_16_bit_inputs():
+    assert SPEC.step == get("tensor_core_gemm").step + 1 and get("wgmma") is SPEC and get("warpgroup_mma") is SPEC
+    assert SPEC.input_dtypes == ("float16", "bfloat16")
     with pytest.raises(ScheduleParamError, match="float16"):
         SPEC.validate(parse_workload("gemm:4096x4096x4096"))
 
@@ -79,11 +79,13 @@ def test_other_kernels_stay_on_plain_sm90():
     assert "for 'sm_90'" in b.device.ptxas_log
 
 
-@pytest.mark.parametrize("workload,match", [("gemm:64x64x60:float16", "multiples of 8"),
-                                            ("gemm:64x60x64:float16", "multiples of 8")])
-def test_shapes_it_cannot_copy_are_refused(workload, match):
+@pytest.mark.parametrize("workload,params,match", [("gemm:64x64x60:float16", dict(copy_bytes=16), "does not fit A"),
+                                                   ("gemm:64x60x64:float16", dict(copy_bytes=16), "does not fit B"),
+                                                   ("gemm:64x64x64:float16", dict(copy_bytes=3), "does not fit")])
+def test_copies_wider_than_the_rows_allow_are_refused(workload, params, match):
     with pytest.raises(ScheduleParamError, match=match):
-        SPEC.validate(parse_workload(workload))
+        SPEC.validate(parse_workload(workload), SPEC.config(**params))
+    SPEC.validate(parse_workload(workload))  # the default takes the widest that fits
 
 
 @pytest.mark.parametrize("params,match", [(dict(block_n=96), "block_n"), (dict(block_m=96), "block_m"),
@@ -99,25 +101,27 @@ def test_odd_shapes_build(workload):
     assert built(workload).device.cubin
 
 
-def test_best_fp16_fills_the_gpu_and_falls_back_to_wmma():
-    from schedules.gemm_wgmma import choose_fp16
-
-    big = choose_fp16(parse_workload(BIG))
-    assert big == ("wgmma_gemm", SPEC.config())
-    name, small = choose_fp16(parse_workload("gemm:1024x512x2048:float16"))  # 16 blocks of 128x256
-    assert name == "wgmma_gemm" and small.launch(parse_workload("gemm:1024x512x2048:float16")).grid[0] == 64
-    assert choose_fp16(parse_workload("gemm:3000x1000x2500:float16"))[0] == "tensor_core_gemm"  # K % 8 = 4
-    best = get("best_fp16_gemm")
-    assert best.step == 22 and best.input_dtypes == ("float16",)
-    with pytest.raises(ScheduleParamError, match="best_gemm"):
-        best.validate(parse_workload("gemm:1024x512x2048"))
-    assert "wgmma.mma_async" in build_spec(best, "gemm:1024x512x2048:float16").device.ptx
-    assert "wmma.mma.sync" in build_spec(best, "gemm:3000x1000x2500:float16").device.ptx
+def test_narrow_rows_get_the_widest_copies_they_allow():
+    """Rows whose length is not a multiple of 16 bytes: copies as wide as the pitch allows (8 or 4
+    bytes through cp.async, 2 through registers), not a refusal and not scalar everywhere."""
+    cases = {"gemm:1000x520x2000:float16": (16, 16), "gemm:1000x516x2004:float16": (8, 8),
+             "gemm:1000x502x2002:bfloat16": (4, 4), "gemm:1000x500x2001:float16": (2, 8)}
+    for workload, widths in cases.items():
+        wl = parse_workload(workload)
+        assert SPEC.config().copy_widths(wl) == widths, workload
+        SPEC.validate(wl)
+    b = built("gemm:1000x500x2001:float16")
+    assert "cp.async.ca.shared.global [%r" in b.device.ptx.replace("  ", " ") or "cp.async.ca.shared.global" in b.device.ptx
+    assert "cp.async.cg" not in b.device.ptx  # no 16-byte copy fits these rows
+    with pytest.raises(ScheduleParamError, match="copy_bytes=16 does not fit A"):
+        SPEC.validate(parse_workload("gemm:64x64x66:float16"), SPEC.config(copy_bytes=16))
 
 
 # --- on the GPU -------------------------------------------------------------------------------
 @pytest.mark.gpu
-@pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float16", BIG] + ODD)
+@pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float16", BIG] + ODD +
+                         ["gemm:1000x516x2004:float16", "gemm:1000x502x2002:bfloat16", "gemm:1000x500x2001:float16",
+                          "gemm:77x33x15:bfloat16"])
 def test_correct(harness, workload):
     # fp16 products are exact in fp32; only the fp32 sums round
     assert run_on_gpu(harness, SPEC, workload) < 1e-4
@@ -153,35 +157,34 @@ def test_tf32_step_reads_both_operands_k_major_and_transposes_b_on_the_way_in():
     assert len(re.findall(r"ptx_wgmma_encode_matrix_descriptor\([^;]*, 1, 64, 3\)", b.device.cuda)) == 2
 
 
-def test_tf32_step_is_refused_where_it_cannot_copy_and_run_by_name_only():
-    with pytest.raises(ScheduleParamError, match="multiple of 4"):
-        TF32.validate(parse_workload("gemm:64x64x66"))
+def test_tf32_step_takes_any_row_and_runs_by_name_only():
+    assert TF32.config().copy_widths(parse_workload("gemm:64x64x66")) == (8, 4)
+    assert TF32.config().copy_widths(parse_workload("gemm:64x64x67")) == (4, 4)
     with pytest.raises(ScheduleParamError, match="float32"):
         TF32.validate(parse_workload(BIG))
     TF32.validate(parse_workload("gemm:3000x1000x2500"))  # N is copied element by element: any N
     from reports.runner import plan
 
-    from reports.gemm_bench import tolerance
-
-    assert "wgmma_tf32_gemm" not in {j["name"] for j in plan(["gemm:1024x512x2048"], baseline_names=[])}
-    assert [j["name"] for j in plan(["gemm:1024x512x2048"], ["wgmma_tf32_gemm"], baseline_names=[])] == ["wgmma_tf32_gemm"]
-    # its results are checked to tf32's rounding, every other step's to fp32's (the run's worker and the bench)
-    assert TF32.tolerance == 2e-3 and get("best_gemm").tolerance == SPEC.tolerance == 1e-5
-    assert tolerance("wgmma_tf32_gemm", "float32") == 2e-3 and tolerance("best_gemm", "float32") == 1e-5
-    assert tolerance("tvm_dlight", "float16") == 1e-4 and tolerance("cublas_tf32", "float32") == 1e-2
+    jobs, _ = plan(["gemm:1024x512x2048"], baseline_names=[])
+    assert "wgmma_tf32_gemm" not in {j["name"] for j in jobs}
+    jobs, _ = plan(["gemm:1024x512x2048"], ["wgmma_tf32_gemm"])
+    assert [j["name"] for j in jobs] == ["wgmma_tf32_gemm", "numpy_cpu", "torch_cpu", "cublas", "cublas_tf32",
+                                         "tvm_dlight"]  # named: beside cuBLAS in TF32 mode
+    # its results are checked to tf32's rounding, every other step's to its input type's
+    fp32, fp16 = parse_workload("gemm:64x64x64"), parse_workload("gemm:64x64x64:float16")
+    assert TF32.tolerance_for(fp32) == 2e-3 and get("best_gemm").tolerance_for(fp32) == 1e-5
+    assert SPEC.tolerance_for(fp16) == 1e-4
+    assert TF32.precision("float32") == "tf32" and get("best_gemm").precision("float32") == "fp32"
 
 
 def test_bench_compares_tf32_with_cublas_in_tf32_mode():
-    from scripts.bench_gemm import make_jobs, table_rows
+    from reports.bench_gemm import make_jobs
 
     jobs = make_jobs(["4096x4096x4096", "1000x500x2001"])
     names = [(j["workload"], j["name"]) for j in jobs]
     assert ("gemm:4096x4096x4096", "cublas_tf32") in names and ("gemm:4096x4096x4096", "wgmma_tf32_gemm") in names
-    assert ("gemm:1000x500x2001", "wgmma_tf32_gemm") not in names  # K % 4 != 0
-    rows = [{"workload": "w", "name": "cublas", "tflops": 50.0}, {"workload": "w", "name": "cublas_tf32", "tflops": 400.0},
-            {"workload": "w", "name": "wgmma_tf32_gemm", "tflops": 200.0}, {"workload": "w", "name": "best_gemm", "tflops": 45.0}]
-    pct = {r["kernel"]: r["pct_cublas"] for r in table_rows(rows)}
-    assert pct["wgmma_tf32_gemm"] == 50.0 and pct["best_gemm"] == 90.0 and pct["cublas_tf32"] == 100.0
+    assert ("gemm:1000x500x2001", "wgmma_tf32_gemm") in names  # K % 4 != 0: 4-byte copies of A
+    assert ("gemm:1000x500x2001", "best_tf32_gemm") in names and ("gemm:1000x500x2001", "cublas_tf32") in names
 
 
 @pytest.mark.gpu
@@ -191,5 +194,5 @@ def test_bench_compares_tf32_with_cublas_in_tf32_mode():
 def test_tf32_is_correct_to_tf32_rounding(harness, workload, params):
     err = run_on_gpu(harness, TF32, workload, **params)
     # right to tf32's rounding, and not fp32-exact: the tensor cores did read tf32
-    assert err < TF32.tolerance
+    assert err < TF32.tolerance_for(parse_workload(workload))
     assert err > 1e-5 or workload == "gemm:8x8x8"

@@ -10,7 +10,7 @@ decisions rebuilds the schedule.
 - ``tiled``: the fast register-tiled schedules of steps 8 and 9: block, thread (register) and
   sub-tile sizes of each axis and the K tile (perfect tiles), the cooperative-load vector width,
   the unroll depth and the number of pipeline stages (1 = step 8, 2 = step 9's double buffering).
-- ``fast``: the fast fp32 schedules of steps 15-18 (``schedules.gemm_fast.fast_tiled``): block tile,
+- ``fast``: the fast fp32 schedules warp_tiled_gemm ... rasterized_gemm (``schedules.gemm_fast.fast_tiled``): block tile,
   thread (register) tile and warp arrangement, K tile, pipeline stages and split-K. These change the
   schedule's structure (the thread counts the copies are split by, the rfactor of split-K), so each
   combination is its own design space (how MetaSchedule itself offers structural alternatives), and
@@ -118,16 +118,26 @@ def gemm_of(sch) -> Gemm:
     return Gemm(m, n, k, str(a.dtype), str(c.dtype))
 
 
+SEEDS = 3  # the dispatcher's best few fp32 tile configurations start every fast search
+
+
+def model_seeds(wl, k: int = SEEDS):
+    """The dispatcher's (schedules.dispatch) top ``k`` warp-tiled configurations for ``wl``, its
+    choice first: the search starts where best_gemm would, and can only improve on it."""
+    from schedules import dispatch
+
+    return [e.config for e in dispatch.rank(wl, "fp32") if e.candidate.family == "simt"][:k]
+
+
 def fast_configs(wl):
     """The ``fast`` space's structural combinations that are valid for ``wl``, as FastTileConfigs;
-    the hand-written choice of step 20 (best_gemm) first."""
-    from schedules.gemm_fast import WarpTileConfig, choose_fp32
+    the dispatcher's top choices (best_gemm's first) first."""
+    from schedules.gemm_fast import WarpTileConfig
     from schedules.registry import get
 
     spec = get("warp_tiled_gemm")
-    hand = choose_fp32(wl)[1]  # a WarpTileConfig subclass (split-K or rasterized): as a plain one
     out = [WarpTileConfig(**{**{f.name: getattr(hand, f.name) for f in dataclasses.fields(WarpTileConfig)},
-                             "unroll": 0})]
+                             "unroll": 0}) for hand in model_seeds(wl)]
     for (bm, bn, tm, tn, wm, wn), bk, stages, split in itertools.product(
             FAST_TILES, FAST_BLOCK_K, FAST_STAGES, FAST_SPLIT_K):
         cfg = WarpTileConfig(block_m=bm, block_n=bn, block_k=bk, thread_m=tm, thread_n=tn, warps_m=wm,
@@ -168,8 +178,9 @@ def fast_config_text(cfg) -> str:
 
 
 def fast_seeds(wl):
-    """Step 20's hand-written choice (design space 0) with step 15's unroll depth of 256."""
-    return [(0, [FAST_UNROLL.index(256)])]
+    """The dispatcher's top configurations (design spaces 0 .. SEEDS-1, its choice first) with
+    warp_tiled_gemm's unroll depth of 256: measured before anything else."""
+    return [(n, [FAST_UNROLL.index(256)]) for n in range(len(model_seeds(wl)))]
 
 
 def _update_block(sch):
@@ -298,7 +309,7 @@ SPACES = {
                    "vector width, unroll depth, pipeline stages", tiled_template,
                    ["tile_i", "tile_j", "tile_k", "vector", "unroll", "stages"], needs_pipeline_postproc=True,
                    seeds=tiled_seeds),
-    "fast": Space("fast", "fast fp32 steps 15-18: block/thread tile and warp arrangement, K tile, pipeline "
+    "fast": Space("fast", "fast fp32 steps warp_tiled_gemm..rasterized_gemm: block/thread tile and warp arrangement, K tile, pipeline "
                   "stages, split-K (one design space each) x unroll depth", fast_template,
                   ["unroll"], seeds=fast_seeds),
     "default": Space("default", "MetaSchedule's auto-generated CUDA space (post-order-apply)", None),

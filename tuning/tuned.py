@@ -23,26 +23,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "SCHEDLAB_TUNED"
 
 
-def tuned_source() -> str:
-    return os.environ.get(ENV) or os.path.join(ROOT, "out", "tune")
+def tuned_source(source: str = "") -> str:
+    return source or os.environ.get(ENV) or os.path.join(ROOT, "out", "tune")
 
 
 def _slug(workload: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", workload).strip("_")
 
 
-def load_best(wl) -> dict:
-    src = tuned_source()
+def load_best(wl, source: str = "") -> dict:
+    src = tuned_source(source)
     path = src if src.endswith(".json") else os.path.join(src, f"best_{_slug(str(wl))}.json")
     try:
         with open(path) as f:
             rec = json.load(f)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise ScheduleParamError(
             f"tuned_gemm: no tuned configuration for {wl} at {path}; run `schedlab tune --workload {wl} "
             f"--db DIR` and set {ENV}=DIR") from None
-    except ValueError as e:
-        raise ScheduleParamError(f"tuned_gemm: {path} is not readable JSON ({e})") from None
+    except (OSError, ValueError) as e:
+        raise ScheduleParamError(f"tuned_gemm: {path} is not readable JSON ({type(e).__name__}: {str(e)[:100]})") from None
+    if not isinstance(rec, dict) or not isinstance(rec.get("trace"), list):
+        raise ScheduleParamError(f"tuned_gemm: {path} is not a tuned configuration (no saved trace)")
     if '"cuda"' not in str(rec.get("target", '"cuda"')):
         raise ScheduleParamError(f"tuned_gemm: {path} was tuned for a CPU target; tune with --target cuda")
     if rec.get("workload") != str(wl):
@@ -52,10 +54,13 @@ def load_best(wl) -> dict:
 
 @dataclass(frozen=True)
 class TunedConfig:
-    """No parameters: the configuration is the saved trace."""
+    """``source``: a tuning directory or one ``best_*.json`` (default: $SCHEDLAB_TUNED, else out/tune);
+    the configuration itself is the saved trace."""
+
+    source: str = ""
 
     def check(self, wl):
-        load_best(wl)
+        load_best(wl, self.source)
 
     def launch(self, wl) -> Launch:
         from .tuner import launch_of
@@ -75,11 +80,15 @@ def tuned_gemm(wl, cfg: TunedConfig = TunedConfig()):
     Whatever the search found best among the configurations it measured, verified against a
     float64 reference before it was saved.
     """
-    rec = load_best(wl)
+    rec = load_best(wl, cfg.source)
     sch = s_tir.Schedule(wl.prim_func())
-    s_tir.schedule.Trace.apply_json_to_schedule(rec["trace"], sch)
+    try:
+        s_tir.schedule.Trace.apply_json_to_schedule(rec["trace"], sch)
+    except Exception as e:  # noqa: BLE001 - a trace of another TVM, or edited by hand
+        raise ScheduleParamError(f"tuned_gemm: the saved trace does not apply to {wl} "
+                                 f"({type(e).__name__}: {str(e).strip().splitlines()[-1][:120] if str(e).strip() else ''})") from None
     return sch
 
 
-SPEC = register_spec(ScheduleSpec("tuned_gemm", "gemm", 14, tuned_gemm, TunedConfig, aliases=("tuned",),
+SPEC = register_spec(ScheduleSpec("tuned_gemm", "gemm", tuned_gemm, TunedConfig, aliases=("tuned",),
                                   tags=("tuned",)))

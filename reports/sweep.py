@@ -1,21 +1,19 @@
-"""Sweep configurations of the fast GEMM steps (14-19) beside dlight and cuBLAS, on a GPU.
+"""``schedlab sweep``: configurations of the GEMM steps beside dlight and cuBLAS, on a GPU.
 
-    python scripts/sweep_gemm.py --out out/sweep [--set fp32|fp16|all] [--workers 14]
+    schedlab sweep --out out/sweep [--set calibration|fp32|fp16|all|round2|wgmma|tf32] [--workers 14]
 
-Builds every configuration in parallel, checks and times each (reports.gemm_bench), prints one
-table per workload sorted by speed, and writes sweep.json. The winners feed
-``schedules.gemm_fast.BEST_FP32``.
+``--set calibration`` (the default) is the dispatcher's calibration sweep (reports/calibrate.py):
+``schedlab calibrate out/sweep --write`` fits the model to it. The other sets are the sweeps the
+steps' default configurations were chosen from.
+
+Builds every configuration in parallel, checks and times each through the lab's one measurement
+path (reports.harness), prints one table per workload sorted by speed, and writes results.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SHAPES = ("1024x512x2048", "2048x2048x2048", "4096x4096x4096", "3000x1000x2500")
 
@@ -113,6 +111,10 @@ WGMMA_ODD = ("1000x520x2000", "8x8x8", "130x264x72")
 
 
 def make_jobs(shapes, which):
+    if which == "calibration":  # the dispatcher's calibration grid (its own shapes; --shapes ignored)
+        from .calibrate import calibration_jobs
+
+        return calibration_jobs()
     if which == "round2":
         jobs = []
         for shape in shapes:
@@ -161,48 +163,31 @@ def make_jobs(shapes, which):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="out/sweep")
-    ap.add_argument("--set", default="all", choices=("fp32", "fp16", "all", "round2", "wgmma", "tf32"))
+    from .bench import add_common_args, run_bench, write_bench
+
+    ap = argparse.ArgumentParser(prog="schedlab sweep", description=__doc__.split("\n\n")[0])
+    add_common_args(ap, "out/sweep")
+    ap.add_argument("--set", default="calibration", choices=("calibration", "fp32", "fp16", "all", "round2", "wgmma", "tf32"))
     ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
-    ap.add_argument("--budget", type=float, default=0.15, help="seconds of timed runs per kernel")
-    ap.add_argument("--build-only", action="store_true")
     args = ap.parse_args(argv)
-    from reports import gemm_bench
-
-    jobs = make_jobs(args.shapes.split(","), args.set)
-    os.makedirs(args.out, exist_ok=True)
-    if args.build_only:
-        for job in jobs:
-            job["id"] = gemm_bench.job_id(job)
-        rows = list(gemm_bench.build_all(jobs, "/tmp/sweep_libs", workers=args.workers).values())
-    else:
-        rows = gemm_bench.run(jobs, "/tmp/sweep_libs", workers=args.workers, budget_s=args.budget)
-    from reports.provenance import provenance
-
-    with open(os.path.join(args.out, "sweep.json"), "w") as f:
-        json.dump({"provenance": provenance(), "rows": rows}, f, indent=1, default=float)
-    print_tables(rows)
+    df = run_bench(make_jobs(args.shapes.split(","), args.set), args.out, f"sweep-{args.set}", workers=args.workers,
+                   timeout=args.timeout, budget_s=args.budget, progress=not args.quiet)
+    text = tables(df)
+    write_bench(df, args.out, text)
+    print(text)
+    return 0
 
 
-def print_tables(rows):
-    from reports import gemm_bench
+def tables(df) -> str:
+    """One table per workload, fastest first, with the share of cuBLAS of the same precision."""
+    from . import results as R
+    from .bench import label
 
-    by_wl = {}
-    for r in rows:
-        by_wl.setdefault(r["workload"], []).append(r)
-    for wl, rs in by_wl.items():
-        cublas = next((r.get("tflops") for r in rs if r["name"] in gemm_bench.CUBLAS), None)
-        print(f"\n## {wl} (cuBLAS {cublas and round(cublas, 2)} TFLOP/s)")
-        for r in sorted(rs, key=lambda r: -(r.get("tflops") or 0)):
-            t = r.get("tflops")
-            pct = f"{100 * t / cublas:5.1f}%" if t and cublas else "     "
-            status = f"{t:7.2f}" if t else f"{r.get('status')}: {r.get('error', '')[:90]}"
-            params = ",".join(f"{k}={v}" for k, v in sorted(r.get("params", {}).items()))
-            print(f"{status} {pct} regs={r.get('registers', '-')} spill={r.get('spill_bytes', '-')} "
-                  f"{r['name']} {params}")
-
-
-if __name__ == "__main__":
-    main()
+    out = []
+    for wl, g in df.groupby("workload", sort=False):
+        g = g.sort_values("tflops", ascending=False, na_position="last")
+        t = g.assign(kernel=[label(n, p) for n, p in zip(g["name"], g["params"])])
+        out += [f"## {wl}", "", R.markdown_table(t.assign(
+            **{"TFLOP/s": t["tflops"].map(lambda v: R.fmt(v, ".2f")), "% cuBLAS": t["pct_cublas"].map(lambda v: R.fmt(v, ".1f"))}
+        )[["kernel", "TFLOP/s", "% cuBLAS", "status"]])]
+    return "\n".join(out)

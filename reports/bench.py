@@ -1,0 +1,91 @@
+"""What every benchmark shares: a list of jobs through the lab's one measurement path
+(:func:`reports.harness.run_jobs`), the device's ceilings measured in the same run, progress, and the
+results as a DataFrame with its provenance. A benchmark module only says which jobs to run and how
+to tabulate them (:mod:`reports.bench_gemm`, :mod:`reports.bench_gemv`, :mod:`reports.bench_random`,
+:mod:`reports.sweep`)."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+from . import results as R
+from .files import ensure_out_dir
+from .harness import LIBRARY, run_jobs
+from .progress import Progress
+
+
+def label(name: str, params) -> str:
+    """``name[k=v,...]``: a kernel with its non-default parameters."""
+    params = params if isinstance(params, dict) else {}
+    text = ",".join(f"{k}={v}" for k, v in sorted(params.items()))
+    return name + (f"[{text}]" if text else "")
+
+
+def run_bench(jobs: list[dict], out_dir: str, kind: str, *, workers: int | None = None, timeout: float = 300.0,
+              budget_s: float = 0.3, progress: bool = True, meta: dict | None = None, ceilings: bool = True,
+              write_ir: bool = False) -> pd.DataFrame:
+    """Run ``jobs`` (each checked against float64, then timed) and return the results frame, written
+    to ``out_dir`` after every row (a run cut short leaves what it measured). ``kind`` names the
+    benchmark in the results' meta."""
+    from .build import cuda_available, device_arch, device_spec
+    from .provenance import provenance
+
+    ensure_out_dir(out_dir)
+    gpu = cuda_available()
+    spec = device_spec()
+    jobs = [dict(j, gpu=spec.__dict__, budget_s=j.get("budget_s", budget_s)) for j in jobs]
+    if gpu and ceilings:
+        jobs.insert(0, {"workload": jobs[0]["workload"], "name": "ceilings"})
+    info = {"provenance": provenance(), "arch": device_arch(), "gpu": gpu, "kind": kind, "complete": False,
+            "ceilings": {}, "gpu_spec": spec.__dict__, **(meta or {})}
+    rows: list[dict] = []
+    builds = Progress(sum(j["name"] not in LIBRARY for j in jobs), f"{kind}: build") if progress else None
+    bar = {}
+
+    def built(row):
+        if builds is not None:
+            builds.update(f"{label(row['name'], row.get('params'))} on {row['workload']}: {row.get('status')}")
+
+    def measured(row):
+        if row["name"] == "ceilings":
+            info["ceilings"] = {k: v for k, v in row.items() if k not in ("id", "workload", "name", "status")}
+            if row.get("gpu"):
+                info["provenance"]["gpu"] = row["gpu"]
+        else:
+            rows.append(row)
+            R.write_results(R.frame(rows, info), out_dir)
+        if progress:
+            if "m" not in bar:
+                if builds is not None:
+                    builds.close()
+                bar["m"] = Progress(len(jobs), f"{kind}: measure")
+            detail = (f"{row['time_ms']:.4g} ms, err {row.get('rel_error', float('nan')):.2g}"
+                      if row.get("status") == "ok" and row.get("time_ms") else row.get("status"))
+            bar["m"].update(f"{label(row['name'], row.get('params'))} on {row['workload']}: {detail}")
+
+    try:
+        run_jobs(jobs, gpu=gpu, out_dir=out_dir if write_ir else None, workers=workers, timeout=timeout,
+                 on_row=measured, on_build=built, write_ir_files=write_ir)
+    finally:
+        for b in (builds, bar.get("m")):
+            if b is not None:
+                b.close()
+    info["complete"] = True
+    df = R.frame(rows, info)
+    df.attrs["out_dir"] = out_dir
+    return df
+
+
+def write_bench(df: pd.DataFrame, out_dir: str, table_md: str) -> dict:
+    return R.write_results(df, out_dir, table_md=table_md, keep_files=False)
+
+
+def add_common_args(ap, out_default: str):
+    ap.add_argument("--out", default=out_default, help="where results.json/.csv, table.md and charts go")
+    ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
+                    help="parallel build processes (default: CPU count - 1)")
+    ap.add_argument("--budget", type=float, default=0.3, help="seconds of timed runs per kernel")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per kernel, per phase")
+    ap.add_argument("--quiet", action="store_true", help="no progress")

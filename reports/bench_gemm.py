@@ -1,0 +1,141 @@
+"""``schedlab bench-gemm``: the lab's GEMM choices and tensor-core steps beside TVM's dlight rules and
+cuBLAS of the same precision, on fixed shapes (or, with ``--random N``, on shapes nobody chose:
+:mod:`reports.bench_random`).
+
+    schedlab bench-gemm --out out/bench_gemm [--shapes 1024x512x2048,...] [--steps] [--precisions fp32,tf32,fp16,bf16]
+
+Per shape and precision: cuBLAS (fp32 with TF32 off; cuBLAS in TF32 mode for tf32; fp16/bf16 inputs
+with an fp32 output, as the lab's kernels compute), dlight, the lab's choice for the precision
+(``best_gemm``, ``best_tf32_gemm``, ``best_fp16_gemm``) and the tensor-core steps that apply;
+``--steps`` adds the fast fp32 steps at their defaults. Every result is checked against float64
+first, then timed (CUDA events, L2 emptied before each run, median). Writes results.json/.csv and
+table.md (ratios to cuBLAS of the same precision) into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pandas as pd
+
+from . import results as R
+from .bench import add_common_args, label, run_bench, write_bench
+
+SHAPES = ("1024x512x2048", "2048x2048x2048", "4096x4096x4096", "3000x1000x2500")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+FP32_STEPS = ("vectorized_shared_gemm", "warp_tiled_gemm", "async_pipeline_gemm", "split_k_gemm", "rasterized_gemm")
+# the kernels of each precision: (workload dtype, [jobs]); a step that refuses the shape is left out
+KERNELS = {
+    "fp32": ("float32", [("cublas", {}), ("tvm_dlight", {}), ("best_gemm", {})]),
+    "tf32": ("float32", [("cublas_tf32", {}), ("wgmma_tf32_gemm", {}), ("best_tf32_gemm", {})]),
+    "fp16": ("float16", [("cublas", {}), ("tvm_dlight", {}), ("tensor_core_gemm", {}),
+                         ("tensor_core_gemm", {"intrinsics": "mma"}), ("wgmma_gemm", {}), ("best_fp16_gemm", {})]),
+    "bf16": ("bfloat16", [("cublas", {}), ("wgmma_gemm", {}), ("best_fp16_gemm", {})]),
+}
+CHOICE = {"fp32": "best_gemm", "tf32": "best_tf32_gemm", "fp16": "best_fp16_gemm", "bf16": "best_fp16_gemm"}
+
+
+def applies(name: str, workload: str, params=None) -> bool:
+    """Whether a step takes this workload (its input type, its shape) with these parameters."""
+    from schedules import ScheduleParamError, get, parse_workload
+
+    if name in ("cublas", "cublas_tf32", "tvm_dlight"):
+        return True
+    try:
+        spec = get(name)
+        wl = parse_workload(workload)
+        if not spec.accepts_dtype(wl):
+            return False
+        spec.validate(wl, spec.config(**(params or {})))
+    except ScheduleParamError:
+        return False
+    return True
+
+
+def make_jobs(shapes, precisions=PRECISIONS, steps=False):
+    jobs = []
+    for shape in shapes:
+        shape = shape.strip().removeprefix("gemm:")
+        for prec in precisions:
+            dtype, kernels = KERNELS[prec]
+            wl = f"gemm:{shape}" + ("" if dtype == "float32" else f":{dtype}")
+            extra = [(s, {}) for s in FP32_STEPS] if steps and prec == "fp32" else []
+            for name, params in kernels + extra:
+                if applies(name, wl, params):
+                    jobs.append({"workload": wl, "name": name, "params": params})
+    return jobs
+
+
+def table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per kernel: TFLOP/s and % of cuBLAS of the same workload and precision."""
+    out = pd.DataFrame({
+        "workload": df["workload"], "precision": df["precision"],
+        "kernel": [label(n, p) for n, p in zip(df["name"], df.get("params", [None] * len(df)))],
+        "chosen": df["chosen"] if "chosen" in df else "",
+        "TFLOP/s": df["tflops"].map(lambda v: R.fmt(v, ".2f")),
+        "% cuBLAS": df["pct_cublas"].map(lambda v: R.fmt(v, ".1f")),
+        "ms": df["time_ms"].map(lambda v: R.fmt(v, ".4f")),
+        "rel. error": df["rel_error"].map(lambda v: R.fmt(v, ".2g")) if "rel_error" in df else "",
+        "regs": df["registers"].map(lambda v: R.fmt(v, ".0f")) if "registers" in df else "",
+        "spill B": df["spill_bytes"].map(lambda v: R.fmt(v, ".0f")) if "spill_bytes" in df else "",
+        "status": [s if s == "ok" else f"**{s}**: {str(e)[:80]}" for s, e in
+                   zip(df["status"], df["error"] if "error" in df else [""] * len(df))],
+    })
+    out["chosen"] = out["chosen"].fillna("") if "chosen" in df else ""
+    return out
+
+
+def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """The lab's choice per shape and precision, its % of cuBLAS and dlight's."""
+    rows = []
+    for (wl, prec), g in df.groupby(["workload", "precision"], sort=False):
+        choice = g[g["name"] == CHOICE.get(prec)]
+        dl = g[g["name"] == "tvm_dlight"]
+        if choice.empty:
+            continue
+        c = choice.iloc[0]
+        rows.append({"shape": wl.split(":")[1], "precision": prec,
+                     "choice": str(c.get("chosen") or c["name"]), "TFLOP/s": R.fmt(c.get("tflops"), ".2f"),
+                     "% cuBLAS": R.fmt(c.get("pct_cublas"), ".1f"),
+                     "dlight % cuBLAS": R.fmt(dl.iloc[0].get("pct_cublas"), ".1f") if len(dl) else ""})
+    return pd.DataFrame(rows)
+
+
+def markdown(df: pd.DataFrame) -> str:
+    timer = df["timer"].dropna().iloc[0] if "timer" in df and df["timer"].notna().any() else "no GPU: nothing timed"
+    lines = [f"# GEMM benchmark: {df.attrs['provenance']['gpu']}", "", R.provenance_line(df.attrs), "",
+             f"Timer: {timer}; median; every result checked against float64 first. fp32 kernels are compared "
+             "with cuBLAS fp32 (TF32 off), tf32 ones with cuBLAS in TF32 mode, fp16/bf16 ones with cuBLAS of "
+             "the same input type and an fp32 output.", "", "## The lab's choice per shape", "",
+             R.markdown_table(summary(df)), "## Every kernel", "", R.markdown_table(table(df))]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="schedlab bench-gemm", description=__doc__.split("\n\n")[0])
+    add_common_args(ap, "out/bench_gemm")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated MxNxK")
+    ap.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated: fp32,tf32,fp16,bf16")
+    ap.add_argument("--steps", action="store_true", help="also the fast fp32 steps at their defaults")
+    ap.add_argument("--random", type=int, default=0, metavar="N", help="N random shapes instead (bench_random)")
+    ap.add_argument("--seed", type=int, default=0, help="with --random: the drawing's seed")
+    args = ap.parse_args(argv)
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    for p in precisions:
+        if p not in PRECISIONS:
+            raise ValueError(f"--precisions: {p!r} is not one of {', '.join(PRECISIONS)}")
+    if args.random:
+        from .bench_random import run_random
+
+        return run_random(args, precisions)
+    from schedules import parse_shape
+
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    for s in shapes:
+        parse_shape(s, 3)
+    df = run_bench(make_jobs(shapes, precisions, args.steps), args.out, "bench-gemm", workers=args.workers,
+                   timeout=args.timeout, budget_s=args.budget, progress=not args.quiet)
+    md = markdown(df)
+    write_bench(df, args.out, md)
+    print(md)
+    return 0

@@ -1,0 +1,236 @@
+"""Calibrating the dispatcher's model (schedules.dispatch) on a sweep, and judging it.
+
+``schedlab sweep --set calibration`` measures, on a grid of shapes chosen to cover the regimes
+(square and skinny, long and short K, aligned and not, matrix-vector), every configuration *kind*
+the dispatcher knows (its best-estimated split-K variant, and the variant without split-K) for fp32,
+tf32 and fp16, beside cuBLAS. ``schedlab calibrate DIR`` then fits the model's constants to those
+measurements and writes :mod:`schedules.calibration`:
+
+* ``launch_us``: on a grid up to the shortest measured time, the value that fits best (with the
+  two below);
+* ``efficiency`` per configuration kind: the median, over the shapes where the model says it is
+  compute-bound, of (its compute time at full efficiency) / (measured time − launch − split-K sum);
+* ``w_sat``, ``l2_factor``: the values of a small grid that minimize the mean squared
+  log(predicted / measured) over every measured point;
+* ``copy_factor``: for cp.async copies narrower than 16 bytes, measured against predicted.
+
+It also reports how well the model ranks: for each shape of the sweep, the measured time of the
+model's pick over the best measured time (the *regret*), before and after the fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import os
+import pprint
+
+import numpy as np
+import pandas as pd
+
+from schedules import dispatch, get, parse_workload
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CAL_FILE = os.path.join(ROOT, "schedules", "calibration.py")
+SIZES = (128, 2048, 12288)
+K_SIZES = (128, 4096)
+IRREGULAR = ((1001, 777, 3001), (5000, 33, 4000), (33, 5000, 4000), (2999, 4001, 17), (250, 250, 20000),
+             (4096, 1, 4096), (1, 4096, 4096), (8192, 4, 2048), (4, 8192, 2048), (12, 12, 12), (200, 3, 9000))
+PRECISIONS = ("fp32", "tf32", "fp16")
+
+
+def calibration_shapes():
+    grid = [(m, n, k) for m in SIZES for n in SIZES for k in K_SIZES]
+    return grid + list(IRREGULAR)
+
+
+def params_of(step: str, cfg) -> dict:
+    """A configuration as the step's parameter overrides (fields that differ from its defaults)."""
+    default = get(step).config()
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+            if getattr(cfg, f.name) != getattr(default, f.name, None)}
+
+
+def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min_points: int = 5):
+    """For each shape and precision: the ``per_shape`` best-estimated configuration kinds (each
+    with its best-estimated split-K), the variant without split-K of the best two, and cuBLAS of
+    the precision; then every kind measured on fewer than ``min_points`` shapes is added where
+    the model ranks it highest, so that each kind's efficiency can be fitted."""
+    picked: dict[tuple, list] = {}
+    ranked_all: dict[tuple, list] = {}
+    for m, n, k in shapes or calibration_shapes():
+        for prec in precisions:
+            wl = parse_workload(f"gemm:{m}x{n}x{k}" + ("" if prec in ("fp32", "tf32") else ":float16"))
+            ranked = [e.candidate for e in dispatch.rank(wl, prec)]
+            ranked_all[(str(wl), prec)] = ranked
+            chosen, keys = [], []
+            for c in ranked:
+                if c.key not in keys and len(keys) < per_shape:
+                    keys.append(c.key)
+                    chosen.append(c)
+            for c in ranked:  # the variant without split-K of the two best kinds
+                if c.key in keys[:2] and getattr(c.config, "split_k", 1) == 1 and c not in chosen:
+                    chosen.append(c)
+            picked[(str(wl), prec)] = chosen
+    counts: dict[str, int] = {}
+    for chosen in picked.values():
+        for c in chosen:
+            counts[c.key] = counts.get(c.key, 0) + 1
+    for group, ranked in sorted(ranked_all.items(), key=lambda kv: len(kv[1])):
+        for c in ranked:
+            if counts.get(c.key, 0) < min_points and all(x.key != c.key for x in picked[group]):
+                picked[group].append(c)
+                counts[c.key] = counts.get(c.key, 0) + 1
+    jobs = []
+    for (wl, prec), chosen in picked.items():
+        for c in chosen:
+            jobs.append({"workload": wl, "name": c.step, "params": params_of(c.step, c.config),
+                         "extra": {"key": c.key, "family": c.family, "sweep_precision": prec}})
+        jobs.append({"workload": wl, "name": "cublas_tf32" if prec == "tf32" else "cublas",
+                     "extra": {"sweep_precision": prec}})
+    return jobs
+
+
+# --- the fit -------------------------------------------------------------------------------------------
+def candidate_of(row) -> dispatch.Candidate:
+    spec = get(row["name"])
+    cfg = spec.config(**{k: v for k, v in (row.get("params") or {}).items()
+                         if k in {f.name for f in dataclasses.fields(spec.config_cls)}})
+    return dispatch.Candidate(row["name"], cfg, row["family"], row["key"])
+
+
+def points(df: pd.DataFrame):
+    """(workload, precision, candidate, measured µs) of every measured kernel of the sweep."""
+    out = []
+    ok = df[(df["status"] == "ok") & df["time_ms"].notna() & df.get("key", pd.Series(index=df.index)).notna()]
+    for _, r in ok.iterrows():
+        try:
+            out.append((parse_workload(r["workload"]), r["sweep_precision"], candidate_of(r), 1e3 * r["time_ms"]))
+        except Exception:  # noqa: BLE001 - a configuration this version no longer has
+            continue
+    return out
+
+
+def _errors(pts, cal, gpu):
+    return np.array([abs(np.log(dispatch.estimate(wl, c, gpu, cal).time_us / t)) for wl, _, c, t in pts])
+
+
+def _fit_efficiencies(pts, cal, gpu):
+    by_key: dict[str, list[float]] = {}
+    for wl, _, c, t in pts:
+        probe = copy.deepcopy(cal)
+        probe["efficiency"][c.key] = 1.0
+        e = dispatch.estimate(wl, c, gpu, probe)
+        terms = e.terms
+        comp = terms.get("compute_us")
+        if not comp or comp < 2 * max(terms.get("dram_us", 0), terms.get("l2_us", 0)) or comp < 3 * cal["launch_us"]:
+            continue
+        busy = t - cal["launch_us"] - terms.get("reduce_us", 0)
+        if busy > 0:
+            # the probe's compute already includes any copy-width factor: divide it back out
+            by_key.setdefault(c.key, []).append(comp * terms["efficiency"] / busy)
+    for key, vals in by_key.items():
+        cal["efficiency"][key] = round(float(np.clip(np.median(vals), 0.02, 1.2)), 3)
+    return {k: len(v) for k, v in by_key.items()}
+
+
+def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
+    """(new calibration, report) fitted to a calibration sweep's results."""
+    from schedules.calibration import CALIBRATION
+    from schedules.common import GpuSpec
+
+    if gpu is None:
+        gpu = GpuSpec(**df.attrs["gpu_spec"]) if df.attrs.get("gpu_spec") else GpuSpec()
+    ceilings = df.attrs.get("ceilings") or {}
+    if ceilings.get("copy_gbps"):
+        gpu = dataclasses.replace(gpu, memory_gbps=float(ceilings["copy_gbps"]))
+    pts = points(df)
+    if not pts:
+        raise ValueError("no measured kernels in these results: is it a calibration sweep (schedlab sweep --set calibration)?")
+    cal = copy.deepcopy(CALIBRATION)
+    before = _errors(pts, cal, gpu)
+    shortest = min(t for _, _, _, t in pts)
+    launches = [round(x, 2) for x in np.linspace(0.25, 1.0, 7) * shortest]  # a kernel costs at least its launch
+    best = None
+    for launch in launches:
+        for w_sat in (4, 6, 8, 12, 16, 24):
+            for l2 in (2.0, 3.0, 4.0, 6.0, 8.0):
+                trial = copy.deepcopy(cal)
+                trial.update(launch_us=launch, w_sat=w_sat, l2_factor=l2)
+                counts = _fit_efficiencies(pts, trial, gpu)
+                err = float(np.mean(_errors(pts, trial, gpu) ** 2))
+                if best is None or err < best[0]:
+                    best = (err, trial, counts)
+    _, cal, counts = best
+    # narrow cp.async copies: measured over predicted (with a factor of 1) on the points that have them
+    for width in ("8", "4", "2"):
+        ratios = []
+        for wl, _, c, t in pts:
+            if c.family not in ("cp", "cp_tf32"):
+                continue
+            a, b = c.config.copy_widths(wl)
+            if str(a if c.family == "cp_tf32" else min(a, b)) != width:
+                continue
+            probe = copy.deepcopy(cal)
+            probe["copy_factor"][width] = 1.0
+            e = dispatch.estimate(wl, c, gpu, probe)
+            comp = e.terms.get("compute_us", 0)
+            if comp > 2 * max(e.terms.get("dram_us", 0), e.terms.get("l2_us", 0)):
+                ratios.append(comp / max(t - cal["launch_us"], 1e-3))
+        if ratios:
+            cal["copy_factor"][width] = round(float(np.clip(np.median(ratios), 0.05, 1.0)), 3)
+    after = _errors(pts, cal, gpu)
+    p = df.attrs.get("provenance", {})
+    cal["source"] = (f"fitted by schedlab calibrate to the sweep of {p.get('date')} on {p.get('gpu')} (commit "
+                     f"{p.get('commit')}, {len(pts)} measured kernels)")
+    report = {"points": len(pts), "fitted_efficiencies": counts,
+              "median_abs_log_error": {"before": float(np.median(before)), "after": float(np.median(after))},
+              "p90_abs_log_error": {"before": float(np.percentile(before, 90)), "after": float(np.percentile(after, 90))},
+              "regret": {"before": regret(pts, CALIBRATION, gpu), "after": regret(pts, cal, gpu)}}
+    return cal, report
+
+
+def regret(pts, cal, gpu) -> dict:
+    """Over the sweep's shapes: measured time of the model's pick / best measured time."""
+    groups: dict = {}
+    for wl, prec, c, t in pts:
+        groups.setdefault((str(wl), prec), []).append((dispatch.estimate(wl, c, gpu, cal).time_us, t))
+    ratios = [min(g, key=lambda x: x[0])[1] / min(x[1] for x in g) for g in groups.values() if len(g) > 1]
+    r = np.array(ratios)
+    return {"shapes": len(r), "median": float(np.median(r)), "geomean": float(np.exp(np.log(r).mean())),
+            "max": float(r.max()), "share_within_10pct": float((r <= 1.1).mean())}
+
+
+def write_calibration(cal: dict, path: str = CAL_FILE):
+    from .files import atomic_write
+
+    head = ('"""The constants of the dispatcher\'s model (schedules.dispatch), written by ``schedlab calibrate``\n'
+            'from a calibration sweep (``schedlab sweep --set calibration``); ``source`` names the sweep.\n'
+            'Do not edit by hand: run the sweep and the fit again (see reports/calibrate.py)."""\n\n')
+    atomic_write(path, head + "CALIBRATION = " + pprint.pformat(cal, width=110, sort_dicts=True) + "\n")
+    return path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="schedlab calibrate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir", help="results of `schedlab sweep --set calibration`")
+    ap.add_argument("--write", action="store_true", help="write schedules/calibration.py")
+    ap.add_argument("--report", default=None, help="also write the fit's report (JSON) here")
+    args = ap.parse_args(argv)
+    from .results import load_results
+
+    df = load_results(args.dir)
+    cal, report = fit(df)
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.report:
+        from .files import atomic_write
+
+        atomic_write(args.report, text + "\n")
+    if args.write:
+        print(f"wrote {write_calibration(cal)}")
+    else:
+        pprint.pprint(cal, width=110)
+    return 0

@@ -1,0 +1,238 @@
+"""``report.html``: the results of a run (or of a tuning directory) as one self-contained page
+(:mod:`reports.html`): provenance, the step tables (sortable), the charts, and per schedule its
+parameters, compiler resources and IR at every stage with a diff against the previous step of its
+ladder. ``schedlab run`` and ``schedlab tune`` write it at the end; ``schedlab report DIR`` writes it
+for any results directory, rebuilding the IR (no GPU needed) where the directory holds none (the
+published results keep only the figures)."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+from . import results as R
+from .files import OutputError
+from .html import write_page
+
+STAGE_FILES = {"scheduled": "scheduled", "lowered": "lowered", "cuda": "cuda", "ptx": "ptx"}
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _stages_from_files(files) -> dict:
+    if not isinstance(files, dict):
+        return {}
+    out = {}
+    for stage in STAGE_FILES:
+        text = _read(files.get(stage, "")) if files.get(stage) else None
+        if text is not None:
+            out[stage] = text
+    return out
+
+
+def _rebuild(row) -> dict:
+    """The IR of a row's schedule, built again here (same configuration, the run's architecture)."""
+    from .harness import build_kernel
+
+    job = {"workload": row["workload"], "name": row["name"], "params": row.get("params") or {},
+           "arch": row.get("_arch")}
+    params = job["params"]
+    if isinstance(params, dict):  # the full configuration was saved: pass only what differs from the defaults
+        from schedules import get
+
+        defaults = get(row["name"]).config().__dict__
+        job["params"] = {k: v for k, v in params.items() if defaults.get(k) != v}
+    _, built = build_kernel(job)
+    return {"scheduled": built.scheduled, "lowered": built.lowered, "cuda": built.device.cuda, "ptx": built.device.ptx}
+
+
+def _png(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def run_page(df: pd.DataFrame, out_dir: str, rebuild: bool = True) -> dict:
+    """The page dict (see reports.html.write_page) of a run's results."""
+    from schedules import ScheduleParamError
+
+    from .runner import _params, _time_cell, ordered
+
+    meta = df.attrs
+    prov = meta.get("provenance", {})
+    notes = []
+    c = meta.get("ceilings") or {}
+    if c.get("copy_gbps"):
+        notes.append(f"Measured ceilings: copy bandwidth {c['copy_gbps']:.0f} GB/s, cuBLAS 8192³ "
+                     f"{c['fp32_tflops']:.1f} TFLOP/s fp32 (TF32 off), {c['fp16_tflops']:.1f} TFLOP/s fp16.")
+    if "timer" in df and df["timer"].notna().any():
+        notes.append(f"GPU timer: {df.loc[df['timer'].notna(), 'timer'].iloc[0]}; median of the runs. Every row was "
+                     "checked against a float64 product of fresh random inputs before it was timed.")
+    if meta.get("complete") is False:
+        notes.append("Partial: the run was cut short; the rows are those it finished.")
+    if not meta.get("gpu", True):
+        notes.append("No GPU here: every schedule was built and compiled; nothing was timed.")
+    tables, schedules = [], []
+    for wl_text, group in df.groupby("workload", sort=False):
+        rate = "TFLOP/s" if wl_text.startswith("gemm") else "GB/s"
+        cols = ["step", "schedule", "time (ms)", rate, "× first", "× prev", "% cuBLAS", "rel. error", "threads/block",
+                "registers", "smem (B)", "spills (B)", "parameters"]
+        rows, keys = [], []
+        previous = None
+        for _, r in ordered(group).iterrows():
+            t, thr, _ = _time_cell(r)
+            sched = r.get("role") == "schedule"
+            key = f"{wl_text}/{r['name']}" if sched else None
+            rows.append([r.get("ladder") if sched and isinstance(r.get("ladder"), str) else "", r["name"], t, thr,
+                         _num(r.get("speedup_vs_first")), _num(r.get("speedup_vs_prev")), _num(r.get("pct_cublas")),
+                         _num(r.get("rel_error")), _num(r.get("threads_per_block")), _num(r.get("registers")),
+                         _num(r.get("shared_bytes")), _num(r.get("spill_bytes")), _params(r.get("params"))])
+            if not sched:
+                keys.append(None)
+                continue
+            stages = _stages_from_files(r.get("files"))
+            if not stages and rebuild and r.get("status") in ("ok", "no-gpu", "wrong"):
+                try:
+                    stages = _rebuild({**r.to_dict(), "_arch": meta.get("arch")})
+                except (ScheduleParamError, Exception):  # noqa: BLE001 - the page says it has no IR
+                    stages = {}
+            keys.append(key if stages else None)
+            if stages:
+                schedules.append({"id": key, "workload": wl_text, "name": r["name"], "kind": wl_text.split(":")[0],
+                                  "step": str(r.get("ladder") or ""), "summary": _summary(r["name"]),
+                                  "params": r.get("params") if isinstance(r.get("params"), dict) else {},
+                                  "resources": {k: _plain(r.get(k)) for k in ("registers", "shared_bytes", "spill_bytes",
+                                                                              "threads_per_block", "grid", "kernels")
+                                                if not R._missing(r.get(k)) if k in r},
+                                  "stages": stages, "previous": previous})
+                previous = key
+        tables.append({"id": _slug(wl_text), "caption": wl_text, "columns": cols, "rows": rows, "row_schedule": keys})
+        left = (meta.get("left_out") or {}).get(wl_text)
+        if left:
+            notes.append(f"{wl_text}: left out (they do not take its input type): {', '.join(left)}.")
+    charts = [{"caption": cap, "png": _png(os.path.join(out_dir, f))} for f, cap in
+              (("time_per_step.png", "Time per step (log scale)"), ("roofline.png", "Roofline of the measured ceilings"))]
+    return {"title": f"schedlab run · {prov.get('gpu')} · {prov.get('date')}", "provenance": prov, "notes": notes,
+            "tables": tables, "charts": [c for c in charts if c["png"]], "schedules": schedules}
+
+
+def write_run_report(df: pd.DataFrame, out_dir: str, rebuild: bool = True) -> str:
+    return write_page(run_page(df, out_dir, rebuild), os.path.join(out_dir, "report.html"))
+
+
+def tuning_page(db: str, workload: str, out_dir: str) -> dict:
+    """The page of a tuning directory: convergence chart, runs, best configuration, top trials and
+    the final choice in the harness."""
+    import json
+
+    from tuning import records as Rec
+
+    from .tuning_report import _knobs, harness_bests, load_runs, summarize
+
+    runs = load_runs(db, workload)
+    if not runs:
+        raise R.ResultsError(f"{db}: no tuning trials for {workload}")
+    prov = {}
+    measured_on = os.path.join(db, "provenance.json")
+    if os.path.exists(measured_on):
+        with open(measured_on) as f:
+            prov = json.load(f)
+    from .provenance import provenance, slug
+
+    prov = {**provenance(), **{k: v for k, v in prov.items() if k in ("gpu", "date", "host", "timer")}}
+    summaries = {run: summarize(rows) for run, rows in runs.items()}
+    table_runs = [[run, s["trials"], s["valid"], s["failed"], _num(s["trials_per_minute"]), _num(s["best_gflops"]),
+                   _num(s["best_ms"]), s["first_trial_at_best"], _knobs(s["best_knobs"])] for run, s in summaries.items()]
+    ok = sorted((r for rows in runs.values() for r in rows if r.get("status") == "ok" and not r.get("reused")),
+                key=lambda r: -r["gflops"])[:20]
+    top = [[i + 1, r["run"], _num(r["time_ms"]), _num(r["gflops"]), _knobs(r.get("knobs"))] for i, r in enumerate(ok)]
+    tables = [{"id": "runs", "caption": "Runs", "columns": ["run", "trials", "valid", "failed", "trials/min",
+                                                              "best GFLOP/s", "best ms", "at trial", "best configuration"],
+               "rows": table_runs, "row_schedule": [None] * len(table_runs)},
+              {"id": "top", "caption": "Top configurations (the tuner's timer)",
+               "columns": ["#", "run", "ms", "GFLOP/s", "configuration"], "rows": top, "row_schedule": [None] * len(top)}]
+    notes = []
+    best_file = Rec.best_path(db, workload)
+    if os.path.exists(best_file):
+        with open(best_file) as f:
+            best = json.load(f)
+        notes.append(f"Best configuration (tuned_gemm): {best['run']}, {best['time_ms']:.4g} ms, {best['gflops']:.0f} "
+                     f"GFLOP/s; {_knobs(best.get('knobs'))}"
+                     + (f"; chosen as the {best['selected_by']} ({best['harness_ms']:.4g} ms there)"
+                        if best.get("selected_by") else ""))
+    reselect_file = os.path.join(db, f"reselect_{slug(workload)}.json")
+    if os.path.exists(reselect_file):
+        with open(reselect_file) as f:
+            cands = json.load(f)["candidates"]
+        bests = harness_bests(cands)
+        rows = [[run, _num(r["harness_ms"]), _knobs(r.get("knobs")), "hand seed" if r.get("seed") else ""]
+                for run, r in sorted(bests.items(), key=lambda kv: kv[1]["harness_ms"])]
+        tables.append({"id": "final", "caption": "Final choice in the harness (each run's best there)",
+                       "columns": ["run", "harness ms", "configuration", ""], "rows": rows,
+                       "row_schedule": [None] * len(rows)})
+    chart = os.path.join(out_dir, f"convergence_{slug(workload)}.png")
+    charts = [{"caption": "Convergence: best GFLOP/s so far against trials", "png": _png(chart)}]
+    return {"title": f"schedlab tune · {workload} · {prov.get('gpu')}", "provenance": prov, "notes": notes,
+            "tables": tables, "charts": [c for c in charts if c["png"]], "schedules": []}
+
+
+def write_tuning_page(db: str, workload: str, out_dir: str) -> str:
+    return write_page(tuning_page(db, workload, out_dir), os.path.join(out_dir, "report.html"))
+
+
+def report(directory: str) -> str:
+    """``schedlab report DIR``: the page of a run's results directory or of a tuning directory.
+    Raises ResultsError (one line) for a directory with nothing to report or a corrupt file."""
+    if not os.path.isdir(directory):
+        raise R.ResultsError(f"{directory}: not a directory")
+    if os.path.exists(os.path.join(directory, "trials.jsonl")):
+        from tuning import records as Rec
+
+        workloads = sorted({r["workload"] for r in Rec.trials(directory) if r.get("workload")})
+        if not workloads:
+            raise R.ResultsError(f"{directory}: its trials.jsonl holds no trials")
+        from .tuning_report import write_report
+
+        write_report(directory, workloads[0], directory)
+        return write_tuning_page(directory, workloads[0], directory)
+    df = R.load_results(directory)
+    try:
+        return write_run_report(df, directory)
+    except OutputError:
+        raise
+    except KeyError as e:
+        raise R.ResultsError(f"{directory}: results without the column {e}") from None
+
+
+def _summary(name):
+    from schedules import get
+
+    try:
+        return get(name).summary
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+def _num(v):
+    if R._missing(v):
+        return None
+    return float(v) if isinstance(v, float) else v
+
+
+def _plain(v):
+    if isinstance(v, (list, tuple)):
+        return "×".join(str(x) for x in v)
+    return _num(v)
+
+
+def _slug(text):
+    return "".join(c if c.isalnum() else "-" for c in text)

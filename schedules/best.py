@@ -1,0 +1,101 @@
+"""The lab's choice per precision: ``best_gemm`` (fp32), ``best_fp16_gemm`` (fp16 and bf16) and
+``best_tf32_gemm`` (fp32 inputs read as tf32). Each asks the dispatcher's model
+(:mod:`schedules.dispatch`) for the fastest of the lab's kernels and configurations on the
+workload's shape and the GPU's properties, and builds that. ``schedlab show best_gemm --shape S
+--explain`` prints the choice with the model's figures for it and the runners-up."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import dispatch
+from .errors import ScheduleParamError
+from .registry import Launch, get, register
+from .workloads import Gemm
+
+
+@dataclass(frozen=True)
+class BestConfig:
+    """No parameters: the configuration is chosen per workload (and GPU) by the dispatcher."""
+
+    dtypes = ("float32",)
+    precision_name = "fp32"
+    step_name = "best_gemm"
+
+    def precision_of(self, wl) -> str:
+        return self.precision_name if self.precision_name != "fp16" else {"bfloat16": "bf16"}.get(wl.dtype, "fp16")
+
+    def chosen(self, wl: Gemm):
+        """``(step name, configuration)`` the model picks for ``wl``."""
+        return dispatch.choose(wl, self.precision_of(wl))
+
+    def chosen_text(self, wl: Gemm) -> str:
+        return dispatch.describe(dispatch.rank(wl, self.precision_of(wl))[0].candidate)
+
+    def explain(self, wl: Gemm) -> str:
+        return dispatch.explain(wl, self.precision_of(wl))
+
+    def check(self, wl: Gemm):
+        if wl.dtype not in self.dtypes:
+            raise ScheduleParamError(f"{self.step_name} takes {' or '.join(self.dtypes)} inputs, not {wl.dtype}")
+        step, cfg = self.chosen(wl)
+        get(step).validate(wl, cfg)
+
+    def launch(self, wl: Gemm) -> Launch:
+        step, cfg = self.chosen(wl)
+        return cfg.launch(wl)
+
+
+def _build(wl, cfg: BestConfig):
+    step, chosen = cfg.chosen(wl)
+    return get(step).builder(wl, chosen)
+
+
+@register("best_gemm", "gemm", BestConfig, aliases=("best",))
+def best_gemm(wl: Gemm, cfg: BestConfig = BestConfig()):
+    """Best fp32: the step and configuration the dispatcher's model estimates fastest for the
+    workload's shape on this GPU: warp-tiled SIMT blocks (128×128 down to skinny 8×256 or 256×8),
+    with split-K where the output tiles leave SMs idle, or the GEMV dispatcher for a
+    matrix-vector product (N = 1 or M = 1).
+
+    What changes with the shape is how many blocks a tile makes, how long their K loop is and
+    whether the product is bound by the FMA pipes or by memory; ``schedlab show best_gemm --shape
+    MxNxK --explain`` prints the estimate for the choice and the next best.
+    """
+    return _build(wl, cfg)
+
+
+@dataclass(frozen=True)
+class BestFp16Config(BestConfig):
+    dtypes = ("float16", "bfloat16")
+    precision_name = "fp16"
+    step_name = "best_fp16_gemm"
+
+
+@register("best_fp16_gemm", "gemm", BestFp16Config, aliases=("best_fp16", "best_bf16"), tags=("float16",))
+def best_fp16_gemm(wl: Gemm, cfg: BestFp16Config = BestFp16Config()):
+    """Best fp16/bf16: the dispatcher's choice among the tensor-core steps: the persistent,
+    warp-specialized TMA kernel (its block tile, ring depth and split-K), the one-warpgroup TMA
+    kernel for short M, wgmma with cp.async where a row pitch is not a multiple of 16 bytes (no
+    tensor map can describe it; copies as wide as the rows allow), or the GEMV dispatcher for a
+    matrix-vector product.
+    """
+    return _build(wl, cfg)
+
+
+@dataclass(frozen=True)
+class BestTf32Config(BestConfig):
+    dtypes = ("float32",)
+    precision_name = "tf32"
+    step_name = "best_tf32_gemm"
+    tolerance = 2e-3  # its kernels read fp32 as tf32 (10 mantissa bits)
+
+
+@register("best_tf32_gemm", "gemm", BestTf32Config, aliases=("best_tf32",), tags=("tf32",))
+def best_tf32_gemm(wl: Gemm, cfg: BestTf32Config = BestTf32Config()):
+    """Best tf32: the dispatcher's choice for fp32 inputs on the tensor cores: the persistent TMA
+    kernel (Cᵀ = Bᵀ·Aᵀ) where the rows allow a tensor map, wgmma with cp.async where they do not,
+    and the fp32 SIMT or GEMV kernels where those are faster (a matrix-vector product, a very short
+    K: they compute the same product more exactly). Compare it with cuBLAS in TF32 mode.
+    """
+    return _build(wl, cfg)

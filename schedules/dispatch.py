@@ -1,0 +1,348 @@
+"""The shape-general choice: for a GEMM's M, N, K, its precision and the GPU it runs on, which step
+and which configuration (block, warp and thread tiles, K tile, pipeline stages, split-K, block
+order, tensor-core instruction shape, copy width), by a model the lab can explain.
+
+Every candidate is one of the lab's kernels with one configuration. Its time is estimated as
+
+    time = launch + max(compute, memory) [+ the split-K sum]
+
+* **compute**: the blocks in waves. A configuration's blocks per SM follow from its threads,
+  registers and shared memory against the GPU's per-SM limits (occupancy); ``waves`` =
+  ⌈blocks / (SMs · blocks per SM)⌉ (wave quantization: a last wave of a few blocks costs a whole
+  wave). An SM with ``k`` resident blocks computes at ``peak per SM × efficiency × min(1, warps /
+  w_sat)``: ``efficiency`` is the configuration's measured share of the SM's peak once the SM is
+  full, ``w_sat`` the warps it takes to hide the latencies. Persistent kernels walk ⌈units / SMs⌉
+  tiles per block instead.
+* **memory**: every input byte from DRAM once, the output once, plus each block's panels of A and B
+  from L2 (A is read once per column of blocks, B once per row of blocks), at the measured DRAM
+  bandwidth and ``l2_factor`` times it; split-K adds its partial sums, written and read once more.
+* **launch**: a kernel's fixed cost, per kernel (split-K's sum is a second kernel).
+
+The constants (efficiency per configuration, launch, w_sat, l2_factor, per-SM peaks) are fitted to a
+sweep of shapes × configurations measured on a GPU (``schedlab sweep --set calibration``, then
+``schedlab calibrate``), and live in :mod:`schedules.calibration`; nothing here names a benchmark
+shape. The GPU's SM count, registers and shared memory come from the device at run time
+(:func:`schedules.common.current_gpu`).
+
+Degenerate shapes go to their own families: N = 1 or M = 1 is a matrix-vector product (the GEMV
+dispatcher, row form or transposed form); M or N of a few dozen get skinny block tiles (a few rows
+or columns per block, many K slices); few outputs with a long K get split-K; a short K gets no deep
+pipeline (one K tile or a few); rows whose length is not a multiple of 16 bytes get the widest
+copies they allow.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .calibration import CALIBRATION
+from .common import GpuSpec, ceil_div, current_gpu
+from .errors import ScheduleParamError
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+DTYPE_OF = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+# SIMT fp32 tiles (block_m, block_n, thread_m, thread_n, warps_m, warps_n): every arrangement puts
+# 32 lanes in a warp; the skinny ones give a few rows (or columns) many threads
+SIMT_TILES = [
+    (128, 128, 8, 8, 4, 2), (128, 64, 8, 8, 4, 1), (64, 128, 8, 8, 1, 4), (64, 64, 4, 4, 4, 2),
+    (64, 64, 8, 8, 2, 1), (128, 16, 4, 4, 4, 1), (256, 8, 4, 4, 4, 1), (16, 128, 4, 4, 1, 4),
+    (8, 256, 4, 4, 1, 4),
+]
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+# tensor-core tiles (block_m, block_n, stages)
+TMA_TILES = [(128, 256, 4), (128, 128, 6), (128, 64, 8), (256, 128, 4)]
+TMA_SMALL_TILES = [(64, 256, 5), (64, 128, 8), (64, 64, 8)]  # one warpgroup, no producer: small M
+CP_TILES = [(128, 256, 4), (128, 128, 4), (128, 64, 4), (64, 128, 4), (64, 64, 4)]
+TF32_TMA_TILES = [(256, 128, 4), (128, 128, 6), (64, 128, 8)]  # (block_m = the wgmma's N, block_n, stages)
+TF32_CP_TILES = [(256, 128, 4), (128, 128, 4), (128, 64, 4)]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One kernel configuration: the registered step that builds it and its configuration."""
+
+    step: str
+    config: object
+    family: str
+    key: str  # the calibration's name for this configuration's efficiency
+
+
+@dataclass(frozen=True)
+class Estimate:
+    candidate: Candidate
+    time_us: float
+    terms: dict = field(default_factory=dict)
+
+    @property
+    def step(self) -> str:
+        return self.candidate.step
+
+    @property
+    def config(self):
+        return self.candidate.config
+
+
+# --- candidates ----------------------------------------------------------------------------------
+def _valid(step: str, wl, cfg) -> bool:
+    from .registry import get
+
+    try:
+        get(step).validate(wl, cfg)
+    except ScheduleParamError:
+        return False
+    return True
+
+
+def _splits(K: int, block_k: int, most: int = 64):
+    """Split-K factors that leave each slice at least two K tiles."""
+    k_tiles = ceil_div(K, block_k)
+    return [s for s in SPLITS if s <= most and (s == 1 or k_tiles >= 2 * s)]
+
+
+def simt_candidates(wl):
+    from .gemm_fast import WarpTileConfig
+
+    out = []
+    for bm, bn, tm, tn, wm, wn in SIMT_TILES:
+        for s in _splits(wl.K, 8):
+            cfg = WarpTileConfig(block_m=bm, block_n=bn, block_k=8, thread_m=tm, thread_n=tn, warps_m=wm,
+                                 warps_n=wn, stages=2, split_k=s, group_m=8)
+            step = "split_k_gemm" if s > 1 else "warp_tiled_gemm"
+            out.append(Candidate(step, cfg, "simt", f"simt {bm}x{bn} t{tm}x{tn}"))
+    return [c for c in out if _valid(c.step, wl, c.config)]
+
+
+def gemv_candidates(wl):
+    from .gemv import ColumnGemvConfig, GemvDispatchConfig
+
+    if wl.N == 1:
+        return [Candidate("gemv_dispatch", GemvDispatchConfig(), "gemv", "gemv row")]
+    if wl.M == 1:
+        return [Candidate("column_gemv_t", ColumnGemvConfig(), "gemv", "gemv column")]
+    return []
+
+
+def fp16_candidates(wl):
+    from .gemm_tma import PersistentConfig, TmaLoadConfig
+    from .gemm_wgmma import WgmmaConfig
+
+    out = []
+    for bm, bn, st in TMA_TILES:
+        for s in _splits(wl.K, 64, 32):
+            out.append(Candidate("persistent_gemm", PersistentConfig(block_m=bm, block_n=bn, stages=st, split_k=s)
+                                 if _has_split(PersistentConfig) else PersistentConfig(block_m=bm, block_n=bn, stages=st),
+                                 "tma", f"tma {bm}x{bn}"))
+            if not _has_split(PersistentConfig):
+                break
+    for bm, bn, st in TMA_SMALL_TILES:
+        out.append(Candidate("tma_gemm", TmaLoadConfig(block_m=bm, block_n=bn, stages=st, consumers=1), "tma_small",
+                             f"tma1 {bm}x{bn}"))
+    for bm, bn, st in CP_TILES:
+        cfg = WgmmaConfig(block_m=bm, block_n=bn, stages=st, mma_overlap=bn == 256)
+        out.append(Candidate("wgmma_gemm", cfg, "cp", f"cp {bm}x{bn}"))
+    out = [c for c in out if _valid(c.step, wl, c.config)]
+    return out + gemv_candidates(wl)
+
+
+def tf32_candidates(wl):
+    from .gemm_tma import Tf32TmaConfig
+    from .gemm_wgmma import Tf32WgmmaConfig
+
+    out = []
+    for bm, bn, st in TF32_TMA_TILES:
+        for s in _splits(wl.K, 32, 32):
+            kw = dict(block_m=bm, block_n=bn, stages=st)
+            if _has_split(Tf32TmaConfig):
+                kw["split_k"] = s
+            out.append(Candidate("tma_tf32_gemm", Tf32TmaConfig(**kw), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
+            if not _has_split(Tf32TmaConfig):
+                break
+    for bm, bn, st in TF32_CP_TILES:
+        out.append(Candidate("wgmma_tf32_gemm", Tf32WgmmaConfig(block_m=bm, block_n=bn, stages=st,
+                                                                mma_overlap=False), "cp_tf32", f"cp_tf32 {bm}x{bn}"))
+    out = [c for c in out if _valid(c.step, wl, c.config)]
+    # fp32 SIMT and GEMV kernels compute the same product more exactly: where they are faster (a
+    # matrix-vector product, a very short K), the tf32 choice may take them
+    return out + simt_candidates(wl) + gemv_candidates(wl)
+
+
+def _has_split(cls) -> bool:
+    import dataclasses
+
+    return any(f.name == "split_k" for f in dataclasses.fields(cls))
+
+
+def candidates(wl, precision: str):
+    if precision not in PRECISIONS:
+        raise ScheduleParamError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if wl.kind != "gemm":
+        raise ScheduleParamError(f"the dispatcher chooses GEMM kernels, not {wl.kind}")
+    if wl.dtype != DTYPE_OF[precision]:
+        raise ScheduleParamError(f"{precision} takes {DTYPE_OF[precision]} inputs, not {wl.dtype}")
+    if precision == "fp32":
+        return gemv_candidates(wl) or simt_candidates(wl)
+    if precision == "tf32":
+        return tf32_candidates(wl)
+    return fp16_candidates(wl)
+
+
+# --- the model -----------------------------------------------------------------------------------
+def _itemsize(dtype):
+    return {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+
+
+def blocks_per_sm(threads: int, regs: int, smem: int, gpu: GpuSpec) -> int:
+    """Occupancy: how many blocks of this size one SM holds (threads, registers, shared memory)."""
+    regs_per_block = ceil_div(regs * threads, 256) * 256  # registers are allocated per warp in steps
+    limits = [gpu.blocks_per_sm, gpu.threads_per_sm // threads, gpu.regs_per_sm // max(regs_per_block, 1)]
+    if smem:
+        limits.append(gpu.smem_per_sm // (smem + 1024))  # the runtime's 1 KiB per block
+    return max(0, min(limits))
+
+
+def _memory_us(wl, bm, bn, splits, gpu, cal, out_bytes=4) -> tuple[float, float]:
+    """(DRAM time, L2→SM time) of a tiled product in µs; the split-K partials in the first."""
+    item = _itemsize(wl.dtype)
+    M, N, K = wl.M, wl.N, wl.K
+    dram = item * (M * K + K * N) + out_bytes * M * N
+    if splits > 1:
+        dram += 4 * splits * M * N  # partials written by the main kernel
+    l2 = item * (M * K * ceil_div(N, bn) + K * N * ceil_div(M, bm))
+    bw = gpu.memory_gbps * 1e3  # bytes per µs
+    return dram / bw, l2 / (bw * cal["l2_factor"])
+
+
+def _reduce_us(wl, splits, gpu, cal) -> float:
+    """Split-K's second kernel: every partial read once, C written once."""
+    if splits <= 1:
+        return 0.0
+    return cal["launch_us"] + 4 * (splits + 1) * wl.M * wl.N / (gpu.memory_gbps * 1e3)
+
+
+def _waves_compute(blocks, per_sm, warps, flops_per_block, sm_tflops, eff, gpu, cal):
+    """(waves, µs): blocks in waves of SMs × per_sm, an SM with k resident blocks running at
+    sm_tflops × eff × min(1, k·warps / w_sat)."""
+    per_sm = max(per_sm, 1)
+    waves = ceil_div(blocks, gpu.sms * per_sm)
+    k = min(per_sm, ceil_div(blocks, gpu.sms))  # blocks an SM holds at once (fewer in a small grid)
+    rate = sm_tflops * 1e6 * eff * min(1.0, k * warps / cal["w_sat"])  # flops per µs
+    return waves, waves * k * flops_per_block / rate
+
+
+def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None = None) -> Estimate:
+    gpu, cal = gpu or current_gpu(), cal or CALIBRATION
+    fam = cand.family
+    eff = cal["efficiency"].get(cand.key, cal["default_efficiency"][fam])
+    cfg = cand.config
+    M, N, K = wl.M, wl.N, wl.K
+    terms = {"family": fam, "efficiency": eff}
+    if fam == "gemv":
+        item = _itemsize(wl.dtype)
+        nbytes = item * (M * K + K * N) + 4 * M * N
+        mem = nbytes / (gpu.memory_gbps * 1e3 * eff)
+        terms.update(memory_us=mem, launch_us=cal["launch_us"], kernels=2 if cand.step == "column_gemv_t" else 1)
+        return Estimate(cand, cal["launch_us"] * terms["kernels"] + mem, terms)
+    if fam == "simt":
+        splits = cfg.splits(wl)
+        kt = ceil_div(ceil_div(K, splits), cfg.block_k) * cfg.block_k
+        tiles = ceil_div(M, cfg.block_m) * ceil_div(N, cfg.block_n)
+        regs = cal["regs"].get(f"t{cfg.thread_m}x{cfg.thread_n}", 128)
+        per_sm = blocks_per_sm(cfg.threads, regs, 4 * cfg.shared_floats(), gpu)
+        waves, comp = _waves_compute(tiles * splits, per_sm, cfg.threads // 32, 2 * cfg.block_m * cfg.block_n * kt,
+                                     cal["fp32_sm_tflops"], eff, gpu, cal)
+        dram, l2 = _memory_us(wl, cfg.block_m, cfg.block_n, splits, gpu, cal)
+        reduce = _reduce_us(wl, splits, gpu, cal)
+        terms.update(blocks=tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp, dram_us=dram, l2_us=l2,
+                     reduce_us=reduce, splits=splits)
+        return Estimate(cand, cal["launch_us"] + max(comp, dram, l2) + reduce, terms)
+    # tensor cores
+    tf32 = fam in ("tma_tf32", "cp_tf32")
+    peak = cal["tf32_sm_tflops"] if tf32 else cal["tc16_sm_tflops"]
+    bk = 32 if tf32 else 64
+    splits = getattr(cfg, "split_k", 1)
+    kts = ceil_div(ceil_div(K, bk), splits)
+    bm, bn = cfg.block_m, cfg.block_n
+    tiles = ceil_div(M, bm) * ceil_div(N, bn)
+    flops = 2 * bm * bn * kts * bk
+    if fam in ("cp", "cp_tf32"):  # copies narrower than 16 bytes cost issue slots (and 2-byte ones registers)
+        a_bytes, b_bytes = cfg.copy_widths(wl)
+        eff *= cal["copy_factor"][str(a_bytes if tf32 else min(a_bytes, b_bytes))]
+        terms.update(efficiency=eff, copy_bytes=(a_bytes, b_bytes))
+    if fam in ("tma", "tma_tf32") and getattr(cfg, "persistent", True):
+        units = tiles * splits
+        grid = min(gpu.sms, units)
+        per_block = ceil_div(units, grid)
+        # the epilogue: a tile's fp32 accumulators leave the SM, not overlapped with the next tile
+        epi = 4 * bm * bn / (cal["sm_store_gbps"] * 1e3)
+        comp = per_block * (flops / (peak * 1e6 * eff) + epi)
+        waves = per_block
+        per_sm = 1
+    else:
+        threads = cfg.threads
+        smem = cfg.shared_bytes() if not hasattr(cfg, "stage_bytes") else cfg.shared_bytes(_itemsize(wl.dtype))
+        per_sm = blocks_per_sm(threads, cal["regs"].get(fam, 168), smem, gpu)
+        waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal)
+    dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal)
+    reduce = _reduce_us(wl, splits, gpu, cal)
+    terms.update(blocks=tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp, dram_us=dram, l2_us=l2,
+                 reduce_us=reduce, splits=splits)
+    return Estimate(cand, cal["launch_us"] + max(comp, dram, l2) + reduce, terms)
+
+
+def rank(wl, precision: str, gpu: GpuSpec | None = None, cal: dict | None = None) -> list[Estimate]:
+    """Every valid candidate for ``wl`` with its estimated time, fastest first."""
+    ests = [estimate(wl, c, gpu, cal) for c in candidates(wl, precision)]
+    if not ests:
+        raise ScheduleParamError(f"no {precision} kernel of the lab takes {wl}")
+    return sorted(ests, key=lambda e: e.time_us)
+
+
+def choose(wl, precision: str, gpu: GpuSpec | None = None, cal: dict | None = None):
+    """``(step name, configuration)`` of the fastest candidate by the model."""
+    best = rank(wl, precision, gpu, cal)[0]
+    return best.step, best.config
+
+
+def describe(cand: Candidate) -> str:
+    cfg = cand.config
+    extra = ""
+    split = getattr(cfg, "split_k", 1)
+    if split and split > 1:
+        extra += f", split-K {split}"
+    if cand.family == "cp":
+        extra += f", stages {cfg.stages}"
+    return f"{cand.step} [{cand.key}{extra}]"
+
+
+def explain(wl, precision: str, k: int = 5, gpu: GpuSpec | None = None, cal: dict | None = None) -> str:
+    """The choice for ``wl`` and the model's figures for it and the next best ``k - 1``."""
+    gpu = gpu or current_gpu()
+    ests = rank(wl, precision, gpu, cal)
+    best = ests[0]
+    lines = [f"{wl} ({precision}) on {gpu.name}: {gpu.sms} SMs, {gpu.regs_per_sm} registers and "
+             f"{gpu.smem_per_sm // 1024} KiB shared memory per SM",
+             f"chosen: {describe(best.candidate)}, estimated {best.time_us:.1f} µs",
+             f"  model: time = launch + max(compute, DRAM, L2) [+ split-K sum]; calibration: "
+             f"{(cal or CALIBRATION).get('source', 'defaults')}",
+             "",
+             f"{'rank':>4}  {'est. µs':>9}  {'launch':>6}  {'compute':>8}  {'DRAM':>7}  {'L2':>7}  {'sum':>6}  "
+             f"{'blocks':>7}  {'per SM':>6}  {'waves':>5}  {'eff.':>5}  candidate"]
+    for n, e in enumerate(ests[:k], 1):
+        t = e.terms
+        lines.append(f"{n:>4}  {e.time_us:>9.1f}  {(cal or CALIBRATION)['launch_us']:>6.1f}  "
+                     f"{t.get('compute_us', 0):>8.1f}  {t.get('dram_us', t.get('memory_us', 0)):>7.1f}  "
+                     f"{t.get('l2_us', 0):>7.1f}  {t.get('reduce_us', 0):>6.1f}  {t.get('blocks', 0):>7}  "
+                     f"{t.get('per_sm', 0):>6}  {t.get('waves', 0):>5}  {t['efficiency']:>5.2f}  {describe(e.candidate)}")
+    lines.append(f"({len(ests)} valid candidates in all)")
+    return "\n".join(lines)
+
+
+def wave_efficiency(blocks: int, slots: int) -> float:
+    """Fraction of the GPU's block slots busy over the waves ``blocks`` need."""
+    return blocks / (slots * ceil_div(blocks, slots)) if blocks else 0.0
+
+
+def log_error(pred_us: float, measured_us: float) -> float:
+    return abs(math.log(pred_us / measured_us))

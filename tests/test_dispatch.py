@@ -1,0 +1,138 @@
+"""The shape-general choice (schedules.dispatch): degenerate shapes go to their family, the choice
+follows the GPU's properties, every choice is a valid configuration that compiles, --explain shows
+the model's figures, the fit recovers known constants, and the random-shape drawer is reproducible."""
+
+import copy
+
+import pytest
+
+from schedules import dispatch, get, parse_workload
+from schedules.common import GpuSpec
+
+TABLE = ["gemm:4096x4096x4096", "gemm:1024x512x2048", "gemm:3000x1000x2500", "gemm:5000x1x3000",
+         "gemm:1x5000x3000", "gemm:8000x3x6000", "gemm:3x8000x6000", "gemm:256x256x16384", "gemm:3000x4000x5",
+         "gemm:1x1x1", "gemm:7x5x3", "gemm:999x777x555", "gemm:16384x16384x2"]
+
+
+def family(w, precision="fp32"):
+    return dispatch.rank(parse_workload(w), precision)[0].candidate.family
+
+
+def test_degenerate_shapes_go_to_their_family():
+    assert dispatch.choose(parse_workload("gemm:5000x1x3000"), "fp32")[0] == "gemv_dispatch"
+    assert dispatch.choose(parse_workload("gemm:1x5000x3000"), "fp32")[0] == "column_gemv_t"
+    assert dispatch.choose(parse_workload("gemm:5000x1x3000:float16"), "fp16")[0] == "gemv_dispatch"
+    # few outputs, a long K: split-K; a short K: none
+    step, cfg = dispatch.choose(parse_workload("gemm:256x256x16384"), "fp32")
+    assert cfg.splits(parse_workload("gemm:256x256x16384")) >= 8
+    step, cfg = dispatch.choose(parse_workload("gemm:3000x4000x5"), "fp32")
+    assert cfg.splits(parse_workload("gemm:3000x4000x5")) == 1
+    # a skinny output gets a skinny tile
+    _, cfg = dispatch.choose(parse_workload("gemm:8000x3x6000"), "fp32")
+    assert cfg.block_n <= 16
+    _, cfg = dispatch.choose(parse_workload("gemm:3x8000x6000"), "fp32")
+    assert cfg.block_m <= 16
+    # rows a tensor map cannot describe: cp.async wgmma with narrower copies
+    assert dispatch.choose(parse_workload("gemm:2000x2000x2001:float16"), "fp16")[0] == "wgmma_gemm"
+    assert dispatch.choose(parse_workload("gemm:4096x4096x4096:float16"), "fp16")[0] in ("persistent_gemm",
+                                                                                         "cluster_gemm")
+    assert dispatch.choose(parse_workload("gemm:4096x4096x4096"), "tf32")[0] == "tma_tf32_gemm"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16"])
+@pytest.mark.parametrize("workload", TABLE)
+def test_every_choice_is_valid_and_respects_the_gpu(workload, precision):
+    if precision == "fp16":
+        workload += ":float16"
+    wl = parse_workload(workload)
+    step, cfg = dispatch.choose(wl, precision)
+    launch = get(step).validate(wl, cfg)
+    assert launch.threads <= 1024 and launch.shared_bytes <= 227 * 1024
+
+
+def test_the_choice_follows_the_gpus_properties():
+    wl = parse_workload("gemm:1024x512x2048")
+    big = GpuSpec(sms=132)
+    small = GpuSpec(name="small", sms=16)
+    split_big = dispatch.choose(wl, "fp32", big)[1].splits(wl)
+    split_small = dispatch.choose(wl, "fp32", small)[1].splits(wl)
+    assert split_small < split_big  # fewer SMs are filled with fewer K slices
+
+
+@pytest.mark.parametrize("workload, precision", [("gemm:1024x512x2048", "fp32"), ("gemm:8000x3x6000", "fp32"),
+                                                 ("gemm:5000x1x3000", "fp32"), ("gemm:2000x2000x2001:float16", "fp16"),
+                                                 ("gemm:1000x520x2000:float16", "fp16"),
+                                                 ("gemm:1000x520x2000", "tf32")])
+def test_the_choice_compiles_without_spills(workload, precision):
+    from tests.helpers import build_spec
+
+    name = {"fp32": "best_gemm", "fp16": "best_fp16_gemm", "tf32": "best_tf32_gemm"}[precision]
+    b = build_spec(get(name), workload)
+    assert b.device.cubin and all(k.spills == 0 for k in b.device.kernels)
+
+
+def test_explain_prints_the_choice_and_the_runners_up(capsys):
+    from scripts.schedlab import main
+
+    assert main(["show", "best_gemm", "--shape", "1024x512x2048", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "chosen: split_k_gemm" in out and "est. µs" in out and "waves" in out
+    rows = [line for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 5 and rows[0].split()[0] == "1"
+    times = [float(r.split()[1]) for r in rows]
+    assert times == sorted(times)
+    assert main(["show", "naive_gemm", "--explain"]) == 2
+
+
+def test_the_fit_recovers_the_constants_it_was_given():
+    """Measurements made up from the model with known constants: the fit finds them again."""
+    import pandas as pd
+
+    from reports import calibrate
+    from reports.calibrate import calibration_shapes, params_of
+    from schedules.calibration import CALIBRATION
+
+    truth = copy.deepcopy(CALIBRATION)
+    truth.update(launch_us=3.0, w_sat=12, l2_factor=4.0)
+    truth["efficiency"].update({"simt 128x128 t8x8": 0.8, "simt 64x64 t4x4": 0.6})
+    gpu = GpuSpec()
+    rows = []
+    for m, n, k in calibration_shapes():
+        wl = parse_workload(f"gemm:{m}x{n}x{k}")
+        for e in dispatch.rank(wl, "fp32", gpu, truth)[:6]:
+            c = e.candidate
+            rows.append({"workload": str(wl), "name": c.step, "params": params_of(c.step, c.config), "status": "ok",
+                         "time_ms": e.time_us / 1e3, "key": c.key, "family": c.family, "sweep_precision": "fp32"})
+    df = pd.DataFrame(rows)
+    df.attrs.update(gpu_spec=gpu.__dict__, ceilings={"copy_gbps": gpu.memory_gbps}, provenance={})
+    cal, report = calibrate.fit(df, gpu)
+    assert cal["w_sat"] == 12 and cal["launch_us"] == pytest.approx(3.0, rel=0.1)
+    assert cal["efficiency"]["simt 128x128 t8x8"] == pytest.approx(0.8, rel=0.05)
+    assert report["median_abs_log_error"]["after"] < 0.02 and report["p90_abs_log_error"]["after"] < 0.05
+    assert report["regret"]["after"]["max"] == pytest.approx(1.0)  # the fitted model picks the fastest
+
+
+def test_the_random_drawer_is_reproducible_and_covers_odd_and_tiny_shapes():
+    from reports.bench_random import draw_shapes, needed_bytes, shape_properties
+
+    a, _ = draw_shapes(60, seed=7)
+    b, _ = draw_shapes(60, seed=7)
+    c, _ = draw_shapes(60, seed=8)
+    assert a == b and a != c and len(a) == 60
+    assert all(1 <= d <= 16384 for s in a for d in s)
+    props = shape_properties(a)
+    assert props["not_multiple_of_8"] >= 20 and props["dim_le_4"] >= 3
+    # shapes that cannot fit are drawn again, and counted
+    small, redrawn = draw_shapes(20, seed=7, memory_bytes=needed_bytes(2000, 2000, 2000))
+    assert len(small) == 20 and redrawn > 0 and all(needed_bytes(*s) <= needed_bytes(2000, 2000, 2000) for s in small)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16"])
+@pytest.mark.parametrize("workload", TABLE[1:] + ["gemm:2000x2000x2001", "gemm:33x5000x4000", "gemm:200x3x9000"])
+def test_every_choice_is_right_on_the_gpu(workload, precision):
+    from reports.harness import check_in_process
+
+    name = {"fp32": "best_gemm", "fp16": "best_fp16_gemm", "tf32": "best_tf32_gemm"}[precision]
+    row = check_in_process(name, workload + (":float16" if precision == "fp16" else ""))
+    assert row["status"] == "ok", row.get("error")

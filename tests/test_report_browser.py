@@ -1,0 +1,469 @@
+"""The HTML report page, checked in a real headless Chromium (Debian's /usr/bin/chromium) driven by
+Playwright for Python. The browser tests skip with a reason when Chromium or Playwright is absent
+(SCHEDLAB_CHROMIUM points at another binary; SCHEDLAB_REQUIRE_BROWSER=1 turns those skips into
+failures, for a CI job that installed the browser on purpose). The static tests always run.
+
+    python test_report_browser.py OUT.html   # writes the synthetic test page, for a look
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+import time
+import zlib
+import struct
+
+import pytest
+
+from reports.html import render_diff_text, write_page
+
+CHROMIUM = os.environ.get("SCHEDLAB_CHROMIUM", "/usr/bin/chromium")
+REQUIRE_BROWSER = os.environ.get("SCHEDLAB_REQUIRE_BROWSER") == "1"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
+SCRIPT_BREAKER = '"</script><script>alert(1)</script><!--"'
+
+
+# ---------------------------------------------------------------------------------------------
+# a synthetic but realistic page: TVMScript, CUDA and PTX of a few thousand lines each
+
+
+def tir_text(variant: str, tile: int, reps: int = 240, lowered: bool = False) -> str:
+    L = ["# from tvm.script import ir as I", "# from tvm.script import tir as T", "",
+         "@I.ir_module", "class Module:", "    @T.prim_func",
+         '    def main(A: T.Buffer((4096, 4096), "float16"), B: T.Buffer((4096, 4096), "float16"), '
+         'C: T.Buffer((4096, 4096), "float32")):',
+         '        T.func_attr({"global_symbol": "main", "tir.noalias": True})',
+         f"        # variant: {variant}",
+         f"        # lowered: {lowered} & tile={tile} (A & B staged in shared memory)"]
+    for r in range(reps):
+        loop = f"T.unroll({tile})" if (variant != "naive" and r % 40 == 7) else f"T.serial({tile})"
+        if lowered:
+            L += [f"        for k_{r} in {loop}:",
+                  f"            if i_{r} < 4096 and j_{r} < 4096:",
+                  f"                C_local[k_{r}] = C_local[k_{r}] + T.Cast(\"float32\", A_shared[i_{r} * 64 + k_{r}]) "
+                  f"* T.Cast(\"float32\", B_shared[k_{r} * 64 + j_{r}])",
+                  f"            T.tvm_storage_sync(\"shared\")  # barrier {r}",
+                  f"        A_ptr_{r} = T.address_of(A[blockIdx_y * {tile} + {r % 7}, 0])  # &A[...]",
+                  f"        T.attr(0, \"pragma_note\", {SCRIPT_BREAKER if r == 3 else repr('step-%d' % r)})"]
+        else:
+            L += [f"        for i_{r}_0 in T.thread_binding(64, thread=\"blockIdx.y\"):",
+                  f"            for j_{r}_0 in T.thread_binding(64, thread=\"blockIdx.x\"):",
+                  f"                for k_{r} in {loop}:",
+                  f"                    with T.block(\"C_{r}\"):",
+                  f"                        v_i = T.axis.spatial(4096, i_{r}_0 * {tile} + k_{r})",
+                  "                        T.reads(A[v_i, 0:4096], B[0:4096, v_i])",
+                  "                        T.where(v_i < 4096 and v_i >= 0)",
+                  "                        C[v_i, v_i] = C[v_i, v_i] + T.Cast(\"float32\", A[v_i, v_i]) * "
+                  "T.Cast(\"float32\", B[v_i, v_i])",
+                  f"        T.attr(0, \"pragma_note\", {SCRIPT_BREAKER if r == 3 else repr('step-%d' % r)})"]
+    return "\n".join(L) + "\n"
+
+
+def cuda_text(variant: str, tile: int, reps: int = 200) -> str:
+    L = ["#include <cuda_fp16.h>", "#include <mma.h>", "",
+         f"// variant: {variant}",
+         "// comment with markup: </script><b>not bold</b> & friends",
+         'extern "C" __global__ void __launch_bounds__(256) main_kernel(half* __restrict__ A, '
+         "half* __restrict__ B, float* __restrict__ C) {",
+         f"  float C_local[{tile * 4}];",
+         "  __shared__ half A_shared[4096];", "  __shared__ half B_shared[4096];"]
+    for r in range(reps):
+        pragma = "  #pragma unroll" if (variant != "naive" and r % 40 == 7) else "  // no unroll"
+        L += [pragma,
+              f"  for (int k_{r} = 0; k_{r} < {tile}; ++k_{r}) {{",
+              "    __syncthreads();",
+              f"    *(uint4*)(A_shared + ((((int)threadIdx.y) * 256) + (((int)threadIdx.x) * 8))) = "
+              f"*(uint4*)(A + ((((int)blockIdx.y) * {tile * 4096}) + k_{r} * 32));",
+              f"    if (((int)threadIdx.x) < 16 && (k_{r} & 1) == 0) {{",
+              f"      C_local[k_{r} % {tile}] = C_local[k_{r} % {tile}] + __half2float(A_shared[k_{r}]) "
+              f"* __half2float(B_shared[k_{r}]);",
+              "    }", "  }"]
+    L += ["  C[((int)blockIdx.x) * 256 + ((int)threadIdx.x)] = C_local[0];", "}"]
+    return "\n".join(L) + "\n"
+
+
+def ptx_text(variant: str, tile: int, reps: int = 220) -> str:
+    L = ["//", "// Generated by NVIDIA NVVM Compiler", f"// variant: {variant}", "//",
+         ".version 8.4", ".target sm_90a", ".address_size 64", "",
+         ".visible .entry main_kernel(", "\t.param .u64 main_kernel_param_0,",
+         "\t.param .u64 main_kernel_param_1,", "\t.param .u64 main_kernel_param_2", ")",
+         ".maxntid 256, 1, 1", "{", "\t.reg .pred \t%p<5>;", "\t.reg .b32 \t%r<1200>;",
+         "\t.reg .f32 \t%f<300>;", "\t.reg .b64 \t%rd<40>;",
+         f"\t// demoted variable &lt; </script> {tile}",
+         "\t.shared .align 16 .b8 A_shared[8192];", "", "\tmov.u32 \t%r1, %tid.x;"]
+    for r in range(reps):
+        L += [f"$L__BB0_{r}:",
+              f"\tld.global.nc.v4.u32 \t{{%r{4 * r + 10}, %r{4 * r + 11}, %r{4 * r + 12}, %r{4 * r + 13}}}, [%rd5+{r * 16}];",
+              f"\tsetp.lt.s32 \t%p1, %r1, {tile * 16};",
+              f"\t@%p1 bra \t$L__BB0_{r + 1};",
+              "\tmma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1, %f2, %f3, %f4}, {%r10, %r11, %r12, %r13}, "
+              "{%r14, %r15}, {%f1, %f2, %f3, %f4};",
+              "\tbar.sync \t0;" if (variant == "naive" or r % 40 != 7) else "\tbar.sync \t0; // kept"]
+    L += ["\tret;", "}"]
+    return "\n".join(L) + "\n"
+
+
+def tiny_png() -> bytes:
+    """A valid 2x2 PNG, made by hand (used when matplotlib is absent)."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    raw = b"".join(b"\x00" + b"\xff\x00\x00\x00\x00\xff" for _ in range(2))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def chart_png() -> bytes:
+    try:
+        import io
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return tiny_png()
+    fig, ax = plt.subplots(figsize=(5, 2.4))
+    ax.barh(["naive", "tiled", "tiled+unroll", "cuBLAS"], [12.5, 0.41, 0.087, 0.071], color="tab:blue")
+    ax.set_xscale("log")
+    ax.set_xlabel("time (ms, log)")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+SCHEDULES = [("gemm-naive", "naive", None, 1, 4), ("gemm-tiled", "tiled", "gemm-naive", 2, 8),
+             ("gemm-unroll", "tiled+unroll", "gemm-tiled", 3, 16)]
+
+
+def make_page() -> dict:
+    schedules = []
+    for sid, name, prev, step, tile in SCHEDULES:
+        variant = name.split("+")[0] if name != "tiled+unroll" else "unroll"
+        stages = {"scheduled": tir_text(variant, tile), "lowered": tir_text(variant, tile, lowered=True),
+                  "cuda": cuda_text(variant, tile)}
+        if sid != "gemm-naive":  # naive has no PTX: its successor's PTX diff says so
+            stages["ptx"] = ptx_text(variant, tile)
+        schedules.append({
+            "id": sid, "workload": "gemm_4096_fp16", "name": name, "kind": "gemm", "step": str(step),
+            "summary": f"Step {step}: {name} <with> tile {tile} & friends.",
+            "params": {"tile": tile, "unroll": name.endswith("unroll"), "vector": 8},
+            "resources": {"registers": 32 * step, "shared_bytes": 8192 * (step - 1), "spill_bytes": 0},
+            "stages": stages, "previous": prev})
+    return {
+        "title": "GEMM 4096³ fp16 — step by step <test>",
+        "provenance": {"gpu": "NVIDIA H100 80GB HBM3", "tvm": "0.27.0.post1", "commit": "abc1234 (dirty)",
+                       "date": "2025-01-01T12:00:00Z", "cuda": "12.8"},
+        "notes": ["Times are medians of 50 runs <after warm-up> & L2 flush.", "Second note."],
+        "tables": [
+            {"id": "steps", "caption": "Time per step", "columns": ["step", "name", "time_ms", "tflops", "status"],
+             "rows": [["1", "naive", 12.5, 11.0, "ok"], ["2", "tiled", 0.41, 335.2, "ok"],
+                      ["-", "broken <x>", None, None, "error: </script>"], ["3", "tiled+unroll", 0.087, 1580.0, "ok"],
+                      ["", "cuBLAS", 3.2, 42.9, "ok"]],
+             "row_schedule": ["gemm-naive", "gemm-tiled", None, "gemm-unroll", None]},
+            {"id": "resources", "caption": "Resources", "columns": ["schedule", "registers", "shared_bytes"],
+             "rows": [["naive", 32, 0], ["tiled", 64, 8192], ["tiled+unroll", 96, 16384]],
+             "row_schedule": ["gemm-naive", "gemm-tiled", "gemm-unroll"]},
+        ],
+        "charts": [{"caption": "time per step (log)", "png": chart_png()}],
+        "schedules": schedules,
+    }
+
+
+def diff_counts(a: str, b: str) -> tuple[int, int]:
+    sm = difflib.SequenceMatcher(None, a.splitlines(), b.splitlines())
+    add = sum(j2 - j1 for t, i1, i2, j1, j2 in sm.get_opcodes() if t in ("insert", "replace"))
+    rem = sum(i2 - i1 for t, i1, i2, j1, j2 in sm.get_opcodes() if t in ("delete", "replace"))
+    return add, rem
+
+
+# ---------------------------------------------------------------------------------------------
+# fixtures
+
+
+@pytest.fixture(scope="module")
+def page_data():
+    return make_page()
+
+
+@pytest.fixture(scope="module")
+def page_file(page_data, tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("html") / "report.html")
+    t = time.perf_counter()
+    assert write_page(page_data, path) == path
+    print(f"\nwrote {path}: {os.path.getsize(path) / 1e3:.0f} kB in {time.perf_counter() - t:.2f} s")
+    return path
+
+
+def _no_browser(reason: str):
+    if REQUIRE_BROWSER:
+        pytest.fail(reason + " (SCHEDLAB_REQUIRE_BROWSER=1)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        _no_browser(f"no Chromium at {CHROMIUM} (set SCHEDLAB_CHROMIUM, or run install_browser.sh)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _no_browser("the playwright package is not installed (pip install playwright; run install_browser.sh)")
+    pw = sync_playwright().start()
+    try:
+        # Playwright gives every launch a fresh temporary --user-data-dir of its own
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    except Exception as e:  # noqa: BLE001 - a browser that cannot start is no browser
+        pw.stop()
+        _no_browser(f"Chromium at {CHROMIUM} did not start: {str(e).splitlines()[0]}")
+    yield b
+    b.close()
+    pw.stop()
+
+
+class Log:
+    def __init__(self):
+        self.console, self.errors, self.requests, self.dialogs = [], [], [], []
+        self.url = ""
+
+
+@pytest.fixture
+def tab(browser, page_file):
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    # belt and braces: nothing may reach a network even if the page tried
+    ctx.route(re.compile(r"^(https?|wss?|ftp)://"), lambda route: route.abort())
+    page = ctx.new_page()
+    log = Log()
+    page.on("console", lambda m: log.console.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: log.errors.append(str(e)))
+    page.on("request", lambda r: log.requests.append(r.url))
+    page.on("dialog", lambda d: (log.dialogs.append(d.message), d.dismiss()))
+    url = "file://" + os.path.abspath(page_file)
+    page.goto(url, wait_until="load")
+    log.url = url
+    yield page, log
+    ctx.close()
+
+
+def assert_clean(page, log: Log):
+    page.wait_for_timeout(100)  # let pending promises report
+    assert log.errors == [], log.errors
+    assert log.console == [], log.console
+    assert log.dialogs == [], log.dialogs
+    others = [u for u in log.requests if u != log.url and not u.startswith("data:")]
+    assert others == [], f"unexpected requests: {others}"
+
+
+# ---------------------------------------------------------------------------------------------
+# static checks (no browser)
+
+
+def test_page_is_self_contained_and_escaped(page_data, page_file, tmp_path):
+    doc = open(page_file, encoding="utf-8").read()
+    n_scripts = doc.count("<script")
+    assert doc.count("</script>") == n_scripts  # nothing from the IR closes a script block
+    assert doc.lower().count("</script") == n_scripts
+    n_stages = sum(len(s["stages"]) for s in page_data["schedules"])
+    assert n_scripts == n_stages + 2  # one blob per stage, the metadata, the code
+    assert "alert(1)" not in doc  # IR lives only inside gzip+base64 blobs
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", doc)
+    assert "<b>not bold</b>" not in doc and "broken &lt;x&gt;" in doc
+    assert "Content-Security-Policy" in doc and "default-src 'none'" in doc
+    assert os.path.getsize(page_file) < 1_000_000
+    assert not [f for f in os.listdir(os.path.dirname(page_file)) if f.startswith(".tmp-")]
+
+
+def test_write_page_is_atomic(tmp_path, monkeypatch):
+    path = str(tmp_path / "r.html")
+    write_page({"title": "old"}, path)
+    with pytest.raises(ValueError):  # a bad page (bad base64 PNG) fails before anything is written
+        write_page({"title": "new", "charts": [{"caption": "x", "png": "not base64 !"}]}, path)
+    mod = sys.modules[write_page.__module__]
+
+    def crash(*a):
+        raise OSError("disk full")
+    monkeypatch.setattr(mod.os, "fsync", crash)
+    with pytest.raises((OSError, ValueError)):  # a failed write leaves the old page and no temp file
+        write_page({"title": "new"}, path)
+    monkeypatch.undo()
+    assert "<title>old</title>" in open(path, encoding="utf-8").read()
+    assert os.listdir(tmp_path) == ["r.html"]
+    write_page({"title": "new"}, path)
+    assert "<title>new</title>" in open(path, encoding="utf-8").read()
+
+
+def test_big_page_stays_small(tmp_path):
+    """20 schedules x 4 stages of ~100 kB of IR each (8 MB) -> a page of a few MB."""
+    base = make_page()["schedules"][1]
+    scheds = []
+    for i in range(20):
+        tile, var = (4, 8, 16, 32, 64)[(i // 4) % 5], f"v{i}" if i % 2 else "naive"
+        stages = {"scheduled": tir_text(var, tile, reps=170), "lowered": tir_text(var, tile, reps=260, lowered=True),
+                  "cuda": cuda_text(var, tile, reps=250), "ptx": ptx_text(var, tile, reps=360)}
+        scheds.append(dict(base, id=f"s{i}", name=f"step {i}", step=str(i), stages=stages,
+                           previous=f"s{i - 1}" if i else None))
+    ir = sum(len(t) for s in scheds for t in s["stages"].values())
+    assert 7e6 < ir < 9e6
+    path = str(tmp_path / "big.html")
+    t = time.perf_counter()
+    write_page({"title": "big", "schedules": scheds}, path)
+    size = os.path.getsize(path)
+    print(f"\n{ir / 1e6:.1f} MB of IR -> {size / 1e6:.2f} MB page in {time.perf_counter() - t:.1f} s")
+    assert size < 4e6
+
+
+def test_render_diff_text():
+    a, b = "x = 1\ny = 2\nz = 3\n", "x = 1\ny = 20\nz = 3\nw = 4\n"
+    plain = render_diff_text(a, b, "naive/cuda", "tiled/cuda", color=False)
+    assert plain.splitlines()[:2] == ["--- naive/cuda", "+++ tiled/cuda"]
+    assert "-y = 2" in plain and "+y = 20" in plain and "+w = 4" in plain and "\x1b" not in plain
+    col = render_diff_text(a, b, "a", "b", color=True)
+    assert "\x1b[31m-y = 2\x1b[0m" in col and "\x1b[32m+y = 20\x1b[0m" in col and "\x1b[36m@@" in col
+    assert render_diff_text(a, a, "a", "b", color=True) == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# in the browser
+
+
+def test_loads_clean_and_lazily(tab, page_data):
+    from playwright.sync_api import expect  # (page.wait_for_function would need eval: the page's CSP forbids it)
+    page, log = tab
+    assert page.locator("header dl.prov").inner_text().count("NVIDIA H100") == 1
+    for key in ("tvm", "commit", "date"):
+        assert page_data["provenance"][key] in page.locator("header").inner_text()
+    assert page.title() == page_data["title"]
+    assert page.locator("table.data").count() == 2 and page.locator("figure img").count() == 1
+    assert page.evaluate("document.querySelector('figure img').naturalWidth") > 0  # the PNG decoded
+    # everything collapsed, no IR in the DOM until asked for
+    assert page.locator("details.sched[open]").count() == 0
+    assert page.locator("pre.code, .diffview").count() == 0
+    # open every schedule, every stage, both views and both diff modes
+    for i, s in enumerate(page_data["schedules"]):
+        panel = page.locator(f"#sched-{i}")
+        panel.locator("summary").click()
+        for stage in s["stages"]:
+            panel.locator(f"button.tab[data-stage={stage}]").click()
+            panel.locator("button.view[data-view=ir]").click()
+            expect(panel).to_have_attribute("data-rendered", re.compile(f"^{stage}[|]ir[|]"))
+            if s["previous"]:
+                panel.locator("button.view[data-view=diff]").click()
+                for mode in ("split", "unified"):
+                    panel.locator(f"button.mode[data-mode={mode}]").click()
+                    expect(panel).to_have_attribute("data-rendered", f"{stage}|diff|{mode}")
+                panel.locator("button.view[data-view=ir]").click()
+    assert "could not" not in page.locator("main").inner_text()
+    assert_clean(page, log)
+
+
+def test_step_row_opens_schedule_with_ir_and_diff(tab, page_data):
+    from playwright.sync_api import expect
+    page, log = tab
+    by_id = {s["id"]: s for s in page_data["schedules"]}
+    cur, prev = by_id["gemm-tiled"], by_id["gemm-naive"]
+    panel = page.locator("#sched-1")
+    page.locator('#t0 tbody tr[data-s="1"] td').nth(1).click()
+    expect(panel).to_have_attribute("open", "")
+    top = page.evaluate("document.getElementById('sched-1').getBoundingClientRect().top")
+    assert -2 <= top <= 60, f"panel not scrolled to: top={top}"
+    expect(panel.locator(".summary")).to_have_text(cur["summary"])
+    expect(panel.locator("table.resources")).to_contain_text("shared_bytes")
+
+    # IR, highlighted: "def" is a keyword span, the markup-like string is shown as text
+    lines = panel.locator("pre.code .x-l")
+    expect(lines).to_have_count(len(cur["stages"]["scheduled"].splitlines()))
+    def_line = lines.filter(has_text="def main(")
+    expect(def_line.locator("span.k", has_text="def")).to_have_count(1)
+    expect(lines.filter(has_text="# variant: tiled").locator("span.c1")).to_have_count(1)
+    assert def_line.evaluate("e => getComputedStyle(e).fontStyle") == "normal"  # no class clash with pygments
+    expect(lines.filter(has_text="</script><script>alert(1)</script><!--")).to_have_count(1)
+
+    # stage tabs
+    panel.locator("button.tab[data-stage=cuda]").click()
+    expect(lines).to_have_count(len(cur["stages"]["cuda"].splitlines()))
+    kernel = lines.filter(has_text="__global__ void __launch_bounds__(256) main_kernel")
+    expect(kernel).to_have_count(1)
+    assert kernel.locator("span[class]").count() > 5  # highlighted by the CUDA lexer
+    expect(lines.filter(has_text="// comment with markup: </script><b>not bold</b> & friends")).to_have_count(1)
+    expect(panel.locator("button.tab.on")).to_have_text(re.compile("^cuda"))
+
+    # diff against the previous schedule at the same stage: unified
+    add, rem = diff_counts(prev["stages"]["cuda"], cur["stages"]["cuda"])
+    assert add > 0 and rem > 0
+    panel.locator("button.view[data-view=diff]").click()
+    uni = panel.locator(".diffview.unified")
+    expect(uni).to_have_count(1)
+    expect(uni.locator("tr.del").filter(has_text="// variant: naive")).to_have_count(1)
+    expect(uni.locator("tr.add").filter(has_text="// variant: tiled")).to_have_count(1)
+    expect(uni.locator("tr.del")).to_have_count(rem)
+    expect(uni.locator("tr.add")).to_have_count(add)
+    expect(uni.locator("tr.hunk").first).to_contain_text("@@ -")
+    kernel_row = uni.locator("tr.eq", has_text="__global__ void __launch_bounds__(256) main_kernel")
+    assert kernel_row.locator("td.x-c span[class]").count() > 5  # diff lines are highlighted too
+    assert kernel_row.locator("td.x-c").evaluate("e => getComputedStyle(e).fontStyle") == "normal"
+    assert kernel_row.locator("td.x-c span[class]").first.evaluate("e => getComputedStyle(e).color") != "rgb(0, 0, 0)"
+    expect(uni.locator("tr.add").filter(has_text="#pragma unroll").first).to_be_visible()
+    assert uni.locator("tr.del td.x-c").first.evaluate("e => getComputedStyle(e.closest('tr')).backgroundColor") \
+        != uni.locator("tr.add td.x-c").first.evaluate("e => getComputedStyle(e.closest('tr')).backgroundColor")
+
+    # side by side
+    panel.locator("button.mode[data-mode=split]").click()
+    split = panel.locator(".diffview.split")
+    expect(split).to_have_count(1)
+    expect(split.locator("td.x-c.del").filter(has_text="// variant: naive")).to_have_count(1)
+    expect(split.locator("td.x-c.add").filter(has_text="// variant: tiled")).to_have_count(1)
+    expect(split.locator("td.x-c.del")).to_have_count(rem)
+    expect(split.locator("td.x-c.add")).to_have_count(add)
+    row = split.locator("tr", has=page.locator("td.x-c.del", has_text="// variant: naive"))
+    expect(row.locator("td.x-c.add")).to_have_text("// variant: tiled")  # paired on one row
+
+    # switching stage keeps the diff view; the previous schedule has no PTX
+    panel.locator("button.tab[data-stage=lowered]").click()
+    expect(panel.locator(".diffview.split td.x-c.add").filter(has_text="# variant: tiled")).to_have_count(1)
+    panel.locator("button.tab[data-stage=ptx]").click()
+    expect(panel.locator(".out")).to_contain_text("naive has no ptx stage")
+
+    # the "previous" link opens that schedule
+    panel.locator("a.prevlink").click()
+    expect(page.locator("#sched-0")).to_have_attribute("open", "")
+    assert_clean(page, log)
+
+
+def _column(page, table, col):
+    return page.eval_on_selector_all(
+        f"#{table} tbody tr", f"rs => rs.map(r => r.cells[{col}].getAttribute('data-v'))")
+
+
+def test_sorting(tab, page_data):
+    page, log = tab
+    th = page.locator("#t0 thead th").nth(2)  # time_ms
+    raw = [r[2] for r in page_data["tables"][0]["rows"]]
+    nums = sorted(v for v in raw if v is not None)
+    blanks = [None] * raw.count(None)
+    th.click()
+    assert [None if v is None else float(v) for v in _column(page, "t0", 2)] == nums + blanks
+    assert th.get_attribute("aria-sort") == "ascending" and th.locator(".arrow").inner_text() == "▲"
+    th.click()
+    assert [None if v is None else float(v) for v in _column(page, "t0", 2)] == nums[::-1] + blanks
+    assert th.get_attribute("aria-sort") == "descending" and th.locator(".arrow").inner_text() == "▼"
+    # another column resets the arrow; text columns sort as text
+    name = page.locator("#t0 thead th").nth(1)
+    name.click()
+    assert th.get_attribute("aria-sort") == "none"
+    names = page.eval_on_selector_all("#t0 tbody tr", "rs => rs.map(r => r.cells[1].textContent)")
+    assert names == sorted(names, key=str.lower)
+    # rows still open their schedule after sorting
+    page.locator('#t0 tbody tr[data-s="2"]').click()
+    page.wait_for_selector("#sched-2[open] pre.code .x-l")
+    assert_clean(page, log)
+
+
+if __name__ == "__main__":
+    out = sys.argv[1] if len(sys.argv) > 1 else "report_test_page.html"
+    t = time.perf_counter()
+    write_page(make_page(), out)
+    print(f"{out}: {os.path.getsize(out) / 1e3:.0f} kB in {time.perf_counter() - t:.2f} s")

@@ -1,0 +1,114 @@
+"""The data layer: rows → DataFrame with derived columns per workload group, the files written from
+it, and any results directory loaded back."""
+
+import json
+
+import pytest
+
+from reports import charts, load_results
+from reports import results as R
+from reports.runner import markdown
+
+
+def _rows():
+    w, w16 = "gemm:64x64x64", "gemm:64x64x64:float16"
+    return [
+        {"workload": w, "name": "naive_gemm", "role": "schedule", "step": 1, "ladder": "gemm 1", "status": "ok",
+         "time_ms": 8.0, "device": "gpu", "precision": "fp32"},
+        {"workload": w, "name": "thread_1d_gemm", "role": "schedule", "step": 2, "status": "ok", "time_ms": 2.0,
+         "device": "gpu", "precision": "fp32"},
+        {"workload": w, "name": "thread_2d_gemm", "role": "schedule", "step": 3, "status": "error", "error": "boom",
+         "precision": "fp32"},
+        {"workload": w, "name": "shared_cache_gemm", "role": "schedule", "step": 4, "status": "ok", "time_ms": 1.0,
+         "device": "gpu", "precision": "fp32", "params": {"tile_m": 16}},
+        {"workload": w, "name": "wgmma_tf32_gemm", "role": "schedule", "step": 20, "status": "ok", "time_ms": 0.1,
+         "device": "gpu", "precision": "tf32"},
+        {"workload": w, "name": "cublas", "role": "baseline", "status": "ok", "time_ms": 0.5, "device": "gpu",
+         "precision": "fp32"},
+        {"workload": w, "name": "cublas_tf32", "role": "baseline", "status": "ok", "time_ms": 0.05, "device": "gpu",
+         "precision": "tf32"},
+        {"workload": w16, "name": "naive_gemm", "role": "schedule", "step": 1, "status": "ok", "time_ms": 4.0,
+         "device": "gpu", "precision": "fp16"},
+        {"workload": w16, "name": "cublas", "role": "baseline", "status": "ok", "time_ms": 0.4, "device": "gpu",
+         "precision": "fp16"},
+    ]
+
+
+META = {"provenance": {"gpu": "Test GPU", "tvm": "0.27", "commit": "abc", "date": "today"},
+        "ceilings": {"copy_gbps": 1000.0, "fp32_tflops": 10.0, "fp16_tflops": 20.0}, "complete": True}
+
+
+def test_derived_columns_per_workload_and_precision():
+    df = R.frame(_rows(), META).set_index(["workload", "name"])
+    w = "gemm:64x64x64"
+    assert df.loc[(w, "thread_1d_gemm"), "speedup_vs_first"] == pytest.approx(4.0)
+    assert df.loc[(w, "shared_cache_gemm"), "speedup_vs_prev"] == pytest.approx(2.0)  # over step 2: step 3 failed
+    assert df.loc[(w, "shared_cache_gemm"), "pct_cublas"] == pytest.approx(50.0)
+    assert df.loc[(w, "shared_cache_gemm"), "tflops"] == pytest.approx(2 * 64**3 / 1e-3 / 1e12)
+    assert df.loc[(w, "wgmma_tf32_gemm"), "pct_cublas"] == pytest.approx(50.0)  # against cuBLAS in TF32 mode
+    assert df.loc[("gemm:64x64x64:float16", "naive_gemm"), "pct_cublas"] == pytest.approx(10.0)  # its own cuBLAS
+    assert df.loc[("gemm:64x64x64:float16", "naive_gemm"), "speedup_vs_first"] == pytest.approx(1.0)
+    assert df.loc[(w, "thread_2d_gemm")][["tflops", "pct_cublas"]].isna().all()
+
+
+def test_markdown_names_provenance_steps_and_errors():
+    md = markdown(R.frame(_rows(), META))
+    assert "Test GPU" in md and "commit abc" in md and "| gemm 1 " in md
+    assert "**error**" in md and "`thread_2d_gemm` on gemm:64x64x64: boom" in md
+    assert "Partial" in markdown(R.frame(_rows(), {**META, "complete": False}))
+
+
+def test_files_round_trip_through_load_results(tmp_path):
+    df = R.frame(_rows(), META)
+    R.write_results(df, str(tmp_path), table_md="x")
+    back = load_results(str(tmp_path))
+    assert back.attrs["provenance"]["gpu"] == "Test GPU"
+    assert list(back["name"]) == list(df["name"])
+    assert back["pct_cublas"].round(6).equals(df["pct_cublas"].round(6))
+    assert back.loc[back["name"] == "shared_cache_gemm", "params"].iloc[0] == {"tile_m": 16}
+    assert (tmp_path / "results.csv").read_text().splitlines()[0].startswith("workload,name")
+
+
+def test_two_runs_compare_in_a_few_lines(tmp_path):
+    a, b = tmp_path / "h100", tmp_path / "h200"
+    R.write_results(R.frame(_rows(), META), str(a))
+    faster = [dict(r, time_ms=r["time_ms"] / 2) if "time_ms" in r else r for r in _rows()]
+    R.write_results(R.frame(faster, META), str(b))
+    both = load_results(str(a)).merge(load_results(str(b)), on=["workload", "name"], suffixes=("_a", "_b"))
+    speedup = (both.time_ms_a / both.time_ms_b).dropna()
+    assert len(speedup) == 8 and (speedup == 2.0).all()
+
+
+@pytest.mark.parametrize("content, word", [(None, "no results here"), ("{not json", "not a readable results file"),
+                                           ('{"rows": [{"x": 1}]}', "not a results file"),
+                                           ('{"rows": [{"workload": "conv:1", "name": "x"}]}', "cannot be read")])
+def test_unreadable_results_are_one_line_errors(tmp_path, content, word):
+    if content is not None:
+        (tmp_path / "results.json").write_text(content)
+    with pytest.raises(R.ResultsError, match=word) as e:
+        load_results(str(tmp_path))
+    assert len(str(e.value).splitlines()) == 1
+
+
+def test_a_write_that_fails_leaves_the_old_file(tmp_path, monkeypatch):
+    from reports import files
+
+    R.write_results(R.frame(_rows(), META), str(tmp_path))
+    before = (tmp_path / "results.json").read_text()
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.os, "fsync", full_disk)
+    with pytest.raises(files.OutputError, match="No space left on device"):
+        R.write_results(R.frame(_rows()[:2], META), str(tmp_path))
+    assert (tmp_path / "results.json").read_text() == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+    json.loads(before)
+
+
+def test_charts_are_written(tmp_path):
+    df = R.frame(_rows(), META)
+    for fn, name in ((charts.time_chart, "t.png"), (charts.roofline_chart, "r.png")):
+        path = fn(df, str(tmp_path / name))
+        assert path and (tmp_path / name).read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,93 @@
+"""The Hopper steps on TMA (tma_gemm, warp_specialized_gemm, persistent_gemm, cluster_gemm,
+tma_tf32_gemm): each compiles for sm_90a without spills, its PTX holds the instructions it is about
+(bulk tensor copies, mbarrier waits, setmaxnreg, wgmma), shapes a tensor map cannot describe are
+refused in one line, and (on a GPU) the products are right, ragged shapes and bf16 included."""
+
+import pytest
+
+from schedules import ScheduleParamError, get, parse_workload
+from tests.helpers import build_spec, run_on_gpu
+
+STEPS = ["tma_gemm", "warp_specialized_gemm", "persistent_gemm", "cluster_gemm"]
+BIG = "gemm:4096x4096x4096:float16"
+_CACHE = {}
+
+
+def built(name, workload, **params):
+    key = (name, workload, tuple(sorted(params.items())))
+    if key not in _CACHE:
+        _CACHE[key] = build_spec(get(name), workload, **params)
+    return _CACHE[key]
+
+
+def test_the_steps_follow_wgmma_in_the_ladder_one_piece_at_a_time():
+    steps = [get(n).step for n in ["wgmma_gemm"] + STEPS]
+    assert steps == list(range(steps[0], steps[0] + 5))
+    assert get("tma_tf32_gemm").step == get("wgmma_tf32_gemm").step + 1
+    cfgs = [get(n).config() for n in STEPS]
+    assert [(c.warp_specialized, c.persistent, c.cluster_m) for c in cfgs] == \
+        [(False, False, 1), (True, False, 1), (True, True, 1), (True, True, 2)]
+    for n in STEPS:
+        assert get(n).input_dtypes == ("float16", "bfloat16") and get(n).doc
+
+
+@pytest.mark.parametrize("name", STEPS + ["tma_tf32_gemm"])
+def test_compiles_for_sm90a_without_spills_with_its_instructions(name):
+    workload = "gemm:4096x4096x4096" if name == "tma_tf32_gemm" else BIG
+    b = built(name, workload)
+    assert "for 'sm_90a'" in b.device.ptxas_log
+    assert all(k.spills == 0 for k in b.device.kernels)
+    ptx = b.device.ptx
+    assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait" in ptx and "wgmma.mma_async" in ptx
+    assert "CUtensorMap" in b.device.cuda and "__grid_constant__" in b.device.cuda
+    ws = get(name).config().warp_specialized
+    assert ("setmaxnreg.dec" in ptx and "setmaxnreg.inc" in ptx) == ws
+    if name == "cluster_gemm":
+        assert ".multicast::cluster" in ptx and "mapa" in ptx
+    if name == "tma_tf32_gemm":
+        assert ".tf32.tf32" in ptx
+
+
+def test_persistent_grid_is_one_block_per_sm_and_follows_the_gpu():
+    from schedules.common import GpuSpec, use_gpu
+
+    wl = parse_workload(BIG)
+    assert get("persistent_gemm").validate(wl).grid == (132, 1, 1)
+    assert get("warp_specialized_gemm").validate(wl).grid == (512, 1, 1)
+    old = use_gpu(None)
+    try:
+        use_gpu(GpuSpec(name="small", sms=78))
+        assert get("persistent_gemm").validate(wl).grid == (78, 1, 1)
+    finally:
+        use_gpu(old)
+
+
+@pytest.mark.parametrize("workload, word", [("gemm:1024x1024x1004:float16", "TMA needs a multiple of 16"),
+                                            ("gemm:1024x1002x1024:bfloat16", "TMA needs a multiple of 16"),
+                                            ("gemm:1024x1024x1024", "float16 or bfloat16")])
+def test_refused_where_a_tensor_map_cannot_describe_the_rows(workload, word):
+    with pytest.raises(ScheduleParamError, match=word) as e:
+        get("persistent_gemm").validate(parse_workload(workload))
+    assert len(str(e.value).splitlines()) == 1
+    with pytest.raises(ScheduleParamError, match="multiple of 16"):
+        get("tma_tf32_gemm").validate(parse_workload("gemm:512x512x1002"))
+
+
+def test_ragged_shapes_build_with_guarded_stores():
+    b = built("persistent_gemm", "gemm:1000x520x2000:bfloat16")
+    assert "bf16.bf16" in b.device.ptx and all(k.spills == 0 for k in b.device.kernels)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", STEPS)
+@pytest.mark.parametrize("workload", [BIG, "gemm:1000x520x2000:float16", "gemm:1000x520x2000:bfloat16",
+                                      "gemm:64x64x64:bfloat16", "gemm:136x200x72:float16"])
+def test_correct(harness, name, workload):
+    assert run_on_gpu(harness, get(name), workload) < 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload", ["gemm:4096x4096x4096", "gemm:1000x520x2000", "gemm:64x64x64"])
+def test_tf32_correct_to_tf32_rounding(harness, workload):
+    err = run_on_gpu(harness, get("tma_tf32_gemm"), workload)
+    assert 1e-6 < err < 2e-3
