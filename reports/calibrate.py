@@ -7,10 +7,11 @@ tf32 and fp16, beside cuBLAS. ``schedlab calibrate DIR`` then fits the model's c
 measurements and writes :mod:`schedules.calibration`:
 
 * ``launch_us``: on a grid up to the shortest measured time, the value that fits best (with the
-  two below);
+  ones below);
 * ``efficiency`` per configuration kind: the median, over the shapes where the model says it is
   compute-bound, of (its compute time at full efficiency) / (measured time − launch − split-K sum);
-* ``w_sat``, ``l2_factor``: the values of a small grid that minimize the mean squared
+* ``w_sat``, ``l2_factor``, ``fill_us``, ``sm_store_gbps``, ``unaligned_store``: chosen on small
+  grids, one at a time (coordinate descent, three rounds), to minimize the mean squared
   log(predicted / measured) over every measured point;
 * ``copy_factor``: for cp.async copies narrower than 16 bytes, measured against predicted.
 
@@ -132,7 +133,7 @@ def _fit_efficiencies(pts, cal, gpu):
             # the probe's compute already includes any copy-width factor: divide it back out
             by_key.setdefault(c.key, []).append(comp * terms["efficiency"] / busy)
     for key, vals in by_key.items():
-        cal["efficiency"][key] = round(float(np.clip(np.median(vals), 0.02, 1.2)), 3)
+        cal["efficiency"][key] = round(float(np.clip(np.median(vals), 0.02, 1.1)), 3)  # ≤ 1.1 × the measured peak
     return {k: len(v) for k, v in by_key.items()}
 
 
@@ -152,18 +153,24 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     cal = copy.deepcopy(CALIBRATION)
     before = _errors(pts, cal, gpu)
     shortest = min(t for _, _, _, t in pts)
-    launches = [round(x, 2) for x in np.linspace(0.25, 1.0, 7) * shortest]  # a kernel costs at least its launch
-    best = None
-    for launch in launches:
-        for w_sat in (4, 6, 8, 12, 16, 24):
-            for l2 in (2.0, 3.0, 4.0, 6.0, 8.0):
+    grids = {"launch_us": [round(float(x), 2) for x in np.linspace(0.25, 1.0, 7) * shortest],  # ≤ any kernel
+             "w_sat": [4, 6, 8, 12, 16, 24], "l2_factor": [2.0, 3.0, 4.0, 6.0, 8.0],
+             "fill_us": [0.0, 0.5, 1.0, 2.0, 4.0], "sm_store_gbps": [15.0, 30.0, 60.0, 120.0, 240.0],
+             "unaligned_store": [0.15, 0.25, 0.5, 1.0]}
+
+    def score(trial):
+        counts = _fit_efficiencies(pts, trial, gpu)
+        return float(np.mean(_errors(pts, trial, gpu) ** 2)), counts
+
+    best_err, counts = score(cal)
+    for _round in range(3):  # coordinate descent over the global constants, efficiencies refitted each time
+        for name, values in grids.items():
+            for v in values:
                 trial = copy.deepcopy(cal)
-                trial.update(launch_us=launch, w_sat=w_sat, l2_factor=l2)
-                counts = _fit_efficiencies(pts, trial, gpu)
-                err = float(np.mean(_errors(pts, trial, gpu) ** 2))
-                if best is None or err < best[0]:
-                    best = (err, trial, counts)
-    _, cal, counts = best
+                trial[name] = v
+                err, c = score(trial)
+                if err < best_err:
+                    best_err, cal, counts = err, trial, c
     # narrow cp.async copies: measured over predicted (with a factor of 1) on the points that have them
     for width in ("8", "4", "2"):
         ratios = []
@@ -215,13 +222,15 @@ def write_calibration(cal: dict, path: str = CAL_FILE):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="schedlab calibrate", description=__doc__.split("\n\n")[0])
-    ap.add_argument("dir", help="results of `schedlab sweep --set calibration`")
+    ap.add_argument("dirs", nargs="+", metavar="DIR", help="results of `schedlab sweep --set calibration` (one or more)")
     ap.add_argument("--write", action="store_true", help="write schedules/calibration.py")
     ap.add_argument("--report", default=None, help="also write the fit's report (JSON) here")
     args = ap.parse_args(argv)
     from .results import load_results
 
-    df = load_results(args.dir)
+    frames = [load_results(d) for d in args.dirs]
+    df = pd.concat(frames, ignore_index=True)
+    df.attrs.update(frames[-1].attrs)
     cal, report = fit(df)
     text = json.dumps(report, indent=1)
     print(text)

@@ -25,7 +25,7 @@ from schedules import parse_workload
 from .files import atomic_write
 
 RESULTS_FILE = "results.json"
-LEGACY_FILES = ("bench.json", "gemv_bench.json")  # results directories written before results.json
+LEGACY_FILES = ("results.json.gz", "bench.json", "gemv_bench.json")  # compressed, or written before results.json
 
 
 class ResultsError(ValueError):
@@ -97,13 +97,20 @@ def load_results(path: str) -> pd.DataFrame:
     """A results directory (or its ``results.json``) back as the DataFrame it was written from,
     derived columns recomputed, its meta (provenance, ceilings...) in ``df.attrs``. Raises
     ResultsError, naming the file, for a directory without results or a file that is not one."""
-    candidates = [path] if path.endswith(".json") else [os.path.join(path, n) for n in (RESULTS_FILE, *LEGACY_FILES)]
+    candidates = [path] if path.endswith((".json", ".json.gz")) else \
+        [os.path.join(path, n) for n in (RESULTS_FILE, *LEGACY_FILES)]
     file = next((p for p in candidates if os.path.isfile(p)), None)
     if file is None:
         raise ResultsError(f"{path}: no results here (expected {RESULTS_FILE})")
     try:
-        with open(file) as f:
-            data = json.load(f)
+        if file.endswith(".gz"):
+            import gzip
+
+            with gzip.open(file, "rt") as f:
+                data = json.load(f)
+        else:
+            with open(file) as f:
+                data = json.load(f)
     except (OSError, ValueError) as e:
         raise ResultsError(f"{file}: not a readable results file ({type(e).__name__}: {str(e)[:120]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list) or not all(

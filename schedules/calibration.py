@@ -1,26 +1,59 @@
-"""The constants of the dispatcher's model (schedules.dispatch). This file is written by
-``schedlab calibrate`` from a calibration sweep (``schedlab sweep --set calibration``); the values
-below are the ones it wrote, with the sweep they came from named in ``source``.
+"""The constants of the dispatcher's model (schedules.dispatch), written by ``schedlab calibrate``
+from a calibration sweep (``schedlab sweep --set calibration``); ``source`` names the sweep.
+Do not edit by hand: run the sweep and the fit again (see reports/calibrate.py)."""
 
-Before a calibration sweep has run they are first estimates from single measurements on an H200
-(per-SM peaks = cuBLAS at 4096³-8192³ / 132 SMs; efficiencies = the lab's kernels' share of them)."""
-
-CALIBRATION = {
-    "source": "first estimates (H200 measurements of 2026-11-22/23), not yet fitted to a sweep",
-    "launch_us": 2.5,            # one kernel's fixed cost, GPU-side (event to event)
-    "w_sat": 8,                  # warps per SM that hide the latencies of a SIMT kernel
-    "l2_factor": 3.0,            # L2→SM bandwidth as a multiple of DRAM bandwidth
-    "fp32_sm_tflops": 0.389,     # fp32 FMA peak per SM (cuBLAS 8192³: 51.3 TFLOP/s / 132)
-    "tc16_sm_tflops": 5.74,      # fp16/bf16 tensor cores per SM (cuBLAS 4096³: 758 TFLOP/s / 132)
-    "tf32_sm_tflops": 3.03,      # tf32 tensor cores per SM (cuBLAS TF32 4096³: 400 TFLOP/s / 132)
-    "sm_store_gbps": 60.0,       # what one SM's epilogue writes per second (GB/s)
-    "copy_factor": {"16": 1.0, "8": 0.85, "4": 0.6, "2": 0.3},  # cp.async copies narrower than 16 bytes
-    "regs": {"t8x8": 128, "t8x4": 96, "t4x8": 96, "t4x4": 64, "tma": 168, "tma_small": 154, "cp": 168,
-             "cp_tf32": 128, "tma_tf32": 168},
-    "default_efficiency": {"simt": 0.8, "gemv": 0.8, "tma": 0.9, "tma_small": 0.8, "cp": 0.7, "tma_tf32": 0.95,
-                           "cp_tf32": 0.55},
-    "efficiency": {
-        "simt 128x128 t8x8": 0.93, "tma 128x256": 0.95, "cp 128x256": 0.70, "cp_tf32 256x128": 0.55,
-        "tma_tf32 256x128": 1.0,
-    },
-}
+CALIBRATION = {'copy_factor': {'16': 1.0, '2': 0.313, '4': 0.991, '8': 1.0},
+ 'default_efficiency': {'cp': 0.7,
+                        'cp_tf32': 0.55,
+                        'gemv': 0.8,
+                        'simt': 0.8,
+                        'tma': 0.9,
+                        'tma_small': 0.8,
+                        'tma_tf32': 0.95},
+ 'efficiency': {'cp 128x128': 1.1,
+                'cp 128x256': 1.1,
+                'cp 128x64': 0.945,
+                'cp 64x128': 0.863,
+                'cp 64x64': 1.002,
+                'cp_tf32 128x128': 0.74,
+                'cp_tf32 128x64': 0.627,
+                'cp_tf32 256x128': 0.566,
+                'simt 128x128 t8x8': 1.1,
+                'simt 128x16 t4x4': 0.507,
+                'simt 128x64 t8x8': 1.1,
+                'simt 16x128 t4x4': 0.531,
+                'simt 256x8 t4x4': 0.408,
+                'simt 64x128 t8x8': 1.1,
+                'simt 64x64 t4x4': 0.614,
+                'simt 64x64 t8x8': 1.1,
+                'simt 8x256 t4x4': 0.494,
+                'tma 128x128': 1.032,
+                'tma 128x256': 1.053,
+                'tma 128x64': 0.724,
+                'tma 256x128': 1.034,
+                'tma1 64x128': 1.1,
+                'tma1 64x256': 1.1,
+                'tma1 64x64': 1.1,
+                'tma_tf32 128x128': 0.906,
+                'tma_tf32 256x128': 1.049,
+                'tma_tf32 64x128': 0.697},
+ 'fill_us': 2.0,
+ 'fp32_sm_tflops': 0.389,
+ 'l2_factor': 8.0,
+ 'launch_us': 2.13,
+ 'regs': {'cp': 168,
+          'cp_tf32': 128,
+          't4x4': 64,
+          't4x8': 96,
+          't8x4': 96,
+          't8x8': 128,
+          'tma': 168,
+          'tma_small': 154,
+          'tma_tf32': 168},
+ 'sm_store_gbps': 30.0,
+ 'source': 'fitted by schedlab calibrate to the sweep of 2026-11-23 10:18 UTC on NVIDIA H200 (commit '
+           'ec49a91, 542 measured kernels)',
+ 'tc16_sm_tflops': 5.74,
+ 'tf32_sm_tflops': 3.03,
+ 'unaligned_store': 0.25,
+ 'w_sat': 16}

@@ -16,7 +16,10 @@ Every candidate is one of the lab's kernels with one configuration. Its time is 
 * **memory**: every input byte from DRAM once, the output once, plus each block's panels of A and B
   from L2 (A is read once per column of blocks, B once per row of blocks), at the measured DRAM
   bandwidth and ``l2_factor`` times it; split-K adds its partial sums, written and read once more.
-* **launch**: a kernel's fixed cost, per kernel (split-K's sum is a second kernel).
+* **launch**: a kernel's fixed cost, per kernel (split-K's sum is a second kernel); and per wave of
+  blocks, the time to fill their pipelines (``fill_us``) and to store their output tiles
+  (``sm_store_gbps`` per SM; rows of C that are not 16-byte aligned store at ``unaligned_store`` of
+  that).
 
 The constants (efficiency per configuration, launch, w_sat, l2_factor, per-SM peaks) are fitted to a
 sweep of shapes × configurations measured on a GPU (``schedlab sweep --set calibration``, then
@@ -43,13 +46,15 @@ from .errors import ScheduleParamError
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DTYPE_OF = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
-# SIMT fp32 tiles (block_m, block_n, thread_m, thread_n, warps_m, warps_n): every arrangement puts
-# 32 lanes in a warp; the skinny ones give a few rows (or columns) many threads
-SIMT_TILES = [
-    (128, 128, 8, 8, 4, 2), (128, 64, 8, 8, 4, 1), (64, 128, 8, 8, 1, 4), (64, 64, 4, 4, 4, 2),
-    (64, 64, 8, 8, 2, 1), (128, 16, 4, 4, 4, 1), (256, 8, 4, 4, 4, 1), (16, 128, 4, 4, 1, 4),
-    (8, 256, 4, 4, 1, 4),
-]
+# SIMT tiles (block_m, block_n, thread_m, thread_n, warps_m, warps_n): every arrangement puts 32
+# lanes in a warp. The general ones (fp32 inputs) are warp_tiled_gemm / split_k_gemm; the skinny
+# ones (a few rows or columns per block, any input type) are skinny_gemm
+SIMT_TILES = [(128, 128, 8, 8, 4, 2), (128, 64, 8, 8, 4, 1), (64, 128, 8, 8, 1, 4), (64, 64, 4, 4, 4, 2),
+              (64, 64, 8, 8, 2, 1)]
+SKINNY_TILES = [(128, 16, 4, 4, 4, 1), (256, 8, 4, 4, 4, 1), (16, 128, 4, 4, 1, 4), (8, 256, 4, 4, 1, 4),
+                # a short K: little to compute per output, so what counts is storing C: one column
+                # per thread, a warp writing 32 consecutive floats of a row (whatever N's alignment)
+                (16, 128, 4, 1, 4, 4), (32, 128, 8, 1, 4, 4)]
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 # tensor-core tiles (block_m, block_n, stages)
 TMA_TILES = [(128, 256, 4), (128, 128, 6), (128, 64, 8), (256, 128, 4)]
@@ -101,16 +106,20 @@ def _splits(K: int, block_k: int, most: int = 64):
     return [s for s in SPLITS if s <= most and (s == 1 or k_tiles >= 2 * s)]
 
 
-def simt_candidates(wl):
-    from .gemm_fast import WarpTileConfig
+def simt_candidates(wl, general: bool = True):
+    from .gemm_fast import SkinnyConfig, WarpTileConfig
 
     out = []
-    for bm, bn, tm, tn, wm, wn in SIMT_TILES:
-        for s in _splits(wl.K, 8):
-            cfg = WarpTileConfig(block_m=bm, block_n=bn, block_k=8, thread_m=tm, thread_n=tn, warps_m=wm,
-                                 warps_n=wn, stages=2, split_k=s, group_m=8)
-            step = "split_k_gemm" if s > 1 else "warp_tiled_gemm"
-            out.append(Candidate(step, cfg, "simt", f"simt {bm}x{bn} t{tm}x{tn}"))
+    for tiles, skinny in ((SIMT_TILES if general else [], False), (SKINNY_TILES, True)):
+        for bm, bn, tm, tn, wm, wn in tiles:
+            for s in _splits(wl.K, 8):
+                fields = dict(block_m=bm, block_n=bn, block_k=8, thread_m=tm, thread_n=tn, warps_m=wm, warps_n=wn,
+                              stages=2, split_k=s, group_m=8, vector=min(4, tm, tn))
+                if skinny:
+                    step, cfg = "skinny_gemm", SkinnyConfig(**fields)
+                else:
+                    step, cfg = ("split_k_gemm" if s > 1 else "warp_tiled_gemm"), WarpTileConfig(**fields)
+                out.append(Candidate(step, cfg, "simt", f"simt {bm}x{bn} t{tm}x{tn}"))
     return [c for c in out if _valid(c.step, wl, c.config)]
 
 
@@ -143,7 +152,9 @@ def fp16_candidates(wl):
         cfg = WgmmaConfig(block_m=bm, block_n=bn, stages=st, mma_overlap=bn == 256)
         out.append(Candidate("wgmma_gemm", cfg, "cp", f"cp {bm}x{bn}"))
     out = [c for c in out if _valid(c.step, wl, c.config)]
-    return out + gemv_candidates(wl)
+    # a few output rows or columns: the skinny SIMT tiles (16-bit inputs widened to fp32)
+    skinny = simt_candidates(wl, general=False) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
+    return out + skinny + gemv_candidates(wl)
 
 
 def tf32_candidates(wl):
@@ -206,7 +217,7 @@ def _memory_us(wl, bm, bn, splits, gpu, cal, out_bytes=4) -> tuple[float, float]
     """(DRAM time, L2→SM time) of a tiled product in µs; the split-K partials in the first."""
     item = _itemsize(wl.dtype)
     M, N, K = wl.M, wl.N, wl.K
-    dram = item * (M * K + K * N) + out_bytes * M * N
+    dram = item * (M * K + K * N) + out_bytes * M * N / _store_factor(wl, cal)
     if splits > 1:
         dram += 4 * splits * M * N  # partials written by the main kernel
     l2 = item * (M * K * ceil_div(N, bn) + K * N * ceil_div(M, bm))
@@ -221,14 +232,22 @@ def _reduce_us(wl, splits, gpu, cal) -> float:
     return cal["launch_us"] + 4 * (splits + 1) * wl.M * wl.N / (gpu.memory_gbps * 1e3)
 
 
-def _waves_compute(blocks, per_sm, warps, flops_per_block, sm_tflops, eff, gpu, cal):
+def _store_factor(wl, cal) -> float:
+    """C's rows start 16-byte aligned only when N % 4 == 0 (fp32): otherwise the stores are scalar."""
+    return 1.0 if wl.N % 4 == 0 else cal["unaligned_store"]
+
+
+def _waves_compute(blocks, per_sm, warps, flops_per_block, sm_tflops, eff, gpu, cal, out_bytes_per_block,
+                   store_factor=1.0):
     """(waves, µs): blocks in waves of SMs × per_sm, an SM with k resident blocks running at
-    sm_tflops × eff × min(1, k·warps / w_sat)."""
+    sm_tflops × eff × min(1, k·warps / w_sat); each wave also fills its pipelines (fill_us) and
+    stores its k output tiles (at sm_store_gbps per SM)."""
     per_sm = max(per_sm, 1)
     waves = ceil_div(blocks, gpu.sms * per_sm)
     k = min(per_sm, ceil_div(blocks, gpu.sms))  # blocks an SM holds at once (fewer in a small grid)
     rate = sm_tflops * 1e6 * eff * min(1.0, k * warps / cal["w_sat"])  # flops per µs
-    return waves, waves * k * flops_per_block / rate
+    epilogue = k * out_bytes_per_block / (cal["sm_store_gbps"] * 1e3 * store_factor)
+    return waves, waves * (k * flops_per_block / rate + cal["fill_us"] + epilogue)
 
 
 def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None = None) -> Estimate:
@@ -251,7 +270,8 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         regs = cal["regs"].get(f"t{cfg.thread_m}x{cfg.thread_n}", 128)
         per_sm = blocks_per_sm(cfg.threads, regs, 4 * cfg.shared_floats(), gpu)
         waves, comp = _waves_compute(tiles * splits, per_sm, cfg.threads // 32, 2 * cfg.block_m * cfg.block_n * kt,
-                                     cal["fp32_sm_tflops"], eff, gpu, cal)
+                                     cal["fp32_sm_tflops"], eff, gpu, cal, 4 * cfg.block_m * cfg.block_n,
+                                     _store_factor(wl, cal))
         dram, l2 = _memory_us(wl, cfg.block_m, cfg.block_n, splits, gpu, cal)
         reduce = _reduce_us(wl, splits, gpu, cal)
         terms.update(blocks=tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp, dram_us=dram, l2_us=l2,
@@ -275,15 +295,16 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         grid = min(gpu.sms, units)
         per_block = ceil_div(units, grid)
         # the epilogue: a tile's fp32 accumulators leave the SM, not overlapped with the next tile
-        epi = 4 * bm * bn / (cal["sm_store_gbps"] * 1e3)
-        comp = per_block * (flops / (peak * 1e6 * eff) + epi)
+        epi = 4 * bm * bn / (cal["sm_store_gbps"] * 1e3 * _store_factor(wl, cal))
+        comp = cal["fill_us"] + per_block * (flops / (peak * 1e6 * eff) + epi)
         waves = per_block
         per_sm = 1
     else:
         threads = cfg.threads
         smem = cfg.shared_bytes() if not hasattr(cfg, "stage_bytes") else cfg.shared_bytes(_itemsize(wl.dtype))
         per_sm = blocks_per_sm(threads, cal["regs"].get(fam, 168), smem, gpu)
-        waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal)
+        waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal,
+                                     4 * bm * bn, _store_factor(wl, cal))
     dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal)
     reduce = _reduce_us(wl, splits, gpu, cal)
     terms.update(blocks=tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp, dram_us=dram, l2_us=l2,

@@ -93,8 +93,8 @@ class FastTileConfig:
         return {"tirx.disable_storage_rewrite": True} if self.async_copy else {}
 
     def check(self, wl):
-        if wl.dtype != "float32":
-            raise ScheduleParamError(f"the SIMT steps take float32 inputs, not {wl.dtype}")
+        if wl.dtype not in self.dtypes:
+            raise ScheduleParamError(f"this SIMT step takes {' or '.join(self.dtypes)} inputs, not {wl.dtype}")
         check_thread_tiles(self)
         if self.threads_m % self.warps_m or self.threads_n % self.warps_n:
             raise ScheduleParamError(
@@ -516,6 +516,33 @@ def rasterized_gemm(wl: Gemm, cfg: RasterizedConfig = RasterizedConfig()):
     still in L2 when the neighbours ask for them: fewer DRAM reads for the same work. On an H200
     (50+ MB of L2, and an fp32 SIMT kernel that reads 8 flops' worth of tile per byte) it gains
     only 0.2-0.6%: the kernel is bound by the FMA pipe, not by DRAM.
+    """
+    return fast_tiled(wl, cfg)
+
+
+@dataclass(frozen=True)
+class SkinnyConfig(WarpTileConfig):
+    block_m: int = 128
+    block_n: int = 16
+    thread_m: int = 4
+    thread_n: int = 4
+    warps_m: int = 4
+    warps_n: int = 1
+    group_m: int = 8
+    dtypes = ("float32", "float16", "bfloat16")  # 16-bit inputs are widened to fp32 on their way to the FMAs
+
+
+@register("skinny_gemm", "gemm", SkinnyConfig, aliases=("skinny",))
+def skinny_gemm(wl: Gemm, cfg: SkinnyConfig = SkinnyConfig()):
+    """Skinny tiles, for outputs with a few columns (or rows): warp_tiled_gemm's body with 128 × 16
+    blocks of 128 threads (4 × 4 outputs each; 16 × 128 for a few rows), split-K where the blocks
+    are too few, and inputs of any type (fp16/bf16 widened to fp32 on their way to the FMAs).
+
+    A 128 × 128 block on an output 3 columns wide computes 125 columns of zeros: 97% of its FMAs
+    and of its B traffic are wasted, and there are few blocks. A 16-column block wastes 13 of 16,
+    and since such a product reads every byte of A once for a handful of FMAs, what counts is
+    that A streams through at full bandwidth, which needs many blocks (split-K) more than big
+    register tiles. Tensor cores cannot help much here either (a 64-wide MMA tile for 3 columns).
     """
     return fast_tiled(wl, cfg)
 

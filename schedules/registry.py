@@ -44,7 +44,7 @@ LADDERS = {
         "uncoalesced_gemm", "block_tiling_gemm", "thread_tiling_gemm", "double_buffer_gemm",
         # towards cuBLAS-class fp32
         "vectorized_shared_gemm", "warp_tiled_gemm", "async_pipeline_gemm", "split_k_gemm", "rasterized_gemm",
-        "best_gemm", "tuned_gemm",
+        "skinny_gemm", "best_gemm", "tuned_gemm",
         # tensor cores: fp16 and bf16, then Hopper's structure one piece at a time
         "tensor_core_gemm", "wgmma_gemm", "tma_gemm", "warp_specialized_gemm", "persistent_gemm", "cluster_gemm",
         "best_fp16_gemm",

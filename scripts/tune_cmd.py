@@ -116,10 +116,42 @@ def _print_summary(s):
 
 
 def cmd_tune(args):
+    import signal
+
+    from reports.files import ensure_out_dir
+    from tuning.records import DirectoryLock
+    from tuning.tuner import INTERRUPTED
+
+    ensure_out_dir(args.db, "--db")
+    message = (f"schedlab tune: interrupted; every finished trial is in {args.db}/trials.jsonl: the same "
+               "command resumes")
+    # Ctrl-C stops the search between batches (a half-measured batch is dropped): a KeyboardInterrupt
+    # raised inside MetaSchedule's C++ callbacks would surface as an unrelated RuntimeError
+    INTERRUPTED.clear()
+    previous = signal.signal(signal.SIGINT, lambda *_: INTERRUPTED.set())
+    try:
+        with DirectoryLock(args.db):
+            code = _tune(args)
+    except KeyboardInterrupt:
+        code = None
+        INTERRUPTED.set()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if INTERRUPTED.is_set():
+        print(message, file=sys.stderr)
+        return 130
+    return code
+
+
+def _tune(args):
     from schedules import parse_workload
-    from tuning.tuner import measure_dlight, tune
+    from tuning.tuner import INTERRUPTED, measure_dlight, parse_tracker, probe_tracker, tune
 
     wl = parse_workload(args.workload)
+    if args.trials < 1:
+        raise ValueError(f"--trials must be at least 1, got {args.trials}")
+    if args.rpc_tracker:
+        probe_tracker(*parse_tracker(args.rpc_tracker))  # before any search starts
     if wl.kind != "gemm":
         raise ValueError("schedlab tune tunes GEMM workloads (gemm:MxNxK)")
     compare = [c for c in (args.compare or "").split(",") if c and c != "none"]
@@ -137,8 +169,11 @@ def cmd_tune(args):
                       f"{r['harness_ms'] if r['harness_ms'] is None else format(r['harness_ms'], '.4g')} ms "
                       f"({r['status']})")
 
-        paths = write_report(args.db, str(wl), args.report or os.path.join(args.db, "report"), hand=args.hand)
-        print(f"report: {paths['markdown']}")
+        out = args.report or os.path.join(args.db, "report")
+        paths = write_report(args.db, str(wl), out, hand=args.hand)
+        from reports.page import write_tuning_page
+
+        print(f"report: {paths['markdown']}, {write_tuning_page(args.db, str(wl), out)}")
         return 0
     runs = [_options(args)]
     if "random" in compare and runs[0].strategy != "random":
@@ -150,6 +185,8 @@ def cmd_tune(args):
         s = tune(opts, on_trial=_progress_cb(args.quiet, opts.trials, opts.name()))
         summaries.append(s)
         _print_summary(s)
+        if INTERRUPTED.is_set():
+            return 130
     if "dlight" in compare:
         d = measure_dlight(runs[0])
         r = d.get("result") or {}
@@ -166,10 +203,11 @@ def cmd_tune(args):
         print(f"  use it: SCHEDLAB_TUNED={args.db} schedlab run --workload {wl} --schedules tuned_gemm")
     with open(os.path.join(args.db, "last_summary.json"), "w") as f:
         json.dump(summaries, f, indent=1, default=str)
-    if args.report is not None:
-        from reports.tuning_report import write_report
+    # the report (Markdown, convergence chart) and its page, at the end of every run
+    from reports.page import write_tuning_page
+    from reports.tuning_report import write_report
 
-        out = args.report or os.path.join(args.db, "report")
-        paths = write_report(args.db, str(wl), out, hand=args.hand)
-        print(f"report: {paths.get('markdown')}", file=sys.stderr)
+    out = args.report or os.path.join(args.db, "report")
+    paths = write_report(args.db, str(wl), out, hand=args.hand)
+    print(f"report: {paths.get('markdown')}, {write_tuning_page(args.db, str(wl), out)}", file=sys.stderr)
     return 0

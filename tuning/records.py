@@ -28,6 +28,41 @@ RECORD_FILE = "database_tuning_record.json"
 TRIALS_FILE = "trials.jsonl"
 
 
+class DirectoryInUse(ValueError):
+    """Another ``schedlab tune`` holds this tuning directory."""
+
+
+class DirectoryLock:
+    """An exclusive lock on a tuning directory for the whole run (``DIR/.lock``, flock): two tuners
+    appending to one trial log and one database would interleave their trials and resume each
+    other's runs. The lock goes with the process, however it ends."""
+
+    def __init__(self, db_dir: str):
+        self.path = os.path.join(db_dir, ".lock")
+        self.fd = None
+
+    def __enter__(self):
+        import fcntl
+
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(self.fd)
+            self.fd = None
+            raise DirectoryInUse(f"{os.path.dirname(self.path)} is being tuned by {holder}: wait for it, or "
+                                 "use another --db") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"schedlab tune (pid {os.getpid()})".encode(), 0)
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def plain(obj):
     """TVM containers/immediates → plain JSON values."""
     if obj is None or isinstance(obj, (bool, int, float, str)):

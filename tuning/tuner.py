@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -41,6 +42,9 @@ from .spaces import get_space, knob_values
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STRATEGIES = ("exhaustive", "random", "evolutionary")
+# set by ``schedlab tune``'s Ctrl-C handler: the search stops before its next batch, and a batch that
+# was being measured is not recorded (its build or run processes may have been killed with it)
+INTERRUPTED = threading.Event()
 FAILED_SECS = 1e10  # what MetaSchedule records for a failed candidate
 
 
@@ -105,10 +109,25 @@ def parse_tracker(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def probe_tracker(host: str, port: int, timeout: float = 3.0):
+    """Raise ValueError (one line, naming the tracker) unless something accepts connections at
+    ``host:port`` within ``timeout`` seconds: TVM's own client retries for over a minute and then
+    ends in a traceback."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return
+    except OSError as e:
+        raise ValueError(f"--rpc-tracker {host}:{port}: no RPC tracker answers there "
+                         f"({e.strerror or type(e).__name__})") from None
+
+
 def count_rpc_servers(host: str, port: int, key: str) -> int:
     """Servers registered under ``key`` at the tracker (free or busy)."""
     from tvm import rpc
 
+    probe_tracker(host, port)
     summary = rpc.connect_tracker(host, port).summary()
     n = sum(1 for s in summary.get("server_info", []) if str(s.get("key", "")).split(":")[-1] == key)
     free = int(summary.get("queue_info", {}).get(key, {}).get("free", 0))
@@ -352,6 +371,9 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
         if opts.time_limit_s and time.time() - t_start > opts.time_limit_s:
             summary["stopped"] = f"time limit of {opts.time_limit_s:g} s reached"
             break
+        if INTERRUPTED.is_set():
+            summary["stopped"] = "interrupted"
+            break
         want = min(opts.batch, opts.trials - state.done)
         seeded = bool(pending)
         if pending:
@@ -374,6 +396,9 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
         keys = [R.trace_key(wl_text, opts.space, c.sch.trace.as_json(remove_postproc=True)) for c in cands]
         todo = [n for n, key in enumerate(keys) if key not in cache and key not in keys[:n]]
         measured = _measure([cands[n] for n in todo], target, device_type, builder, runner)
+        if INTERRUPTED.is_set():  # a batch cut short (its workers may have died with Ctrl-C): not recorded
+            summary["stopped"] = "interrupted"
+            break
         results = {keys[n]: res for n, res in zip(todo, measured)}
         progressed = False
         runner_results = []

@@ -1,0 +1,141 @@
+"""Hostile input and interruptions: each is a one-line error with exit code 2 (or 130 for Ctrl-C)
+before anything is built, or a correct recovery; never a traceback, a hang, a leftover process or
+a half-written file that a later run reads as valid."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from scripts.schedlab import main
+from tests.conftest import HAS_GPU
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _one_line_error(capsys, argv, word):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert word in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_an_output_directory_that_cannot_be_written(tmp_path, capsys):
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("x")
+    _one_line_error(capsys, ["run", "--workload", "gemm:8x8x8", "--out", str(a_file)], "is not a directory")
+    _one_line_error(capsys, ["run", "--workload", "gemm:8x8x8", "--out", "/proc/schedlab"], "cannot write there")
+    _one_line_error(capsys, ["bench-gemv", "--out", str(a_file)], "is not a directory")
+    assert a_file.read_text() == "x"
+
+
+@pytest.mark.parametrize("value", ["-1", "0"])
+def test_a_time_limit_must_be_positive(value, tmp_path, capsys):
+    _one_line_error(capsys, ["run", "--workload", "gemm:8x8x8", "--timeout", value, "--out", str(tmp_path)],
+                    "--timeout must be a positive number")
+
+
+def test_a_workload_too_large_for_memory_is_refused_once(tmp_path, capsys):
+    err = _one_line_error(capsys, ["run", "--workload", "gemm:200000x200000x200000", "--out", str(tmp_path)],
+                          "gemm:200000x200000x200000 needs")
+    assert "memory" in err and " has " in err
+    assert not (tmp_path / "ir").exists()  # nothing was built
+
+
+def test_an_rpc_tracker_that_is_not_there_is_named_within_seconds(tmp_path, capsys):
+    t0 = time.time()
+    err = _one_line_error(capsys, ["tune", "--workload", "gemm:64x64x64", "--rpc-tracker", "127.0.0.1:1",
+                                   "--rpc-key", "x", "--db", str(tmp_path / "db"), "--quiet"],
+                          "--rpc-tracker 127.0.0.1:1: no RPC tracker answers there")
+    assert time.time() - t0 < 10, err
+
+
+def test_two_tuners_on_one_directory(tmp_path, capsys):
+    from tuning.records import DirectoryLock
+
+    db = tmp_path / "db"
+    os.makedirs(db)
+    with DirectoryLock(str(db)):
+        _one_line_error(capsys, ["tune", "--workload", "gemm:64x64x64", "--target", "llvm", "--space", "classic",
+                                 "--db", str(db), "--quiet"], "is being tuned by schedlab tune (pid")
+    with DirectoryLock(str(db)):  # released with its holder
+        pass
+
+
+@pytest.mark.parametrize("content, word", [("not json", "not readable JSON"), ('{"workload": "x"}', "no saved trace"),
+                                           (None, "no tuned configuration")])
+def test_garbage_in_schedlab_tuned(tmp_path, monkeypatch, capsys, content, word):
+    target = tmp_path / "best_gemm_64x64x64.json"
+    if content is not None:
+        target.write_text(content)
+    monkeypatch.setenv("SCHEDLAB_TUNED", str(target if content is not None else tmp_path / "nowhere"))
+    _one_line_error(capsys, ["show", "tuned_gemm", "--shape", "64x64x64"], word)
+
+
+def test_a_corrupt_or_empty_results_directory_for_report(tmp_path, capsys):
+    _one_line_error(capsys, ["report", str(tmp_path)], "no results here")
+    (tmp_path / "results.json").write_text('{"rows": [')
+    _one_line_error(capsys, ["report", str(tmp_path)], "not a readable results file")
+    assert not (tmp_path / "report.html").exists()  # no partial page left behind
+
+
+@pytest.mark.skipif(HAS_GPU, reason="times the no-GPU build phase")
+def test_ctrl_c_during_a_run_leaves_a_readable_partial_result_and_no_processes(tmp_path):
+    import psutil
+
+    out = tmp_path / "run"
+    names = "naive_gemm,thread_1d_gemm,thread_2d_gemm,shared_cache_gemm,register_cache_gemm,block_tiling_gemm," \
+            "thread_tiling_gemm,double_buffer_gemm,warp_tiled_gemm,split_k_gemm"
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.schedlab", "run", "--workload", "gemm:96x80x40",
+                             "--schedules", names, "--baselines", "numpy_cpu", "--out", str(out), "--quiet",
+                             "--workers", "1"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not psutil.Process(proc.pid).children(recursive=True):
+        time.sleep(0.2)
+    time.sleep(2.0)  # the workers are building
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children, "no worker process started"
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    res = json.loads((out / "results.json").read_text())
+    assert res["meta"]["complete"] is False
+    time.sleep(0.5)
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_ctrl_c_during_tuning_then_resume(tmp_path):
+    db = tmp_path / "db"
+    cmd = [sys.executable, "-m", "scripts.schedlab", "tune", "--target", "llvm", "--space", "classic",
+           "--workload", "gemm:64x64x64", "--trials", "12", "--batch", "2", "--builders", "1", "--db", str(db),
+           "--compare", "none", "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    trials = db / "trials.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (trials.exists() and trials.read_text().count("\n") >= 2):
+        if proc.poll() is not None:
+            pytest.fail("the tuner ended before it could be interrupted")
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and "the same command resumes" in stderr
+    kept = [json.loads(x) for x in trials.read_text().splitlines() if x.strip()]
+    assert kept
+    done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(x) for x in trials.read_text().splitlines() if x.strip()]
+    assert len([r for r in rows if r.get("status") != "verify"]) == 12
