@@ -73,9 +73,13 @@ def trace_diff(a: list[str], b: list[str]) -> list[str]:
         if op == "equal":
             continue
         old, new = a[i1:i2], b[j1:j2]
-        while old and new and _primitive(old[0]) == _primitive(new[0]):
-            out.append(f"~ {old.pop(0)}  →  {new.pop(0)}")
-        out += [f"- {line}" for line in old] + [f"+ {line}" for line in new]
+        # inside a changed stretch, the same primitive on both sides is one call re-parameterized
+        names = difflib.SequenceMatcher(a=[_primitive(x) for x in old], b=[_primitive(x) for x in new], autojunk=False)
+        for op2, p1, p2, q1, q2 in names.get_opcodes():
+            if op2 == "equal":
+                out += [f"~ {x}  →  {y}" for x, y in zip(old[p1:p2], new[q1:q2])]
+            else:
+                out += [f"- {x}" for x in old[p1:p2]] + [f"+ {y}" for y in new[q1:q2]]
     return out
 
 

@@ -103,10 +103,10 @@ def _gb(n: int) -> str:
 
 
 def run(workloads=DEFAULT_WORKLOADS, schedules=None, baselines=None, out_dir="out/run", timeout=300.0,
-        params=None, progress=True, workers=None, report=True) -> pd.DataFrame:
+        params=None, progress=True, workers=None, report=True, gpu: bool | None = None) -> pd.DataFrame:
     """The main job. Returns the results DataFrame (``df.attrs``: provenance, ceilings, ``out_dir``)
     after writing its files into ``out_dir``; a run cut short (Ctrl-C) leaves the rows it finished,
-    marked incomplete."""
+    marked incomplete. ``gpu=False`` builds everything and times nothing even where there is a GPU."""
     from .build import cuda_available, device_arch, device_spec
     from .provenance import provenance
 
@@ -118,7 +118,7 @@ def run(workloads=DEFAULT_WORKLOADS, schedules=None, baselines=None, out_dir="ou
     if not timeout > 0:
         raise ScheduleParamError(f"--timeout must be a positive number of seconds, got {timeout:g}")
     ensure_out_dir(out_dir)
-    gpu = cuda_available()
+    gpu = cuda_available() if gpu is None else gpu
     jobs, left_out = plan(workloads, schedules, baselines, params, gpu)
     check_fits(workloads, gpu, host_copies=any(j["name"] in CPU_BASELINES for j in jobs))
     spec = device_spec()

@@ -11,6 +11,7 @@ import os
 from collections import Counter
 
 import matplotlib
+import pandas as pd
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -18,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from tuning import records as R  # noqa: E402
 
 from .provenance import provenance, slug  # noqa: E402
+from .results import fmt, markdown_table  # noqa: E402
 
 
 def R_missing(v) -> bool:
@@ -95,20 +97,33 @@ def _knobs(k) -> str:
     return ", ".join(f"{a}={b}" for a, b in (k or {}).items())
 
 
+def trials_frame(runs: dict) -> pd.DataFrame:
+    """Every trial of every run (one row each), as a DataFrame."""
+    rows = [r for rs in runs.values() for r in rs]
+    return pd.DataFrame.from_records(rows) if rows else pd.DataFrame(columns=["run", "status", "key"])
+
+
+def runs_frame(summaries: dict) -> pd.DataFrame:
+    """One row per run: trials, failures, trials per minute, the best."""
+    return pd.DataFrame([{"run": run, **s, "best configuration": _knobs(s["best_knobs"])}
+                         for run, s in summaries.items()]).drop(columns=["best_knobs"], errors="ignore")
+
+
+def top_frame(runs: dict, n: int = 10) -> pd.DataFrame:
+    """The ``n`` fastest distinct configurations measured (not answered from the log)."""
+    df = trials_frame(runs)
+    if df.empty or "gflops" not in df:
+        return pd.DataFrame(columns=["#", "run", "time (ms)", "GFLOP/s", "configuration"])
+    ok = df[(df["status"] == "ok") & ~df.get("reused", pd.Series(False, index=df.index)).fillna(False).astype(bool)]
+    top = ok.sort_values("gflops", ascending=False).drop_duplicates("key").head(n)
+    return pd.DataFrame({"#": range(1, len(top) + 1), "run": top["run"].to_numpy(),
+                         "time (ms)": top["time_ms"].map(lambda v: f"{v:.4g}").to_numpy(),
+                         "GFLOP/s": top["gflops"].map(lambda v: f"{v:.0f}").to_numpy(),
+                         "configuration": top["knobs"].map(_knobs).to_numpy()})
+
+
 def top_table(runs: dict, n: int = 10) -> list[str]:
-    rows = [r for rs in runs.values() for r in rs if r.get("status") == "ok" and not r.get("reused")]
-    seen, top = set(), []
-    for r in sorted(rows, key=lambda r: -r["gflops"]):
-        if r["key"] in seen:
-            continue
-        seen.add(r["key"])
-        top.append(r)
-        if len(top) >= n:
-            break
-    out = ["| # | run | time (ms) | GFLOP/s | configuration |", "|---:|---|---:|---:|---|"]
-    for i, r in enumerate(top, 1):
-        out.append(f"| {i} | {r['run']} | {r['time_ms']:.4g} | {r['gflops']:.0f} | {_knobs(r['knobs'])} |")
-    return out
+    return [markdown_table(top_frame(runs, n))]
 
 
 TIMER_TEXT = {
@@ -252,20 +267,18 @@ def _reselect_table(db: str, workload: str) -> list[str]:
     bests = harness_bests(rows)
     chosen = min(bests.values(), key=lambda r: r["harness_ms"], default=None)
     seeds = " and the hand seeds" if any(r.get("seed") for r in rows) else ""
-    out = ["", f"## Final choice in the harness (each run's top {saved.get('per_run', '?')} by the tuner's timer{seeds}, "
-           "timed again with L2 emptied by reading)", "",
-           "| run | its best in the harness: ms | TFLOP/s | vs the chosen | configuration |", "|---|---:|---:|---:|---|"]
-    for run, r in sorted(bests.items(), key=lambda kv: kv[1]["harness_ms"]):
-        mark = (" (hand seed)" if r.get("seed") else "") + (" **(chosen: tuned_gemm)**" if r is chosen else "")
-        out.append(f"| {run}{mark} | {r['harness_ms']:.4g} | {flops / r['harness_ms'] / 1e9:.2f} | "
-                   f"{chosen['harness_ms'] / r['harness_ms']:.2f}× | {_knobs(r.get('knobs') or {})} |")
-    out += ["", "| # | run | tuner ms | harness ms | rel. error | configuration |", "|---:|---|---:|---:|---:|---|"]
-    for r in rows:
-        hm = f"{r['harness_ms']:.4g}" if r.get("harness_ms") else f"{r.get('status')}: {(r.get('error') or '')[:60]}"
-        err = f"{r['rel_error']:.1e}" if r.get("rel_error") is not None else ""
-        run = r["run"] + (" (hand seed)" if r.get("seed") else "")
-        out.append(f"| {r['rank']} | {run} | {r['tuner_ms']:.4g} | {hm} | {err} | {_knobs(r.get('knobs') or {})} |")
-    return out
+    per_run = pd.DataFrame([{
+        "run": run + (" (hand seed)" if r.get("seed") else "") + (" **(chosen: tuned_gemm)**" if r is chosen else ""),
+        "its best in the harness: ms": f"{r['harness_ms']:.4g}", "TFLOP/s": f"{flops / r['harness_ms'] / 1e9:.2f}",
+        "vs the chosen": f"{chosen['harness_ms'] / r['harness_ms']:.2f}×", "configuration": _knobs(r.get("knobs") or {})}
+        for run, r in sorted(bests.items(), key=lambda kv: kv[1]["harness_ms"])])
+    every = pd.DataFrame([{
+        "#": r["rank"], "run": r["run"] + (" (hand seed)" if r.get("seed") else ""), "tuner ms": f"{r['tuner_ms']:.4g}",
+        "harness ms": f"{r['harness_ms']:.4g}" if r.get("harness_ms") else f"{r.get('status')}: {(r.get('error') or '')[:60]}",
+        "rel. error": f"{r['rel_error']:.1e}" if r.get("rel_error") is not None else "",
+        "configuration": _knobs(r.get("knobs") or {})} for r in rows])
+    return ["", f"## Final choice in the harness (each run's top {saved.get('per_run', '?')} by the tuner's timer{seeds}, "
+            "timed again with L2 emptied by reading)", "", markdown_table(per_run), markdown_table(every)]
 
 
 def write_report(db: str, workload: str, out_dir: str, hand: bool = False) -> dict:
@@ -298,15 +311,16 @@ def write_report(db: str, workload: str, out_dir: str, hand: bool = False) -> di
           f"Tuning times: {TIMER_TEXT.get(prov.get('timer', 'warm'), prov.get('timer'))}; "
           "every candidate is checked on 512 sampled outputs against float64 before it is timed, and the "
           "best of each run against the full float64 product.", "",
-          "## Runs", "",
-          "| run | trials | valid | failed | measured | trials/min | best GFLOP/s | best ms | at trial | best configuration |",
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for run, s in summaries.items():
-        tpm = f"{s['trials_per_minute']:.1f}" if s["trials_per_minute"] else ""
-        bg = f"{s['best_gflops']:.0f}" if s["best_gflops"] else ""
-        bm = f"{s['best_ms']:.4g}" if s["best_ms"] else ""
-        md.append(f"| {run} | {s['trials']} | {s['valid']} | {s['failed']} | {s['measured']} | {tpm} | {bg} | {bm} "
-                  f"| {s['first_trial_at_best'] or ''} | {_knobs(s['best_knobs'])} |")
+          "## Runs", ""]
+    runs_df = runs_frame(summaries)
+    if not runs_df.empty:
+        shown = runs_df.assign(
+            **{"trials/min": runs_df["trials_per_minute"].map(lambda v: fmt(v, ".1f")),
+               "best GFLOP/s": runs_df["best_gflops"].map(lambda v: fmt(v, ".0f")),
+               "best ms": runs_df["best_ms"].map(lambda v: fmt(v, ".4g")),
+               "at trial": runs_df["first_trial_at_best"].map(lambda v: fmt(v, ".0f"))})
+        md.append(markdown_table(shown[["run", "trials", "valid", "failed", "measured", "trials/min", "best GFLOP/s",
+                                        "best ms", "at trial", "best configuration"]]))
     md += ["", f"![convergence]({os.path.basename(chart)})", ""] + improvement_lines(runs) + \
         ["## Top configurations", ""] + top_table(runs)
     reasons = Counter()
@@ -315,10 +329,9 @@ def write_report(db: str, workload: str, out_dir: str, hand: bool = False) -> di
             if r.get("status") != "ok":
                 reasons[(run, r.get("status"), (r.get("reason") or "")[:120])] += 1
     if reasons:
-        md += ["", "## Failed candidates (recorded, search went on)", "", "| run | status | reason | count |",
-               "|---|---|---|---:|"]
-        for (run, status, reason), count in reasons.most_common(20):
-            md.append(f"| {run} | {status} | {reason.replace('|', '/')} | {count} |")
+        failed = pd.DataFrame([{"run": run, "status": status, "reason": reason.replace("|", "/"), "count": count}
+                               for (run, status, reason), count in reasons.most_common(20)])
+        md += ["", "## Failed candidates (recorded, search went on)", "", markdown_table(failed)]
     best_file = R.best_path(db, workload)
     if os.path.exists(best_file):
         with open(best_file) as f:
@@ -331,18 +344,23 @@ def write_report(db: str, workload: str, out_dir: str, hand: bool = False) -> di
                f"`SCHEDLAB_TUNED={db} schedlab run --workload {workload} --schedules tuned_gemm`"]
     md += _reselect_table(db, workload)
     if hand_rows:
+        hand = pd.DataFrame.from_records(hand_rows).sort_values("time_ms", na_position="last")
+        table = pd.DataFrame({
+            "schedule": hand["name"],
+            "status": [st if st in ("ok", "no-gpu") else f"{st}: {str(e)[:80]}".replace("|", "/")
+                       for st, e in zip(hand["status"], hand.get("error", pd.Series("", index=hand.index)).fillna(""))],
+            **{title: hand[col].map(lambda v, f=f: fmt(v, f)) if col in hand else ""
+               for title, col, f in (("time (ms)", "time_ms", ".4g"), ("TFLOP/s", "tflops", ".2f"),
+                                     ("% cuBLAS", "pct_cublas", ".1f"), ("rel. error", "rel_error", ".1e"),
+                                     ("regs", "registers", ".0f"), ("smem (B)", "shared_bytes", ".0f"))}})
         md += ["", "## Tuned vs hand-written schedules vs cuBLAS (schedlab run harness: L2 flushed, CUDA events)", "",
-               "| schedule | status | time (ms) | TFLOP/s | % cuBLAS | rel. error | regs | smem (B) |",
-               "|---|---|---:|---:|---:|---:|---:|---:|"]
-        for r in sorted(hand_rows, key=lambda r: r.get("time_ms") or 1e9):
-            def f(key, fmt):
-                v = r.get(key)
-                return "" if v is None else format(v, fmt)
-            status = r.get("status") if r.get("status") in ("ok", "no-gpu") else \
-                f"{r.get('status')}: {(r.get('error') or '')[:80]}".replace("|", "/")
-            md.append(f"| {r['name']} | {status} | {f('time_ms', '.4g')} | {f('tflops', '.2f')} | "
-                      f"{f('pct_cublas', '.1f')} | {f('rel_error', '.1e')} | {r.get('registers', '')} | "
-                      f"{r.get('shared_bytes', '')} |")
+               markdown_table(table)]
+        best = hand.set_index("name")
+        if {"tuned_gemm", "best_gemm"} <= set(best.index) and best.loc["tuned_gemm", "time_ms"] == \
+                best.loc["tuned_gemm", "time_ms"]:
+            md.append(f"tuned_gemm against best_gemm (the dispatcher's choice), both in this harness: "
+                      f"{best.loc['best_gemm', 'time_ms'] / best.loc['tuned_gemm', 'time_ms']:.3f}× "
+                      f"({best.loc['tuned_gemm', 'time_ms']:.4g} ms against {best.loc['best_gemm', 'time_ms']:.4g} ms).")
     path = os.path.join(out_dir, f"tuning_{slug(workload)}.md")
     with open(path, "w") as fh:
         fh.write("\n".join(md) + "\n")

@@ -133,18 +133,33 @@ def gemv_candidates(wl):
     return []
 
 
+def _misaligned(wl) -> bool:
+    """Whether A's or B's rows are not a whole number of 16 bytes (no tensor map can describe them)."""
+    item = _itemsize(wl.dtype)
+    return (wl.K * item) % 16 != 0 or (wl.N * item) % 16 != 0
+
+
+def _pad_us(wl, cfg, gpu, cal) -> float:
+    """``pad_operands``: the copy kernels that give misaligned rows a 16-byte pitch (read and write)."""
+    if not getattr(cfg, "pad_operands", False):
+        return 0.0
+    item, us = _itemsize(wl.dtype), 0.0
+    for rows, cols in ((wl.M, wl.K), (wl.K, wl.N)):
+        if (cols * item) % 16:
+            us += cal["launch_us"] + 2 * item * rows * cols / (gpu.memory_gbps * 1e3)
+    return us
+
+
 def fp16_candidates(wl):
     from .gemm_tma import PersistentConfig, TmaLoadConfig
     from .gemm_wgmma import WgmmaConfig
 
     out = []
+    pad = _misaligned(wl)  # rows a tensor map cannot take: the TMA kernel copies them into padded buffers
     for bm, bn, st in TMA_TILES:
         for s in _splits(wl.K, 64, 32):
-            out.append(Candidate("persistent_gemm", PersistentConfig(block_m=bm, block_n=bn, stages=st, split_k=s)
-                                 if _has_split(PersistentConfig) else PersistentConfig(block_m=bm, block_n=bn, stages=st),
-                                 "tma", f"tma {bm}x{bn}"))
-            if not _has_split(PersistentConfig):
-                break
+            out.append(Candidate("persistent_gemm", PersistentConfig(block_m=bm, block_n=bn, stages=st, split_k=s,
+                                                                     pad_operands=pad), "tma", f"tma {bm}x{bn}"))
     for bm, bn, st in TMA_SMALL_TILES:
         out.append(Candidate("tma_gemm", TmaLoadConfig(block_m=bm, block_n=bn, stages=st, consumers=1), "tma_small",
                              f"tma1 {bm}x{bn}"))
@@ -162,14 +177,11 @@ def tf32_candidates(wl):
     from .gemm_wgmma import Tf32WgmmaConfig
 
     out = []
+    pad = _misaligned(wl)
     for bm, bn, st in TF32_TMA_TILES:
         for s in _splits(wl.K, 32, 32):
-            kw = dict(block_m=bm, block_n=bn, stages=st)
-            if _has_split(Tf32TmaConfig):
-                kw["split_k"] = s
-            out.append(Candidate("tma_tf32_gemm", Tf32TmaConfig(**kw), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
-            if not _has_split(Tf32TmaConfig):
-                break
+            out.append(Candidate("tma_tf32_gemm", Tf32TmaConfig(block_m=bm, block_n=bn, stages=st, split_k=s,
+                                                                pad_operands=pad), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
     for bm, bn, st in TF32_CP_TILES:
         out.append(Candidate("wgmma_tf32_gemm", Tf32WgmmaConfig(block_m=bm, block_n=bn, stages=st,
                                                                 mma_overlap=False), "cp_tf32", f"cp_tf32 {bm}x{bn}"))
@@ -177,12 +189,6 @@ def tf32_candidates(wl):
     # fp32 SIMT and GEMV kernels compute the same product more exactly: where they are faster (a
     # matrix-vector product, a very short K), the tf32 choice may take them
     return out + simt_candidates(wl) + gemv_candidates(wl)
-
-
-def _has_split(cls) -> bool:
-    import dataclasses
-
-    return any(f.name == "split_k" for f in dataclasses.fields(cls))
 
 
 def candidates(wl, precision: str):
@@ -281,8 +287,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     tf32 = fam in ("tma_tf32", "cp_tf32")
     peak = cal["tf32_sm_tflops"] if tf32 else cal["tc16_sm_tflops"]
     bk = 32 if tf32 else 64
-    splits = getattr(cfg, "split_k", 1)
-    kts = ceil_div(ceil_div(K, bk), splits)
+    kts, splits = cfg.k_split(K) if hasattr(cfg, "k_split") else (ceil_div(K, bk), 1)
     bm, bn = cfg.block_m, cfg.block_n
     tiles = ceil_div(M, bm) * ceil_div(N, bn)
     flops = 2 * bm * bn * kts * bk
@@ -306,7 +311,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal,
                                      4 * bm * bn, _store_factor(wl, cal))
     dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal)
-    reduce = _reduce_us(wl, splits, gpu, cal)
+    reduce = _reduce_us(wl, splits, gpu, cal) + _pad_us(wl, cfg, gpu, cal)  # the extra kernels
     terms.update(blocks=tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp, dram_us=dram, l2_us=l2,
                  reduce_us=reduce, splits=splits)
     return Estimate(cand, cal["launch_us"] + max(comp, dram, l2) + reduce, terms)
@@ -332,6 +337,8 @@ def describe(cand: Candidate) -> str:
     split = getattr(cfg, "split_k", 1)
     if split and split > 1:
         extra += f", split-K {split}"
+    if getattr(cfg, "pad_operands", False):
+        extra += ", padded copies of A/B"
     if cand.family == "cp":
         extra += f", stages {cfg.stages}"
     return f"{cand.step} [{cand.key}{extra}]"
@@ -345,10 +352,10 @@ def explain(wl, precision: str, k: int = 5, gpu: GpuSpec | None = None, cal: dic
     lines = [f"{wl} ({precision}) on {gpu.name}: {gpu.sms} SMs, {gpu.regs_per_sm} registers and "
              f"{gpu.smem_per_sm // 1024} KiB shared memory per SM",
              f"chosen: {describe(best.candidate)}, estimated {best.time_us:.1f} µs",
-             f"  model: time = launch + max(compute, DRAM, L2) [+ split-K sum]; calibration: "
+             f"  model: time = launch + max(compute, DRAM, L2) [+ extra kernels: split-K sum, padded copies]; calibration: "
              f"{(cal or CALIBRATION).get('source', 'defaults')}",
              "",
-             f"{'rank':>4}  {'est. µs':>9}  {'launch':>6}  {'compute':>8}  {'DRAM':>7}  {'L2':>7}  {'sum':>6}  "
+             f"{'rank':>4}  {'est. µs':>9}  {'launch':>6}  {'compute':>8}  {'DRAM':>7}  {'L2':>7}  {'extra':>6}  "
              f"{'blocks':>7}  {'per SM':>6}  {'waves':>5}  {'eff.':>5}  candidate"]
     for n, e in enumerate(ests[:k], 1):
         t = e.terms

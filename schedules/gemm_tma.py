@@ -45,6 +45,18 @@ gemm_wgmma.py, but no thread copies operand bytes itself).
 ``cluster_m=2`` (optional): blocks pair up in 2×1 clusters along M (same block column); each block
 loads its own A tile and half of the B panels and multicasts the B half to both blocks, so B is
 read from L2 once per pair.
+
+``split_k=s`` (warp-specialized and tf32 kernels): for few output tiles and a long K. The work units
+become (output tile, K slice) pairs, ``s`` slices of ceil(KT / s) K tiles each (slices that would
+start past K are dropped); the grid walks the units slice-major (unit = slice · tiles + tile, the
+tiles of one slice in the grouped order: units that run together read the same A and B panels, as
+without split-K). Every unit walks the same number of K tiles, so the ring's stream position
+``it = unit index · KTS + kt`` stays uniform: K tiles past the end of K are not loaded (the producer
+arrives on the full barrier without bytes) and not multiplied (the consumers wait and release).
+Each unit stores its fp32 partial tile into a workspace P[s, M, N], a ``scope="global"`` buffer of
+the host part, which TVM allocates on every call from the device's workspace pool
+(``TVMBackendAllocWorkspace``); a second kernel in the same PrimFunc sums the slices into C. With
+``split_k=1`` the generated CUDA is the same as without the option.
 """
 
 from __future__ import annotations
@@ -75,7 +87,10 @@ class TmaConfig:
     group of the grouped tile order; ``sms`` blocks of the persistent grid (0: one per SM of the
     GPU the choice is made for, schedules.common.current_gpu; the ring takes most of an SM's shared
     memory, so one block per SM); ``producer_regs``/``consumer_regs``: the
-    ``setmaxnreg`` budgets (per thread; (producer + consumers·n)·128 ≤ 65536)."""
+    ``setmaxnreg`` budgets (per thread; (producer + consumers·n)·128 ≤ 65536); ``split_k``: K
+    slices (warp-specialized kernel only): the work units become (output tile, K slice) pairs, each
+    storing an fp32 partial tile into a workspace that a second kernel sums into C (see
+    :meth:`k_split`)."""
 
     block_m: int = 128
     block_n: int = 256
@@ -91,6 +106,8 @@ class TmaConfig:
     consumer_regs: int = 0  # 0: the most the producer's registers pay for (232 with 2 consumers)
     l2_promotion: int = 2  # CUtensorMapL2promotion: 0 none, 1 64B, 2 128B, 3 256B
     vector_store: bool = True  # float2 stores of adjacent accumulator pairs (needs N even)
+    pad_operands: bool = False  # rows not a multiple of 16 bytes: copy A / B into padded workspaces first
+    split_k: int = 1  # K slices: (tile, slice) units, fp32 partials P[slices, M, N] summed by a 2nd kernel
     dtypes = ("float16", "bfloat16")
     step_name = "persistent_gemm"
     zero_means_auto = ("sms", "consumer_regs")  # 0: the GPU's SM count; what the producer frees
@@ -139,14 +156,28 @@ class TmaConfig:
     def tiles(self, M: int, N: int) -> tuple[int, int]:
         return ceil_div(M, self.block_m), ceil_div(N, self.block_n)
 
-    def grid(self, M: int, N: int) -> int:
-        """Blocks launched: one per (cluster) tile or, persistent, at most one per SM (whole
-        clusters)."""
+    def grid(self, M: int, N: int, K: int | None = None) -> int:
+        """Blocks launched (of the first kernel): one per (cluster) work unit or, persistent, at
+        most one per SM (whole clusters). A work unit is a (cluster) tile, or with ``split_k`` a
+        (tile, K slice) pair (K is then needed)."""
         tm, tn = self.tiles(M, N)
         cl_tiles = ceil_div(tm, self.cluster_m) * tn  # cluster tiles: cluster_m block tiles each
+        units = cl_tiles * _slices(self, K)
         if not self.persistent:
-            return self.cluster_m * cl_tiles
-        return self.cluster_m * min(_sms(self) // self.cluster_m, cl_tiles)
+            return self.cluster_m * units
+        return self.cluster_m * min(_sms(self) // self.cluster_m, units)
+
+    def k_split(self, K: int) -> tuple[int, int]:
+        """(K tiles per work unit, K slices used): ``split_k`` slices of ceil(KT / split_k) K tiles
+        each (KT = ceil(K / block_k)); slices that would start past K are dropped (KT = 9,
+        split_k = 8: 2 K tiles per unit, 5 slices), so only the last slice can run past the end
+        of K, and those K tiles are neither loaded nor multiplied."""
+        return _k_split(self, K)
+
+    def workspace_bytes(self, wl: Gemm) -> int:
+        """Bytes of the fp32 partial products P[slices, M, N] (0 without split-K), allocated per
+        call from the device's workspace pool (TVMBackendAllocWorkspace)."""
+        return _workspace_bytes(self, wl)
 
     def check(self, wl: Gemm):
         M, N, K, dtype = wl.M, wl.N, wl.K, wl.dtype
@@ -156,10 +187,11 @@ class TmaConfig:
         item = ITEMSIZE[dtype]
         # a tensor map's row pitch (globalStrides) must be a multiple of 16 bytes
         for what, pitch in (("A (K)", K), ("B (N)", N)):
-            if pitch * item % 16:
+            if pitch * item % 16 and not self.pad_operands:
                 raise ScheduleParamError(
                     f"{name}: the row pitch of {what} is {pitch * item} bytes; TMA needs a multiple of 16 "
-                    f"(K and N must be multiples of {16 // item} for {dtype}), got M,N,K = {M},{N},{K}")
+                    f"(K and N must be multiples of {16 // item} for {dtype}; pad_operands=true copies them "
+                    f"into padded buffers first), got M,N,K = {M},{N},{K}")
         if self.block_k * item != ROW_BYTES:
             raise ScheduleParamError(f"{name}: block_k must be {ROW_BYTES // item} (one 128-byte row), "
                                      f"got {self.block_k}")
@@ -203,12 +235,17 @@ class TmaConfig:
                                      f"64-column B panels (block_n 128 or 256), got block_n={self.block_n}")
         if self.group_m < 1:
             raise ScheduleParamError(f"{name}: group_m must be ≥ 1")
+        _check_split(self, wl)
+        if self.split_k > 1 and not self.warp_specialized:
+            raise ScheduleParamError(f"{name}: split_k needs warp_specialized (the simple kernel is one block "
+                                     f"per tile), got split_k={self.split_k}")
 
     def describe(self) -> str:
         ws = f"ws {self.consumers}c" if self.warp_specialized else f"nows {self.consumers}wg"
         return (f"{self.block_m}x{self.block_n}x{self.block_k} s{self.stages} {ws}"
                 f"{' pers' if self.persistent else ''}"
-                f"{' clu2' if self.cluster_m == 2 else ''}")
+                f"{' clu2' if self.cluster_m == 2 else ''}"
+                f"{f' sk{self.split_k}' if self.split_k > 1 else ''}")
 
 
 def setmaxnreg_ok(cfg: TmaConfig, registers: int) -> str | None:
@@ -242,6 +279,40 @@ def _sms(cfg) -> int:
     return cfg.sms or current_gpu().sms
 
 
+# --- split-K (both configurations) ----------------------------------------------------------------
+def _k_split(cfg, K: int) -> tuple[int, int]:
+    k_tiles = ceil_div(K, cfg.block_k)
+    per_unit = ceil_div(k_tiles, max(1, cfg.split_k))
+    return per_unit, ceil_div(k_tiles, per_unit)
+
+
+def _slices(cfg, K: int | None) -> int:
+    if cfg.split_k == 1:
+        return 1
+    if K is None:
+        raise ValueError(f"{cfg.step_name}: the grid of split_k={cfg.split_k} depends on K: grid(M, N, K)")
+    return _k_split(cfg, K)[1]
+
+
+def _workspace_bytes(cfg, wl: Gemm) -> int:
+    slices = _slices(cfg, wl.K)
+    return 4 * slices * wl.M * wl.N if slices > 1 else 0
+
+
+def _check_split(cfg, wl: Gemm):
+    name, K = cfg.step_name, wl.K
+    k_tiles = ceil_div(K, cfg.block_k)
+    if cfg.split_k < 1:
+        raise ScheduleParamError(f"{name}: split_k must be ≥ 1, got {cfg.split_k}")
+    if cfg.split_k > k_tiles:
+        raise ScheduleParamError(f"{name}: split_k={cfg.split_k} exceeds the {k_tiles} K tiles of "
+                                 f"{cfg.block_k} (K={K})")
+    slices = _slices(cfg, K)
+    if slices > 1 and slices * wl.M * wl.N >= 2**31:
+        raise ScheduleParamError(f"{name}: the split-K workspace ({slices} x {wl.M} x {wl.N} floats) "
+                                 f"needs 64-bit indices; lower split_k")
+
+
 # ------------------------------------------------------------------------------------------------
 # pieces shared by both kernels (plain Python helpers returning TIR expressions, so sizes stay
 # compile-time constants and the simplifier sees the loop ranges)
@@ -257,8 +328,9 @@ class _Geometry:
         self.STAGE_BYTES = cfg.stage_bytes(self.item)
         self.RING_BYTES = self.S * self.STAGE_BYTES
         self.KT = ceil_div(K, self.BK)
+        self.KTS, self.SPLIT = cfg.k_split(K)  # K tiles per work unit, K slices
         self.TM, self.TN = cfg.tiles(M, N)
-        self.GRID = cfg.grid(M, N)
+        self.GRID = cfg.grid(M, N, K)
         self.ACC = cfg.acc_regs
         self.rows_padded = False  # tile rows past ceil(M / block_m) (cluster rounding)
         self.NACC = self.BN // 2  # accumulators of one m64 subtile
@@ -299,8 +371,10 @@ class _Geometry:
 def _epilogue(g: "_Geometry"):
     """A macro storing one consumer warpgroup's accumulators (its rows ``row0``.. of the tile)
     straight to C, bounds-checked (the checks fold away where the shape allows). With
-    ``vector_store`` and N even, each adjacent pair goes out as one 8-byte store."""
+    ``vector_store`` and N even, each adjacent pair goes out as one 8-byte store. With split-K
+    (g.SPLIT > 1) ``C`` is the workspace P[slices, M, N] and ``part`` the unit's K slice."""
     M, N, NACC = g.M, g.N, g.NACC
+    PARTIAL = g.SPLIT > 1
     VEC = g.cfg.vector_store and N % 2 == 0
     MT, JN = g.cfg.m_subtiles, g.BN // 8
     # tile_m < TM and tile_n < TN hold for every tile walked, so whole tiles need no checks
@@ -315,20 +389,28 @@ def _epilogue(g: "_Geometry"):
         return g.out_col(tile_n, lane, j) + e < N if COL_CHECK else T.bool(True)
 
     @T.macro
-    def epilogue(C, acc, tile_m, tile_n, row0, lane):
+    def epilogue(C, acc, tile_m, tile_n, row0, lane, part=None):
         for mt in T.unroll(MT):
             for j in T.unroll(JN):
                 for h in T.unroll(2):
                     if VEC:
                         if T.And(row_ok(tile_m, row0, lane, mt, h), col_ok(tile_n, lane, j, 0)):
                             for e in T.vectorized(2):
-                                C[g.out_row(tile_m, row0, lane, mt, h), g.out_col(tile_n, lane, j) + e] = \
-                                    acc[mt * NACC + j * 4 + h * 2 + e]
+                                if PARTIAL:
+                                    C[part, g.out_row(tile_m, row0, lane, mt, h), g.out_col(tile_n, lane, j) + e] = \
+                                        acc[mt * NACC + j * 4 + h * 2 + e]
+                                else:
+                                    C[g.out_row(tile_m, row0, lane, mt, h), g.out_col(tile_n, lane, j) + e] = \
+                                        acc[mt * NACC + j * 4 + h * 2 + e]
                     else:
                         for e in T.unroll(2):
                             if T.And(row_ok(tile_m, row0, lane, mt, h), col_ok(tile_n, lane, j, e)):
-                                C[g.out_row(tile_m, row0, lane, mt, h), g.out_col(tile_n, lane, j) + e] = \
-                                    acc[mt * NACC + j * 4 + h * 2 + e]
+                                if PARTIAL:
+                                    C[part, g.out_row(tile_m, row0, lane, mt, h), g.out_col(tile_n, lane, j) + e] = \
+                                        acc[mt * NACC + j * 4 + h * 2 + e]
+                                else:
+                                    C[g.out_row(tile_m, row0, lane, mt, h), g.out_col(tile_n, lane, j) + e] = \
+                                        acc[mt * NACC + j * 4 + h * 2 + e]
 
     return epilogue
 
@@ -356,6 +438,76 @@ def _tma_2d_multicast(tmap, dst_u32, c0, c1, bar_u32, mask):
     ``mask`` in the cluster."""
     return T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
                  ".multicast::cluster"](dst_u32, T.address_of(tmap), c0, c1, bar_u32, T.uint16(mask))
+
+
+SUM_THREADS = 128  # threads per block of split-K's second kernel
+
+
+def _split_sum(M: int, N: int, SPLIT: int):
+    """(macro, blocks): split-K's second kernel, ``C = Σ_s P[s]`` over the fp32 partial products
+    P[SPLIT, M, N]. C and P are contiguous, so the sum runs over the flat M·N outputs: one thread
+    per ``V`` = 4 consecutive outputs (2 or 1 where M·N is not a multiple of 4: never for the
+    shapes a tensor map takes), 16-byte loads and stores, consecutive threads on consecutive
+    vectors (coalesced), the slices summed in order (deterministic); one guard where the last
+    block is partial. Every partial was written by the first kernel (every unit stores its whole
+    tile, bounds-checked like C), and P lives in L2 for the shapes split-K is for."""
+    MN = M * N
+    V = 4 if MN % 4 == 0 else 2 if MN % 2 == 0 else 1
+    E = MN // V
+    BLOCKS = ceil_div(E, SUM_THREADS)
+    GUARD = E % SUM_THREADS != 0
+
+    @T.macro
+    def split_sum(P, C):
+        with T.launch_thread("blockIdx.x", BLOCKS) as sum_bid:
+            sum_tid = T.launch_thread("threadIdx.x", SUM_THREADS)
+            total = T.alloc_buffer((V,), "float32", scope="local")
+            P_flat = T.decl_buffer((SPLIT * MN,), "float32", data=P.data)
+            C_flat = T.decl_buffer((MN,), "float32", data=C.data)
+            if (sum_bid * SUM_THREADS + sum_tid < E) if GUARD else True:
+                for v in T.vectorized(V):
+                    total[v] = P_flat[(sum_bid * SUM_THREADS + sum_tid) * V + v]
+                for s in T.unroll(1, SPLIT):
+                    for v in T.vectorized(V):
+                        total[v] = total[v] + P_flat[s * MN + (sum_bid * SUM_THREADS + sum_tid) * V + v]
+                for v in T.vectorized(V):
+                    C_flat[(sum_bid * SUM_THREADS + sum_tid) * V + v] = total[v]
+
+    return split_sum, BLOCKS
+
+
+PAD_THREADS = 256
+
+
+def _pad_copy(rows: int, cols: int, item: int, DT: str):
+    """(macro, padded columns): a kernel copying a ``rows × cols`` row-major matrix into a buffer
+    whose rows are a whole number of 16 bytes, the extra columns zero. A tensor map needs a row
+    pitch that is a multiple of 16 bytes; a matrix whose rows are not (K or N not a multiple of 8
+    for 16-bit types, of 4 for fp32) is copied once into such a buffer (``pad_operands``), and the
+    TMA kernel reads the copy. One thread per 16 bytes of the copy: element loads (the source rows
+    start anywhere), one 16-byte store."""
+    V = 16 // item
+    cols_pad = ceil_div(cols, V) * V
+    VECS = rows * cols_pad // V
+    BLOCKS = ceil_div(VECS, PAD_THREADS)
+
+    @T.macro
+    def pad(src, dst):
+        with T.launch_thread("blockIdx.x", BLOCKS) as pbid:
+            ptid = T.launch_thread("threadIdx.x", PAD_THREADS)
+            piece = T.alloc_buffer((V,), DT, scope="local")
+            dst_flat = T.decl_buffer((rows * cols_pad,), DT, data=dst.data)
+            if pbid * PAD_THREADS + ptid < VECS:
+                for v in T.unroll(V):
+                    piece[v] = T.if_then_else(
+                        (pbid * PAD_THREADS + ptid) % (cols_pad // V) * V + v < cols,
+                        src[(pbid * PAD_THREADS + ptid) // (cols_pad // V),
+                            T.min((pbid * PAD_THREADS + ptid) % (cols_pad // V) * V + v, cols - 1)],
+                        T.cast(0, DT))
+                for v in T.vectorized(V):
+                    dst_flat[(pbid * PAD_THREADS + ptid) * V + v] = piece[v]
+
+    return pad, cols_pad
 
 
 def _loader(g: "_Geometry", CL: int = 1):
@@ -524,6 +676,18 @@ def _ws_kernel(M, N, K, DT, cfg):
     ROW0 = cfg.wg_rows  # rows of consumer warpgroup w start at w * ROW0
     gc = _Geometry(M, N, K, DT, cfg)  # grouped order over cluster rows
     gc.TM = TM_CL // CL
+    # split-K: a work unit is a (cluster tile, K slice) pair, KTS K tiles each (KTS = KT, one
+    # slice, without split-K); units slice-major: unit u = slice·CL_TILES + tile (see NOTES)
+    KTS, SPLIT = g.KTS, g.SPLIT
+    UNITS = CL_TILES * SPLIT
+    PAD = KTS * SPLIT > KT  # the last slice's last K tiles lie past K: not loaded, not multiplied
+    if SPLIT > 1:
+        split_sum, _ = _split_sum(M, N, SPLIT)
+    # rows a tensor map cannot describe (pad_operands): copied first into 16-byte-pitched buffers
+    PAD_A = cfg.pad_operands and K * g.item % 16 != 0
+    PAD_B = cfg.pad_operands and N * g.item % 16 != 0
+    pad_a, KP = _pad_copy(M, K, g.item, DT) if PAD_A else (None, K)
+    pad_b, NP = _pad_copy(K, N, g.item, DT) if PAD_B else (None, N)
 
     def block_tile(c, rank):
         cm, cn = gc.tile_mn(c)
@@ -532,87 +696,135 @@ def _ws_kernel(M, N, K, DT, cfg):
     @T.prim_func
     def main(A: T.Buffer((M, K), DT), B: T.Buffer((K, N), DT), C: T.Buffer((M, N), "float32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        if PAD_A:  # workspaces from the device's pool, like split-K's partials below
+            A_pad = T.alloc_buffer((M, KP), DT, scope="global")
+            pad_a(A, A_pad)
+        if PAD_B:
+            B_pad = T.alloc_buffer((K, NP), DT, scope="global")
+            pad_b(B, B_pad)
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.tensormap_encode_tiled(A_map, A.data, K, M, K * g.item, BK, BM, 1, 1,
+        T.tensormap_encode_tiled(A_map, (A_pad if PAD_A else A).data, KP, M, KP * g.item, BK, BM, 1, 1,
                                  descriptor_dtype=DT, rank=2, swizzle=SWIZZLE_128B, l2_promotion=L2)
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.tensormap_encode_tiled(B_map, B.data, N, K, N * g.item, 64, BK, 1, 1,
+        T.tensormap_encode_tiled(B_map, (B_pad if PAD_B else B).data, NP, K, NP * g.item, 64, BK, 1, 1,
                                  descriptor_dtype=DT, rank=2, swizzle=SWIZZLE_128B, l2_promotion=L2)
-        bid = T.launch_thread("blockIdx.x", GRID)
-        if CL > 1:
-            crank = T.launch_thread("clusterCtaIdx.x", CL)  # -> cuLaunchKernelEx cluster dims
-        tid = T.launch_thread("threadIdx.x", THREADS)
-        # __maxnreg__(launch_regs): setmaxnreg needs a known register count at entry, and the
-        # budgets assume the full share (ptxas otherwise starts a light kernel with fewer, and the
-        # consumers' setmaxnreg.inc then waits for registers the producer never frees)
-        T.attr(0, "tirx.max_registers", cfg.launch_regs)
-        smem = T.alloc_buffer((g.RING_BYTES + 1024,), "uint8", scope="shared.dyn")
-        bars = T.alloc_buffer((2 * S,), "uint64", scope="shared", align=8)  # full[0:S], empty[S:2S]
-        acc = T.alloc_buffer((g.ACC,), "float32", scope="local")
-        ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
-                                              T.uint32(0xFFFFFC00))
-        wg = T.meta_var(tid // WARPGROUP)
-        lane = T.meta_var(tid % WARPGROUP)
-        if CL > 1:
-            rank = T.meta_var(crank)
-            cid = T.meta_var(bid // CL)
-        else:
-            rank = T.meta_var(0)
-            cid = T.meta_var(bid)
-        # this block's (cluster) tiles: cid, cid + CL_GRID, ... (one per block if not persistent)
-        n_tiles: T.let[T.int32] = T.truncdiv(CL_TILES - 1 - cid, CL_GRID) + 1
-        if tid == 0:
-            for s in T.unroll(S):
-                T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[s])), T.uint32(1))
-                T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[S + s])),
-                                               T.uint32(EMPTY_ARRIVALS))
-            T.ptx.fence.mbarrier_init.release.cluster()
-        if CL > 1:
-            T.cuda.cluster_sync()  # peers' barriers are initialized before anyone multicasts
-        else:
-            T.cuda.cta_sync()
-        if wg == 0:
-            # ---- producer warpgroup: one thread issues every TMA load ----
-            T.ptx["setmaxnreg.dec.sync.aligned.u32"](cfg.producer_regs)
-            if lane == 0:
-                T.ptx.prefetch.tensormap(T.address_of(A_map))
-                T.ptx.prefetch.tensormap(T.address_of(B_map))
-                for i in T.serial(n_tiles):
-                    tm_, tn_ = T.meta_var(block_tile(cid + i * CL_GRID, rank))
+        if SPLIT > 1:
+            # the partial products: a global buffer of the host part, i.e. TVMBackendAllocWorkspace
+            # (the device's workspace pool) on every call, freed after the second kernel
+            P = T.alloc_buffer((SPLIT, M, N), "float32", scope="global")
+        with T.launch_thread("blockIdx.x", GRID) as bid:
+            if CL > 1:
+                crank = T.launch_thread("clusterCtaIdx.x", CL)  # -> cuLaunchKernelEx cluster dims
+            tid = T.launch_thread("threadIdx.x", THREADS)
+            # __maxnreg__(launch_regs): setmaxnreg needs a known register count at entry, and the
+            # budgets assume the full share (ptxas otherwise starts a light kernel with fewer, and the
+            # consumers' setmaxnreg.inc then waits for registers the producer never frees)
+            T.attr(0, "tirx.max_registers", cfg.launch_regs)
+            smem = T.alloc_buffer((g.RING_BYTES + 1024,), "uint8", scope="shared.dyn")
+            bars = T.alloc_buffer((2 * S,), "uint64", scope="shared", align=8)  # full[0:S], empty[S:2S]
+            acc = T.alloc_buffer((g.ACC,), "float32", scope="local")
+            ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
+                                                  T.uint32(0xFFFFFC00))
+            wg = T.meta_var(tid // WARPGROUP)
+            lane = T.meta_var(tid % WARPGROUP)
+            if CL > 1:
+                rank = T.meta_var(crank)
+                cid = T.meta_var(bid // CL)
+            else:
+                rank = T.meta_var(0)
+                cid = T.meta_var(bid)
+            # this block's (cluster) units: cid, cid + CL_GRID, ... (one per block if not persistent)
+            n_tiles: T.let[T.int32] = T.truncdiv(UNITS - 1 - cid, CL_GRID) + 1
+            if tid == 0:
+                for s in T.unroll(S):
+                    T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[s])), T.uint32(1))
+                    T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[S + s])),
+                                                   T.uint32(EMPTY_ARRIVALS))
+                T.ptx.fence.mbarrier_init.release.cluster()
+            if CL > 1:
+                T.cuda.cluster_sync()  # peers' barriers are initialized before anyone multicasts
+            else:
+                T.cuda.cta_sync()
+            if wg == 0:
+                # ---- producer warpgroup: one thread issues every TMA load ----
+                T.ptx["setmaxnreg.dec.sync.aligned.u32"](cfg.producer_regs)
+                if lane == 0:
+                    T.ptx.prefetch.tensormap(T.address_of(A_map))
+                    T.ptx.prefetch.tensormap(T.address_of(B_map))
+                    for i in T.serial(n_tiles):
+                        if SPLIT > 1:
+                            tm_, tn_ = T.meta_var(block_tile(T.truncmod(cid + i * CL_GRID, CL_TILES), rank))
+                            k0: T.let[T.int32] = T.truncdiv(cid + i * CL_GRID, CL_TILES) * KTS  # first K tile
+                        else:
+                            tm_, tn_ = T.meta_var(block_tile(cid + i * CL_GRID, rank))
+                        tile_m: T.let[T.int32] = tm_
+                        tile_n: T.let[T.int32] = tn_
+                        for kt in T.serial(KTS):
+                            it: T.let[T.int32] = i * KTS + kt  # position in the block's stream of K tiles
+                            slot: T.let[T.int32] = it % S
+                            # fill it // S of the slot: wait until fill it // S - 1 was consumed (in every
+                            # block of the cluster); a fresh barrier passes parity 1 at once
+                            T.cuda.mbarrier_wait(T.address_of(bars[S + slot]), it // S % 2 ^ 1)
+                            if SPLIT == 1:
+                                load(A_map, B_map, ring, T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])),
+                                     slot, kt, tile_m, tile_n, rank)
+                            elif PAD:
+                                if k0 + kt < KT:
+                                    load(A_map, B_map, ring, T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])),
+                                         slot, k0 + kt, tile_m, tile_n, rank)
+                                else:
+                                    # past K: nothing to load; the phase still completes (no bytes)
+                                    T.evaluate(T.ptx.mbarrier.arrive.shared.b64(
+                                        T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])), T.uint32(1)))
+                            else:
+                                load(A_map, B_map, ring, T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])),
+                                     slot, k0 + kt, tile_m, tile_n, rank)
+            else:
+                # ---- consumer warpgroups ----
+                T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
+                w = T.meta_var(wg - 1)
+                for i in T.serial(n_tiles):  # every consumer warpgroup takes its rows of every unit
+                    if SPLIT > 1:
+                        part: T.let[T.int32] = T.truncdiv(cid + i * CL_GRID, CL_TILES)  # the unit's K slice
+                    if PAD:
+                        # K tiles of this unit inside K (KTS but in the last slice); the rest: below
+                        n_k: T.let[T.int32] = T.min(KT - part * KTS, KTS)
+                    else:
+                        n_k = T.meta_var(KTS)
+                    for kt in T.serial(n_k):
+                        it: T.let[T.int32] = i * KTS + kt
+                        T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
+                        mma(acc, ring, it % S, w * ROW0, kt)  # kt == 0: scale-d 0 starts the unit's sum
+                        T.ptx.wgmma.wait_group.sync.aligned(1)  # K tile kt-1's wgmmas are done: free its slot
+                        if T.And(kt > 0, lane == 0):
+                            _release(bars, S + (it - 1) % S, CL)
+                    T.ptx.wgmma.wait_group.sync.aligned(0)
+                    if lane == 0:
+                        _release(bars, S + (i * KTS + n_k - 1) % S, CL)
+                    if PAD:
+                        # K tiles past K: keep the ring's protocol (wait for the empty fill, release it)
+                        for kp in T.serial(KTS - n_k):
+                            T.cuda.mbarrier_wait(T.address_of(bars[(i * KTS + n_k + kp) % S]),
+                                                 (i * KTS + n_k + kp) // S % 2)
+                            if lane == 0:
+                                _release(bars, S + (i * KTS + n_k + kp) % S, CL)
+                    _fence_acc(acc, g.ACC)
+                    if SPLIT > 1:
+                        tm_, tn_ = T.meta_var(block_tile(T.truncmod(cid + i * CL_GRID, CL_TILES), rank))
+                    else:
+                        tm_, tn_ = T.meta_var(block_tile(cid + i * CL_GRID, rank))
                     tile_m: T.let[T.int32] = tm_
                     tile_n: T.let[T.int32] = tn_
-                    for kt in T.serial(KT):
-                        it: T.let[T.int32] = i * KT + kt  # position in the block's stream of K tiles
-                        slot: T.let[T.int32] = it % S
-                        # fill it // S of the slot: wait until fill it // S - 1 was consumed (in every
-                        # block of the cluster); a fresh barrier passes parity 1 at once
-                        T.cuda.mbarrier_wait(T.address_of(bars[S + slot]), it // S % 2 ^ 1)
-                        load(A_map, B_map, ring, T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])),
-                             slot, kt, tile_m, tile_n, rank)
-        else:
-            # ---- consumer warpgroups ----
-            T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
-            w = T.meta_var(wg - 1)
-            for i in T.serial(n_tiles):  # every consumer warpgroup takes its rows of every tile
-                for kt in T.serial(KT):
-                    it: T.let[T.int32] = i * KT + kt
-                    T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
-                    mma(acc, ring, it % S, w * ROW0, kt)
-                    T.ptx.wgmma.wait_group.sync.aligned(1)  # K tile kt-1's wgmmas are done: free its slot
-                    if T.And(kt > 0, lane == 0):
-                        _release(bars, S + (it - 1) % S, CL)
-                T.ptx.wgmma.wait_group.sync.aligned(0)
-                if lane == 0:
-                    _release(bars, S + (i * KT + KT - 1) % S, CL)
-                _fence_acc(acc, g.ACC)
-                tm_, tn_ = T.meta_var(block_tile(cid + i * CL_GRID, rank))
-                tile_m: T.let[T.int32] = tm_
-                tile_n: T.let[T.int32] = tn_
-                # the producer is already filling the ring with the next tile's K tiles
-                epilogue(C, acc, tile_m, tile_n, w * ROW0, lane)
-        if CL > 1:
-            # no block leaves while a peer may still multicast into it or arrive on its barriers
-            T.cuda.cluster_sync()
+                    # the producer is already filling the ring with the next unit's K tiles
+                    if SPLIT > 1:
+                        epilogue(P, acc, tile_m, tile_n, w * ROW0, lane, part)
+                    else:
+                        epilogue(C, acc, tile_m, tile_n, w * ROW0, lane)
+            if CL > 1:
+                # no block leaves while a peer may still multicast into it or arrive on its barriers
+                T.cuda.cluster_sync()
+        if SPLIT > 1:
+            split_sum(P, C)
 
     return main
 
@@ -660,6 +872,8 @@ class Tf32TmaConfig:
     producer_regs: int = 40
     tf32_round: bool = True
     l2_promotion: int = 2
+    pad_operands: bool = False  # rows not a multiple of 16 bytes: copy A / B into padded workspaces first
+    split_k: int = 1  # K slices, as TmaConfig.split_k
     warp_specialized = True
     cluster_m = 1
     dtypes = ("float32",)
@@ -697,9 +911,18 @@ class Tf32TmaConfig:
     def tiles(self, M: int, N: int):
         return ceil_div(M, self.block_m), ceil_div(N, self.block_n)
 
-    def grid(self, M: int, N: int) -> int:
+    def grid(self, M: int, N: int, K: int | None = None) -> int:
         tm, tn = self.tiles(M, N)
-        return min(_sms(self), tm * tn) if self.persistent else tm * tn
+        units = tm * tn * _slices(self, K)
+        return min(_sms(self), units) if self.persistent else units
+
+    def k_split(self, K: int) -> tuple[int, int]:
+        """(K tiles per work unit, K slices used), as :meth:`TmaConfig.k_split` (K tiles of 32)."""
+        return _k_split(self, K)
+
+    def workspace_bytes(self, wl: Gemm) -> int:
+        """Bytes of the fp32 partial products (0 without split-K), as :meth:`TmaConfig.workspace_bytes`."""
+        return _workspace_bytes(self, wl)
 
     def check(self, wl: Gemm):
         M, N, K, dtype = wl.M, wl.N, wl.K, wl.dtype
@@ -707,7 +930,7 @@ class Tf32TmaConfig:
         if dtype != "float32":
             raise ScheduleParamError(f"{name} takes float32 inputs, not {dtype}")
         for what, pitch in (("A (K)", K), ("B (N)", N)):
-            if pitch * 4 % 16:
+            if pitch * 4 % 16 and not self.pad_operands:
                 raise ScheduleParamError(
                     f"{name}: the row pitch of {what} is {pitch * 4} bytes; TMA needs a multiple of 16 "
                     f"(K and N must be multiples of 4 for float32), got M,N,K = {M},{N},{K}")
@@ -729,10 +952,12 @@ class Tf32TmaConfig:
         if self.stages < 2 or self.shared_bytes() > 227 * 1024:
             raise ScheduleParamError(f"{name}: {self.stages} stages need {self.shared_bytes()} bytes of "
                                      f"shared memory (2 ≤ stages, ≤ 227 KiB)")
+        _check_split(self, wl)
 
     def describe(self) -> str:
         return (f"tf32 {self.block_m}x{self.block_n}x{self.block_k} s{self.stages} ws {self.consumers}c"
-                f"{' pers' if self.persistent else ''}{'' if self.tf32_round else ' trunc'}")
+                f"{' pers' if self.persistent else ''}{'' if self.tf32_round else ' trunc'}"
+                f"{f' sk{self.split_k}' if self.split_k > 1 else ''}")
 
 
 def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
@@ -742,7 +967,17 @@ def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
     KT = ceil_div(K, BK)
     TM, TN = cfg.tiles(M, N)
     TILES = TM * TN
-    GRID = cfg.grid(M, N)
+    GRID = cfg.grid(M, N, K)
+    # split-K: units (tile, K slice), slice-major (unit = slice·TILES + tile), KTS K tiles each
+    KTS, SPLIT = cfg.k_split(K)
+    UNITS = TILES * SPLIT
+    PAD = KTS * SPLIT > KT  # the last slice's last K tiles lie past K: not loaded, not multiplied
+    if SPLIT > 1:
+        split_sum, _ = _split_sum(M, N, SPLIT)
+    PAD_A = cfg.pad_operands and K % 4 != 0
+    PAD_B = cfg.pad_operands and N % 4 != 0
+    pad_a, KP = _pad_copy(M, K, 4, "float32") if PAD_A else (None, K)
+    pad_b, NP = _pad_copy(K, N, 4, "float32") if PAD_B else (None, N)
     A_BYTES = BM * ROW_BYTES  # the A tile: BM rows of 32 fp32
     PANEL_BYTES = BK * ROW_BYTES  # one 32-column panel of B: 32 K rows of 128 bytes
     PANELS = BN // 32
@@ -802,89 +1037,144 @@ def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
             T.evaluate(T.ptx.mbarrier.arrive.shared.b64(
                 T.cuda.cvta_generic_to_shared(T.address_of(bars[S + (it - 1) % S])), T.uint32(1)))
 
+    @T.macro
+    def load(A_map, B_map, ring, full_u32, slot, kt, tile_m, tile_n):
+        # one K tile into ring slot ``slot``: the A tile and the B panels inside N, their bytes
+        # announced on the slot's full barrier
+        T.ptx.mbarrier.arrive.expect_tx.shared.b64(
+            full_u32, T.cast(A_BYTES + panels_in(tile_n) * PANEL_BYTES, "uint32"))
+        _tma_2d(A_map, ring + T.cast(slot * STAGE_BYTES, "uint32"), kt * BK, tile_m * BM, full_u32)
+        for p in T.unroll(PANELS):
+            if (tile_n * BN + p * 32 < N) if SKIP_PANELS else True:
+                _tma_2d(B_map, ring + T.cast(slot * STAGE_BYTES + A_BYTES + p * PANEL_BYTES, "uint32"),
+                        tile_n * BN + p * 32, kt * BK, full_u32)
+
     @T.prim_func
     def main(A: T.Buffer((M, K), "float32"), B: T.Buffer((K, N), "float32"), C: T.Buffer((M, N), "float32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        if PAD_A:  # rows a tensor map cannot describe: 16-byte-pitched copies first (pad_operands)
+            A_pad = T.alloc_buffer((M, KP), "float32", scope="global")
+            pad_a(A, A_pad)
+        if PAD_B:
+            B_pad = T.alloc_buffer((K, NP), "float32", scope="global")
+            pad_b(B, B_pad)
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.tensormap_encode_tiled(A_map, A.data, K, M, K * 4, BK, BM, 1, 1, descriptor_dtype="float32",
-                                 rank=2, swizzle=SWIZZLE_128B, l2_promotion=L2, force_cu_dtype=DT_CU)
+        T.tensormap_encode_tiled(A_map, (A_pad if PAD_A else A).data, KP, M, KP * 4, BK, BM, 1, 1,
+                                 descriptor_dtype="float32", rank=2, swizzle=SWIZZLE_128B, l2_promotion=L2,
+                                 force_cu_dtype=DT_CU)
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.tensormap_encode_tiled(B_map, B.data, N, K, N * 4, 32, BK, 1, 1, descriptor_dtype="float32",
-                                 rank=2, swizzle=SWIZZLE_128B, l2_promotion=L2, force_cu_dtype=DT_CU)
-        bid = T.launch_thread("blockIdx.x", GRID)
-        tid = T.launch_thread("threadIdx.x", cfg.threads)
-        T.attr(0, "tirx.max_registers", cfg.launch_regs)
-        # one uint32 buffer (the fragment loads index it): a uint8 buffer with a uint32 decl_buffer
-        # view makes the default pipeline declare the storage as uint with the uint8 element count,
-        # i.e. request 4x the dynamic shared memory at launch
-        smem_w = T.alloc_buffer(((RING_BYTES + 1024) // 4,), "uint32", scope="shared.dyn")
-        bars = T.alloc_buffer((2 * S,), "uint64", scope="shared", align=8)
-        acc = T.alloc_buffer((ACC,), "float32", scope="local")
-        frag = T.alloc_buffer((2 * FRAG,), "uint32", scope="local")
-        base: T.let[T.uint32] = T.cuda.cvta_generic_to_shared(smem_w.data)
-        ring: T.let[T.uint32] = T.bitwise_and(base + T.uint32(1023), T.uint32(0xFFFFFC00))
-        ring_w: T.let[T.int32] = T.cast(ring - base, "int32") // 4  # the ring in smem_w elements
-        wg = T.meta_var(tid // WARPGROUP)
-        lane = T.meta_var(tid % WARPGROUP)
-        n_tiles: T.let[T.int32] = T.truncdiv(TILES - 1 - bid, GRID) + 1
-        if tid == 0:
-            for s in T.unroll(S):
-                T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[s])), T.uint32(1))
-                T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[S + s])),
-                                               T.uint32(NC))
-            T.ptx.fence.mbarrier_init.release.cluster()
-        T.cuda.cta_sync()
-        if wg == 0:
-            T.ptx["setmaxnreg.dec.sync.aligned.u32"](cfg.producer_regs)
-            if lane == 0:
-                T.ptx.prefetch.tensormap(T.address_of(A_map))
-                T.ptx.prefetch.tensormap(T.address_of(B_map))
+        T.tensormap_encode_tiled(B_map, (B_pad if PAD_B else B).data, NP, K, NP * 4, 32, BK, 1, 1,
+                                 descriptor_dtype="float32", rank=2, swizzle=SWIZZLE_128B, l2_promotion=L2,
+                                 force_cu_dtype=DT_CU)
+        if SPLIT > 1:
+            # the partial products (workspace from the device's pool, see _ws_kernel)
+            P = T.alloc_buffer((SPLIT, M, N), "float32", scope="global")
+        with T.launch_thread("blockIdx.x", GRID) as bid:
+            tid = T.launch_thread("threadIdx.x", cfg.threads)
+            T.attr(0, "tirx.max_registers", cfg.launch_regs)
+            # one uint32 buffer (the fragment loads index it): a uint8 buffer with a uint32 decl_buffer
+            # view makes the default pipeline declare the storage as uint with the uint8 element count,
+            # i.e. request 4x the dynamic shared memory at launch
+            smem_w = T.alloc_buffer(((RING_BYTES + 1024) // 4,), "uint32", scope="shared.dyn")
+            bars = T.alloc_buffer((2 * S,), "uint64", scope="shared", align=8)
+            acc = T.alloc_buffer((ACC,), "float32", scope="local")
+            frag = T.alloc_buffer((2 * FRAG,), "uint32", scope="local")
+            base: T.let[T.uint32] = T.cuda.cvta_generic_to_shared(smem_w.data)
+            ring: T.let[T.uint32] = T.bitwise_and(base + T.uint32(1023), T.uint32(0xFFFFFC00))
+            ring_w: T.let[T.int32] = T.cast(ring - base, "int32") // 4  # the ring in smem_w elements
+            wg = T.meta_var(tid // WARPGROUP)
+            lane = T.meta_var(tid % WARPGROUP)
+            n_tiles: T.let[T.int32] = T.truncdiv(UNITS - 1 - bid, GRID) + 1
+            if tid == 0:
+                for s in T.unroll(S):
+                    T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[s])), T.uint32(1))
+                    T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[S + s])),
+                                                   T.uint32(NC))
+                T.ptx.fence.mbarrier_init.release.cluster()
+            T.cuda.cta_sync()
+            if wg == 0:
+                T.ptx["setmaxnreg.dec.sync.aligned.u32"](cfg.producer_regs)
+                if lane == 0:
+                    T.ptx.prefetch.tensormap(T.address_of(A_map))
+                    T.ptx.prefetch.tensormap(T.address_of(B_map))
+                    for i in T.serial(n_tiles):
+                        if SPLIT > 1:
+                            tm_, tn_ = T.meta_var(geo.tile_mn(T.truncmod(bid + i * GRID, TILES)))
+                            k0: T.let[T.int32] = T.truncdiv(bid + i * GRID, TILES) * KTS  # first K tile
+                        else:
+                            tm_, tn_ = T.meta_var(geo.tile_mn(bid + i * GRID))
+                        tile_m: T.let[T.int32] = tm_
+                        tile_n: T.let[T.int32] = tn_
+                        for kt in T.serial(KTS):
+                            it: T.let[T.int32] = i * KTS + kt
+                            slot: T.let[T.int32] = it % S
+                            full_u32: T.let[T.uint32] = T.cuda.cvta_generic_to_shared(T.address_of(bars[slot]))
+                            T.cuda.mbarrier_wait(T.address_of(bars[S + slot]), it // S % 2 ^ 1)
+                            if SPLIT == 1:
+                                load(A_map, B_map, ring, full_u32, slot, kt, tile_m, tile_n)
+                            elif PAD:
+                                if k0 + kt < KT:
+                                    load(A_map, B_map, ring, full_u32, slot, k0 + kt, tile_m, tile_n)
+                                else:
+                                    # past K: nothing to load; the phase still completes (no bytes)
+                                    T.evaluate(T.ptx.mbarrier.arrive.shared.b64(full_u32, T.uint32(1)))
+                            else:
+                                load(A_map, B_map, ring, full_u32, slot, k0 + kt, tile_m, tile_n)
+            else:
+                T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
+                w = T.meta_var(wg - 1)
                 for i in T.serial(n_tiles):
-                    tm_, tn_ = T.meta_var(geo.tile_mn(bid + i * GRID))
+                    if SPLIT > 1:
+                        part: T.let[T.int32] = T.truncdiv(bid + i * GRID, TILES)  # the unit's K slice
+                    if PAD:
+                        n_k: T.let[T.int32] = T.min(KT - part * KTS, KTS)  # K tiles inside K
+                    else:
+                        n_k = T.meta_var(KTS)
+                    # K tiles in pairs: fragment set 0 for even, 1 for odd (the set a K tile's wgmmas
+                    # read must not be overwritten while they run: one K tile stays in flight)
+                    for kt2 in T.serial(n_k // 2):
+                        consume(acc, frag, smem_w, ring_w, ring, bars, i * KTS + kt2 * 2, kt2 * 2, w, lane, 0)
+                        consume(acc, frag, smem_w, ring_w, ring, bars, i * KTS + kt2 * 2 + 1, kt2 * 2 + 1, w, lane, 1)
+                    if PAD:
+                        if n_k % 2 == 1:
+                            consume(acc, frag, smem_w, ring_w, ring, bars, i * KTS + n_k - 1, n_k - 1, w, lane, 0)
+                    elif KTS % 2 == 1:
+                        consume(acc, frag, smem_w, ring_w, ring, bars, i * KTS + KTS - 1, KTS - 1, w, lane, 0)
+                    T.ptx.wgmma.wait_group.sync.aligned(0)
+                    if lane == 0:
+                        T.evaluate(T.ptx.mbarrier.arrive.shared.b64(
+                            T.cuda.cvta_generic_to_shared(T.address_of(bars[S + (i * KTS + n_k - 1) % S])),
+                            T.uint32(1)))
+                    if PAD:
+                        # K tiles past K: keep the ring's protocol (wait for the empty fill, release it)
+                        for kp in T.serial(KTS - n_k):
+                            T.cuda.mbarrier_wait(T.address_of(bars[(i * KTS + n_k + kp) % S]),
+                                                 (i * KTS + n_k + kp) // S % 2)
+                            if lane == 0:
+                                T.evaluate(T.ptx.mbarrier.arrive.shared.b64(T.cuda.cvta_generic_to_shared(
+                                    T.address_of(bars[S + (i * KTS + n_k + kp) % S])), T.uint32(1)))
+                    _fence_acc(acc, ACC)
+                    if SPLIT > 1:
+                        tm_, tn_ = T.meta_var(geo.tile_mn(T.truncmod(bid + i * GRID, TILES)))
+                    else:
+                        tm_, tn_ = T.meta_var(geo.tile_mn(bid + i * GRID))
                     tile_m: T.let[T.int32] = tm_
                     tile_n: T.let[T.int32] = tn_
-                    for kt in T.serial(KT):
-                        it: T.let[T.int32] = i * KT + kt
-                        slot: T.let[T.int32] = it % S
-                        full_u32: T.let[T.uint32] = T.cuda.cvta_generic_to_shared(T.address_of(bars[slot]))
-                        T.cuda.mbarrier_wait(T.address_of(bars[S + slot]), it // S % 2 ^ 1)
-                        T.ptx.mbarrier.arrive.expect_tx.shared.b64(
-                            full_u32, T.cast(A_BYTES + panels_in(tile_n) * PANEL_BYTES, "uint32"))
-                        _tma_2d(A_map, ring + T.cast(slot * STAGE_BYTES, "uint32"), kt * BK, tile_m * BM, full_u32)
-                        for p in T.unroll(PANELS):
-                            if (tile_n * BN + p * 32 < N) if SKIP_PANELS else True:
-                                _tma_2d(B_map, ring + T.cast(slot * STAGE_BYTES + A_BYTES + p * PANEL_BYTES, "uint32"),
-                                        tile_n * BN + p * 32, kt * BK, full_u32)
-        else:
-            T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
-            w = T.meta_var(wg - 1)
-            for i in T.serial(n_tiles):
-                # K tiles in pairs: fragment set 0 for even, 1 for odd (the set a K tile's wgmmas
-                # read must not be overwritten while they run: one K tile stays in flight)
-                for kt2 in T.serial(KT // 2):
-                    consume(acc, frag, smem_w, ring_w, ring, bars, i * KT + kt2 * 2, kt2 * 2, w, lane, 0)
-                    consume(acc, frag, smem_w, ring_w, ring, bars, i * KT + kt2 * 2 + 1, kt2 * 2 + 1, w, lane, 1)
-                if KT % 2 == 1:
-                    consume(acc, frag, smem_w, ring_w, ring, bars, i * KT + KT - 1, KT - 1, w, lane, 0)
-                T.ptx.wgmma.wait_group.sync.aligned(0)
-                if lane == 0:
-                    T.evaluate(T.ptx.mbarrier.arrive.shared.b64(
-                        T.cuda.cvta_generic_to_shared(T.address_of(bars[S + (i * KT + KT - 1) % S])), T.uint32(1)))
-                _fence_acc(acc, ACC)
-                tm_, tn_ = T.meta_var(geo.tile_mn(bid + i * GRID))
-                tile_m: T.let[T.int32] = tm_
-                tile_n: T.let[T.int32] = tn_
-                # D = C^T: accumulator (row r, col c) of subtile mt is C[tile_m*BM + c, n0 + r]
-                for mt in T.unroll(MT):
-                    for j in T.unroll(BM // 8):
-                        for h in T.unroll(2):
-                            for e in T.unroll(2):
-                                if T.And(tile_m * BM + j * 8 + lane % 4 * 2 + e < M if ROW_CHECK else True,
-                                         tile_n * BN + w * WGC + mt * 64 + lane // 32 * 16 + lane % 32 // 4 + h * 8 < N
-                                         if COL_CHECK else True):
-                                    C[tile_m * BM + j * 8 + lane % 4 * 2 + e,
-                                      tile_n * BN + w * WGC + mt * 64 + lane // 32 * 16 + lane % 32 // 4 + h * 8] = \
-                                        acc[mt * NACC + j * 4 + h * 2 + e]
+                    # D = C^T: accumulator (row r, col c) of subtile mt is C[tile_m*BM + c, n0 + r]
+                    for mt in T.unroll(MT):
+                        for j in T.unroll(BM // 8):
+                            for h in T.unroll(2):
+                                for e in T.unroll(2):
+                                    row = T.meta_var(tile_m * BM + j * 8 + lane % 4 * 2 + e)
+                                    col = T.meta_var(tile_n * BN + w * WGC + mt * 64 + lane // 32 * 16 + lane % 32 // 4
+                                                     + h * 8)
+                                    if T.And(row < M if ROW_CHECK else True, col < N if COL_CHECK else True):
+                                        if SPLIT > 1:
+                                            P[part, row, col] = acc[mt * NACC + j * 4 + h * 2 + e]
+                                        else:
+                                            C[row, col] = acc[mt * NACC + j * 4 + h * 2 + e]
+        if SPLIT > 1:
+            split_sum(P, C)
 
     return main
 
@@ -894,7 +1184,7 @@ def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
 # ------------------------------------------------------------------------------------------------
 def _launch(cfg, wl: Gemm) -> Launch:
     item = 4 if isinstance(cfg, Tf32TmaConfig) else ITEMSIZE.get(wl.dtype, 2)
-    return Launch((cfg.grid(wl.M, wl.N), 1, 1), (cfg.threads, 1, 1), cfg.shared_bytes(item),
+    return Launch((cfg.grid(wl.M, wl.N, wl.K), 1, 1), (cfg.threads, 1, 1), cfg.shared_bytes(item),
                   threads_from="128 × (consumers + producer warpgroup)", shared_from="block tiles × stages",
                   dynamic_shared=True)
 

@@ -208,11 +208,11 @@ def _no_browser(reason: str):
 @pytest.fixture(scope="module")
 def browser():
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-        _no_browser(f"no Chromium at {CHROMIUM} (set SCHEDLAB_CHROMIUM, or run install_browser.sh)")
+        _no_browser(f"no Chromium at {CHROMIUM} (set SCHEDLAB_CHROMIUM, or run tests/install_browser.sh)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        _no_browser("the playwright package is not installed (pip install playwright; run install_browser.sh)")
+        _no_browser("the playwright package is not installed (pip install playwright; run tests/install_browser.sh)")
     pw = sync_playwright().start()
     try:
         # Playwright gives every launch a fresh temporary --user-data-dir of its own

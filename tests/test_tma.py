@@ -91,3 +91,39 @@ def test_correct(harness, name, workload):
 def test_tf32_correct_to_tf32_rounding(harness, workload):
     err = run_on_gpu(harness, get("tma_tf32_gemm"), workload)
     assert 1e-6 < err < 2e-3
+
+
+def test_split_k_and_padded_operands_add_their_kernels():
+    b = built("persistent_gemm", "gemm:256x256x16384:float16", split_k=8)
+    assert len(b.device.kernels) == 2 and all(k.spills == 0 for k in b.device.kernels)
+    assert "TVMBackendAllocWorkspace" in b.lowered or "alloc" in b.lowered.lower()
+    b = built("persistent_gemm", "gemm:1001x777x3001:float16", pad_operands=True)
+    assert len(b.device.kernels) == 3  # two copies into 16-byte-pitched buffers, then the product
+    b = built("persistent_gemm", "gemm:4096x4096x4096:float16", pad_operands=True)
+    assert b.device.cuda == built("persistent_gemm", BIG).device.cuda  # nothing to pad: the same kernel
+    with pytest.raises(ScheduleParamError, match="split_k"):
+        get("tma_gemm").validate(parse_workload(BIG), get("tma_gemm").config(split_k=2))
+    with pytest.raises(ScheduleParamError, match="exceeds"):
+        get("persistent_gemm").validate(parse_workload("gemm:256x256x640:float16"),
+                                        get("persistent_gemm").config(split_k=11))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,workload,params", [
+    ("persistent_gemm", "gemm:256x256x16384:float16", dict(split_k=8)),
+    ("persistent_gemm", "gemm:384x200x8000:bfloat16", dict(split_k=8, pad_operands=True)),
+    ("persistent_gemm", "gemm:1001x777x3001:float16", dict(pad_operands=True)),
+    ("persistent_gemm", "gemm:250x250x20000:float16", dict(split_k=16, block_n=64, stages=8, pad_operands=True)),
+    ("cluster_gemm", "gemm:1100x512x2104:float16", dict(split_k=4)),
+    ("warp_specialized_gemm", "gemm:1000x512x4096:bfloat16", dict(split_k=2)),
+])
+def test_split_k_and_padding_are_right(harness, name, workload, params):
+    assert run_on_gpu(harness, get(name), workload, **params) < 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload,params", [("gemm:256x256x16384", dict(split_k=8)),
+                                             ("gemm:1001x777x3001", dict(pad_operands=True)),
+                                             ("gemm:384x200x8002", dict(split_k=8, pad_operands=True))])
+def test_tf32_split_k_and_padding_are_right(harness, workload, params):
+    assert 1e-6 < run_on_gpu(harness, get("tma_tf32_gemm"), workload, **params) < 2e-3
