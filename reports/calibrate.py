@@ -153,7 +153,9 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     cal = copy.deepcopy(CALIBRATION)
     before = _errors(pts, cal, gpu)
     shortest = min(t for _, _, _, t in pts)
-    grids = {"launch_us": [round(float(x), 2) for x in np.linspace(0.25, 1.0, 7) * shortest],  # ≤ any kernel
+    launches = {round(float(x), 2) for x in np.linspace(0.25, 1.0, 7) * shortest}
+    launches |= {x for x in (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0) if x <= shortest}
+    grids = {"launch_us": sorted(launches),  # no kernel takes less than its launch
              "w_sat": [4, 6, 8, 12, 16, 24], "l2_factor": [2.0, 3.0, 4.0, 6.0, 8.0],
              "fill_us": [0.0, 0.5, 1.0, 2.0, 4.0], "sm_store_gbps": [15.0, 30.0, 60.0, 120.0, 240.0],
              "unaligned_store": [0.15, 0.25, 0.5, 1.0]}
