@@ -6,7 +6,8 @@ cuBLAS of the same precision, on fixed shapes (or, with ``--random N``, on shape
 
 Per shape and precision: cuBLAS (fp32 with TF32 off; cuBLAS in TF32 mode for tf32; fp16/bf16 inputs
 with an fp32 output, as the lab's kernels compute), dlight, the lab's choice for the precision
-(``best_gemm``, ``best_tf32_gemm``, ``best_fp16_gemm``) and the tensor-core steps that apply;
+(``best_gemm``, ``best_tf32_gemm``, ``best_fp16_gemm``) and the tensor-core steps that apply (WMMA,
+mma.sync, wgmma, then the Hopper ladder: TMA loads, warp specialization, persistent tiles, clusters);
 ``--steps`` adds the fast fp32 steps at their defaults. Every result is checked against float64
 first, then timed (CUDA events, L2 emptied before each run, median). Writes results.json/.csv and
 table.md (ratios to cuBLAS of the same precision) into ``--out``.
@@ -21,16 +22,18 @@ import pandas as pd
 from . import results as R
 from .bench import add_common_args, label, run_bench, write_bench
 
-SHAPES = ("1024x512x2048", "2048x2048x2048", "4096x4096x4096", "3000x1000x2500")
+SHAPES = ("1024x512x2048", "2048x2048x2048", "4096x4096x4096", "3000x1000x2500", "8192x8192x8192", "4096x8192x512")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 FP32_STEPS = ("vectorized_shared_gemm", "warp_tiled_gemm", "async_pipeline_gemm", "split_k_gemm", "rasterized_gemm")
+# the Hopper tensor-core ladder at its defaults: each adds one piece to the one before
+HOPPER = [("tma_gemm", {}), ("warp_specialized_gemm", {}), ("persistent_gemm", {}), ("cluster_gemm", {})]
 # the kernels of each precision: (workload dtype, [jobs]); a step that refuses the shape is left out
 KERNELS = {
     "fp32": ("float32", [("cublas", {}), ("tvm_dlight", {}), ("best_gemm", {})]),
-    "tf32": ("float32", [("cublas_tf32", {}), ("wgmma_tf32_gemm", {}), ("best_tf32_gemm", {})]),
+    "tf32": ("float32", [("cublas_tf32", {}), ("wgmma_tf32_gemm", {}), ("tma_tf32_gemm", {}), ("best_tf32_gemm", {})]),
     "fp16": ("float16", [("cublas", {}), ("tvm_dlight", {}), ("tensor_core_gemm", {}),
-                         ("tensor_core_gemm", {"intrinsics": "mma"}), ("wgmma_gemm", {}), ("best_fp16_gemm", {})]),
-    "bf16": ("bfloat16", [("cublas", {}), ("wgmma_gemm", {}), ("best_fp16_gemm", {})]),
+                         ("tensor_core_gemm", {"intrinsics": "mma"}), ("wgmma_gemm", {}), *HOPPER, ("best_fp16_gemm", {})]),
+    "bf16": ("bfloat16", [("cublas", {}), ("wgmma_gemm", {}), *HOPPER, ("best_fp16_gemm", {})]),
 }
 CHOICE = {"fp32": "best_gemm", "tf32": "best_tf32_gemm", "fp16": "best_fp16_gemm", "bf16": "best_fp16_gemm"}
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import dataclasses
 import json
 import os
@@ -165,14 +166,20 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
         return float(np.mean(_errors(pts, trial, gpu) ** 2)), counts
 
     best_err, counts = score(cal)
-    for _round in range(3):  # coordinate descent over the global constants, efficiencies refitted each time
-        for name, values in grids.items():
-            for v in values:
+    # coordinate descent over the global constants, efficiencies refitted each time; the launch
+    # overhead and the L2 factor both move small kernels' times, so they are searched together
+    coordinates = [("launch_us", "l2_factor"), ("w_sat",), ("fill_us",), ("sm_store_gbps",), ("unaligned_store",)]
+    for _round in range(8):
+        improved = False
+        for names in coordinates:
+            for values in itertools.product(*(grids[n] for n in names)):
                 trial = copy.deepcopy(cal)
-                trial[name] = v
+                trial.update(zip(names, values))
                 err, c = score(trial)
-                if err < best_err:
-                    best_err, cal, counts = err, trial, c
+                if err < best_err * (1 - 1e-9):
+                    best_err, cal, counts, improved = err, trial, c, True
+        if not improved:
+            break
     # narrow cp.async copies: measured over predicted (with a factor of 1) on the points that have them
     for width in ("8", "4", "2"):
         ratios = []
@@ -191,9 +198,10 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
         if ratios:
             cal["copy_factor"][width] = round(float(np.clip(np.median(ratios), 0.05, 1.0)), 3)
     after = _errors(pts, cal, gpu)
-    p = df.attrs.get("provenance", {})
-    cal["source"] = (f"fitted by schedlab calibrate to the sweep of {p.get('date')} on {p.get('gpu')} (commit "
-                     f"{p.get('commit')}, {len(pts)} measured kernels)")
+    sweeps = df.attrs.get("sweeps") or [df.attrs.get("provenance", {})]
+    named = "; ".join(f"{p.get('date')} on {p.get('gpu')}, commit {p.get('commit')}" for p in sweeps)
+    cal["source"] = (f"fitted by schedlab calibrate to {'the sweep' if len(sweeps) == 1 else f'{len(sweeps)} sweeps'} "
+                     f"({named}; {len(pts)} measured kernels)")
     report = {"points": len(pts), "fitted_efficiencies": counts,
               "median_abs_log_error": {"before": float(np.median(before)), "after": float(np.median(after))},
               "p90_abs_log_error": {"before": float(np.percentile(before, 90)), "after": float(np.percentile(after, 90))},
@@ -233,6 +241,7 @@ def main(argv=None):
     frames = [load_results(d) for d in args.dirs]
     df = pd.concat(frames, ignore_index=True)
     df.attrs.update(frames[-1].attrs)
+    df.attrs["sweeps"] = [f.attrs.get("provenance", {}) for f in frames]
     cal, report = fit(df)
     text = json.dumps(report, indent=1)
     print(text)

@@ -240,6 +240,13 @@ class TmaConfig:
             raise ScheduleParamError(f"{name}: split_k needs warp_specialized (the simple kernel is one block "
                                      f"per tile), got split_k={self.split_k}")
 
+    @property
+    def pass_config(self) -> dict:
+        """With padded copies and split-K partials in one call, TVM's StorageRewrite sees the padded
+        operand's last use at the tensor map's encoding (the kernel reads it only through the map)
+        and gives the partials the same memory: measured wrong on an H200. Keep them apart."""
+        return {"tirx.disable_storage_rewrite": True} if self.pad_operands and self.split_k > 1 else {}
+
     def describe(self) -> str:
         ws = f"ws {self.consumers}c" if self.warp_specialized else f"nows {self.consumers}wg"
         return (f"{self.block_m}x{self.block_n}x{self.block_k} s{self.stages} {ws}"
@@ -531,9 +538,12 @@ def _loader(g: "_Geometry", CL: int = 1):
     def tx_bytes(tile_m, tile_n):
         if not (SKIP_A or SKIP_PANELS):
             return T.uint32(g.STAGE_BYTES)
-        panels = T.min(T.truncdiv(N - tile_n * BN + 63, 64), PANELS) if SKIP_PANELS else PANELS
+        # a sum of non-negative terms: an expression with a subtraction here can be simplified
+        # into one the device passes cannot prove non-negative when cast to uint32
+        panels = (sum(T.if_then_else(panel_ok(tile_n, p), g.PANEL_BYTES, 0) for p in range(PANELS))
+                  if SKIP_PANELS else PANELS * g.PANEL_BYTES)
         a = T.if_then_else(a_ok(tile_m), g.A_BYTES, 0) if SKIP_A else g.A_BYTES
-        return T.cast(a + panels * g.PANEL_BYTES, "uint32")
+        return T.cast(a + panels, "uint32")
 
     @T.macro
     def load(A_map, B_map, ring, full_u32, slot, kt, tile_m, tile_n, rank):
@@ -785,10 +795,14 @@ def _ws_kernel(M, N, K, DT, cfg):
                 w = T.meta_var(wg - 1)
                 for i in T.serial(n_tiles):  # every consumer warpgroup takes its rows of every unit
                     if SPLIT > 1:
-                        part: T.let[T.int32] = T.truncdiv(cid + i * CL_GRID, CL_TILES)  # the unit's K slice
+                        # the unit's K slice (the min changes nothing: units < CL_TILES * SPLIT; it bounds `part` for
+                        # the device passes, which must prove the ring offsets below non-negative)
+                        part: T.let[T.int32] = T.min(T.truncdiv(cid + i * CL_GRID, CL_TILES), SPLIT - 1)
                     if PAD:
                         # K tiles of this unit inside K (KTS but in the last slice); the rest: below
-                        n_k: T.let[T.int32] = T.min(KT - part * KTS, KTS)
+                        # (at least 1: slices starting past K are dropped; the bound lets the
+                        # device passes prove the ring slots below non-negative)
+                        n_k: T.let[T.int32] = T.max(T.min(KT - part * KTS, KTS), 1)
                     else:
                         n_k = T.meta_var(KTS)
                     for kt in T.serial(n_k):
@@ -954,6 +968,13 @@ class Tf32TmaConfig:
                                      f"shared memory (2 ≤ stages, ≤ 227 KiB)")
         _check_split(self, wl)
 
+    @property
+    def pass_config(self) -> dict:
+        """With padded copies and split-K partials in one call, TVM's StorageRewrite sees the padded
+        operand's last use at the tensor map's encoding (the kernel reads it only through the map)
+        and gives the partials the same memory: measured wrong on an H200. Keep them apart."""
+        return {"tirx.disable_storage_rewrite": True} if self.pad_operands and self.split_k > 1 else {}
+
     def describe(self) -> str:
         return (f"tf32 {self.block_m}x{self.block_n}x{self.block_k} s{self.stages} ws {self.consumers}c"
                 f"{' pers' if self.persistent else ''}{'' if self.tf32_round else ' trunc'}"
@@ -1007,8 +1028,13 @@ def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
         return (slot_base_w + (A_BYTES + col // 32 * PANEL_BYTES + k * ROW_BYTES) // 4
                 + T.bitwise_xor(col % 32 // 4, k % 8) * 4 + col % 4)
 
-    def panels_in(tile_n):
-        return T.min(T.truncdiv(N - tile_n * BN + 31, 32), PANELS) if SKIP_PANELS else PANELS
+    def panel_bytes(tile_n):
+        """Bytes of this tile's B panels that lie (at least partly) inside B: a sum of non-negative
+        terms, so no analysis of tile indices that no block reaches can make it negative (a
+        ``min(ceil((N - tile_n·BN) / 32), PANELS)`` form once did, and a uint32 cannot be negative)."""
+        if not SKIP_PANELS:
+            return PANELS * PANEL_BYTES
+        return sum(T.if_then_else(tile_n * BN + p * 32 < N, PANEL_BYTES, 0) for p in range(PANELS))
 
     @T.macro
     def consume(acc, frag, smem_w, ring_w, ring, bars, it, kt, w, lane, fs):
@@ -1028,7 +1054,8 @@ def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
             for mt in T.unroll(MT):
                 mma(*[acc[mt * NACC + j] for j in range(NACC)],
                     *[frag[fs * FRAG + (kk * MT + mt) * 4 + r] for r in range(4)],
-                    desc_b(ring + T.cast(it % S * STAGE_BYTES, "uint32") + T.uint32(kk * 32)),
+                    desc_b(ring + T.truncmod(T.cast(it, "uint32"), T.uint32(S)) * T.uint32(STAGE_BYTES)
+                           + T.uint32(kk * 32)),
                     T.Or(kt > 0, kk > 0), 1, 1)
         T.ptx.wgmma.commit_group.sync.aligned()
         # K tile kt-1's wgmmas (and its fragment set, fs ^ 1) are done: free its slot
@@ -1042,7 +1069,7 @@ def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
         # one K tile into ring slot ``slot``: the A tile and the B panels inside N, their bytes
         # announced on the slot's full barrier
         T.ptx.mbarrier.arrive.expect_tx.shared.b64(
-            full_u32, T.cast(A_BYTES + panels_in(tile_n) * PANEL_BYTES, "uint32"))
+            full_u32, T.cast(A_BYTES + panel_bytes(tile_n), "uint32"))
         _tma_2d(A_map, ring + T.cast(slot * STAGE_BYTES, "uint32"), kt * BK, tile_m * BM, full_u32)
         for p in T.unroll(PANELS):
             if (tile_n * BN + p * 32 < N) if SKIP_PANELS else True:
@@ -1125,9 +1152,10 @@ def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
                 w = T.meta_var(wg - 1)
                 for i in T.serial(n_tiles):
                     if SPLIT > 1:
-                        part: T.let[T.int32] = T.truncdiv(bid + i * GRID, TILES)  # the unit's K slice
+                        # the unit's K slice (the min changes nothing; it bounds `part` for the device passes)
+                        part: T.let[T.int32] = T.min(T.truncdiv(bid + i * GRID, TILES), SPLIT - 1)
                     if PAD:
-                        n_k: T.let[T.int32] = T.min(KT - part * KTS, KTS)  # K tiles inside K
+                        n_k: T.let[T.int32] = T.max(T.min(KT - part * KTS, KTS), 1)  # K tiles inside K (≥ 1, see k_split)
                     else:
                         n_k = T.meta_var(KTS)
                     # K tiles in pairs: fragment set 0 for even, 1 for odd (the set a K tile's wgmmas

@@ -32,6 +32,11 @@ GROUPS = {
     "shared loads (LDS, LDSM)": ("LDS", "LDSM"),
     "shared stores (STS)": ("STS",),
     "async copies (LDGSTS) + their fences": ("LDGSTS", "LDGDEPBAR", "DEPBAR"),
+    "TMA bulk tensor copies (UTMALDG, UTMASTG, UTMAPF, UBLKCP)": ("UTMALDG", "UTMASTG", "UTMAPF", "UBLKCP",
+                                                                  "UTMACCTL", "UTMACMDFLUSH"),
+    "mbarriers (SYNCS: init, arrive, expect-tx, try-wait)": ("SYNCS",),
+    "register reallocation (USETMAXREG)": ("USETMAXREG",),
+    "cluster barriers (UCGABAR)": ("UCGABAR_ARV", "UCGABAR_WAIT"),
     "global loads/stores (LDG, STG)": ("LDG", "STG"),
     "barriers (BAR)": ("BAR",),
     "integer/address (IMAD, IADD3, VIADD, LEA, SHF, LOP3, ISETP ...)": (

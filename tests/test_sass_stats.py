@@ -37,3 +37,32 @@ def test_branch_targets_may_be_addresses_as_cuobjdump_prints_them():
     instrs, labels = parse(listing)
     loop = main_loop(instrs, labels, "HMMA")
     assert [op for _, op, _ in loop] == ["LDSM", "HMMA", "HMMA", "IADD3", "BAR", "BRA"]
+
+
+HOPPER = """
+        /*0000*/                   USETMAXREG.DEALLOC.CTAPOOL.U32 0x28 ;
+        /*0010*/                   UTMAPF.L2.2D [UR4] ;
+.L_x_3:
+        /*0020*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR8+0x30], R3 ;
+        /*0030*/                   SYNCS.ARRIVE.TRANS64.RED.A1T0 RZ, [UR8], RZ ;
+        /*0040*/                   UTMALDG.2D [UR16], [UR4] ;
+        /*0050*/                   UTMALDG.2D.MULTICAST [UR24], [UR6], UR10 ;
+        /*0060*/              @!P1 BRA `(.L_x_3) ;
+.L_x_4:
+        /*0070*/                   WARPGROUP.ARRIVE ;
+        /*0080*/                   HGMMA.64x256x16.F32 R24, gdesc[UR12], R24 ;
+        /*0090*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*00a0*/                   UCGABAR_ARV ;
+        /*00b0*/               @P2 BRA `(.L_x_4) ;
+"""
+
+
+def test_the_hopper_pieces_have_their_own_rows():
+    instrs, labels = parse(HOPPER)
+    g = grouped(instrs)
+    assert g["TMA bulk tensor copies (UTMALDG, UTMASTG, UTMAPF, UBLKCP)"] == 3
+    assert g["mbarriers (SYNCS: init, arrive, expect-tx, try-wait)"] == 2
+    assert g["register reallocation (USETMAXREG)"] == 1 and g["cluster barriers (UCGABAR)"] == 1
+    assert g["other"] == 0
+    loop = main_loop(instrs, labels, "HGMMA")
+    assert [op for _, op, _ in loop] == ["WARPGROUP", "HGMMA", "WARPGROUP", "UCGABAR_ARV", "BRA"]
