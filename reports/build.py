@@ -150,8 +150,19 @@ def pass_config_of(cfg) -> dict:
     return dict(getattr(cfg, "pass_config", None) or {})
 
 
-def build_config(sch, cfg, target: tvm.target.Target | None = None) -> Built:
-    """:func:`build` with the async-copy switch and pass options that ``cfg`` carries."""
+def built_config(cfg, wl=None):
+    """The configuration whose build options apply to ``wl``: a ``best_*`` step's is that of the
+    step and configuration it chose for the workload (its own has none)."""
+    chosen = getattr(cfg, "chosen", None)
+    if wl is not None and callable(chosen):
+        return chosen(wl)[1]
+    return cfg
+
+
+def build_config(sch, cfg, target: tvm.target.Target | None = None, wl=None) -> Built:
+    """:func:`build` with the async-copy switch and pass options that ``cfg`` carries (for a
+    ``best_*`` step: those of its choice for ``wl``)."""
+    cfg = built_config(cfg, wl)
     return build(sch, target, async_copy=getattr(cfg, "async_copy", False), pass_config=pass_config_of(cfg))
 
 
@@ -229,4 +240,4 @@ def build_named(schedule: str, workload: str, params: dict | None = None, arch: 
     spec, wl = get(schedule), parse_workload(workload)
     cfg = spec.config(**(params or {}))
     spec.validate(wl, cfg)
-    return spec, wl, cfg, build_config(spec.build(wl, cfg), cfg, cuda_target(arch))
+    return spec, wl, cfg, build_config(spec.build(wl, cfg), cfg, cuda_target(arch), wl)

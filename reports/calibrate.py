@@ -43,9 +43,24 @@ IRREGULAR = ((1001, 777, 3001), (5000, 33, 4000), (33, 5000, 4000), (2999, 4001,
 PRECISIONS = ("fp32", "tf32", "fp16")
 
 
-def calibration_shapes():
-    grid = [(m, n, k) for m in SIZES for n in SIZES for k in K_SIZES]
-    return grid + list(IRREGULAR)
+# shape classes the grid misses, a few shapes each (chosen by class, not taken from any benchmark)
+CLASSES = {
+    "short K, large output (storing C is the work)": ((6000, 3000, 8), (400, 16000, 3), (9000, 1500, 27)),
+    "misaligned rows, large (narrow loads or padded copies)": ((3001, 1999, 5003), (2500, 501, 9001),
+                                                               (7001, 1203, 1201), (1500, 2500, 3333)),
+    "few outputs, long K (deep split-K)": ((9, 7, 15000), (40, 70, 16000), (120, 100, 4000), (300, 30, 12000)),
+    "thin outputs": ((7, 3000, 3000), (3000, 7, 3000), (20, 9000, 700)),
+}
+PARTS = ("all", "grid", "classes")
+
+
+def calibration_shapes(part: str = "all"):
+    """The sweep's shapes: the grid (SIZES × SIZES × K_SIZES and IRREGULAR), the CLASSES, or both."""
+    if part not in PARTS:
+        raise ValueError(f"calibration part {part!r} is not one of {', '.join(PARTS)}")
+    grid = [(m, n, k) for m in SIZES for n in SIZES for k in K_SIZES] + list(IRREGULAR)
+    classes = [shape for shapes in CLASSES.values() for shape in shapes]
+    return {"all": grid + classes, "grid": grid, "classes": classes}[part]
 
 
 def params_of(step: str, cfg) -> dict:
@@ -55,14 +70,14 @@ def params_of(step: str, cfg) -> dict:
             if getattr(cfg, f.name) != getattr(default, f.name, None)}
 
 
-def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min_points: int = 5):
+def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min_points: int = 5, part: str = "all"):
     """For each shape and precision: the ``per_shape`` best-estimated configuration kinds (each
     with its best-estimated split-K), the variant without split-K of the best two, and cuBLAS of
     the precision; then every kind measured on fewer than ``min_points`` shapes is added where
     the model ranks it highest, so that each kind's efficiency can be fitted."""
     picked: dict[tuple, list] = {}
     ranked_all: dict[tuple, list] = {}
-    for m, n, k in shapes or calibration_shapes():
+    for m, n, k in shapes or calibration_shapes(part):
         for prec in precisions:
             wl = parse_workload(f"gemm:{m}x{n}x{k}" + ("" if prec in ("fp32", "tf32") else ":float16"))
             ranked = [e.candidate for e in dispatch.rank(wl, prec)]
@@ -75,6 +90,13 @@ def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min
             for c in ranked:  # the variant without split-K of the two best kinds
                 if c.key in keys[:2] and getattr(c.config, "split_k", 1) == 1 and c not in chosen:
                     chosen.append(c)
+            for key in keys[:2]:  # and the best variant of the other padding choice (copies or none)
+                first = next((c for c in chosen if c.key == key), None)
+                other = next((c for c in ranked if c.key == key and first is not None and
+                              getattr(c.config, "pad_operands", False) != getattr(first.config, "pad_operands", False)),
+                             None)
+                if other is not None and other not in chosen:
+                    chosen.append(other)
             picked[(str(wl), prec)] = chosen
     counts: dict[str, int] = {}
     for chosen in picked.values():
@@ -119,23 +141,90 @@ def _errors(pts, cal, gpu):
     return np.array([abs(np.log(dispatch.estimate(wl, c, gpu, cal).time_us / t)) for wl, _, c, t in pts])
 
 
+def _compute_share(wl, cand, gpu, probe, t) -> float | None:
+    """The model's compute term is ``waves · (k · flops / (rate · x) + fixed)`` in the unknown
+    ``x`` (an efficiency or a factor) that ``probe`` sets to 1: solved for ``x`` at the measured
+    time ``t``, from two estimates (x = 1, and x so large that only the fixed part is left).
+    None where compute does not dominate the estimate (or the time leaves it no room)."""
+    e = dispatch.estimate(wl, cand, gpu, probe)
+    terms = e.terms
+    comp = terms.get("compute_us")
+    if not comp or comp < 2 * max(terms.get("dram_us", 0), terms.get("l2_us", 0)) or comp < 3 * probe["launch_us"]:
+        return None
+    return comp, terms
+
+
+def _solve(comp1, fixed, busy):
+    return (comp1 - fixed) / (busy - fixed) if busy > fixed * 1.05 and comp1 > fixed else None
+
+
 def _fit_efficiencies(pts, cal, gpu):
     by_key: dict[str, list[float]] = {}
+    full_width: dict[str, list[float]] = {}  # SIMT points whose loads are as wide as configured
     for wl, _, c, t in pts:
         probe = copy.deepcopy(cal)
         probe["efficiency"][c.key] = 1.0
-        e = dispatch.estimate(wl, c, gpu, probe)
-        terms = e.terms
-        comp = terms.get("compute_us")
-        if not comp or comp < 2 * max(terms.get("dram_us", 0), terms.get("l2_us", 0)) or comp < 3 * cal["launch_us"]:
+        got = _compute_share(wl, c, gpu, probe, t)
+        if got is None:
             continue
-        busy = t - cal["launch_us"] - terms.get("reduce_us", 0)
-        if busy > 0:
-            # the probe's compute already includes any copy-width factor: divide it back out
-            by_key.setdefault(c.key, []).append(comp * terms["efficiency"] / busy)
+        comp1, terms = got
+        probe["efficiency"][c.key] = 1e9
+        fixed = dispatch.estimate(wl, c, gpu, probe).terms["compute_us"]
+        value = _solve(comp1, fixed, t - cal["launch_us"] - terms.get("reduce_us", 0))
+        if value is None:
+            continue
+        by_key.setdefault(c.key, []).append(value)
+        if terms.get("load_width") == "1":
+            full_width.setdefault(c.key, []).append(value)
     for key, vals in by_key.items():
+        # a SIMT kind's efficiency from its full-width points where there are some: narrower loads
+        # have their own factor (simt_copy_factor, fitted after)
+        vals = full_width.get(key) if len(full_width.get(key, [])) >= 2 else vals
         cal["efficiency"][key] = round(float(np.clip(np.median(vals), 0.02, 1.1)), 3)  # ≤ 1.1 × the measured peak
     return {k: len(v) for k, v in by_key.items()}
+
+
+def _fit_factor(pts, cal, gpu, table: str, width: str, applies):
+    """One entry of a load-width factor table (``copy_factor`` or ``simt_copy_factor``), solved on
+    the points ``applies`` selects, with the kinds' efficiencies as fitted."""
+    ratios = []
+    for wl, _, c, t in pts:
+        if not applies(wl, c):
+            continue
+        probe = copy.deepcopy(cal)
+        probe.setdefault(table, {})[width] = 1.0
+        got = _compute_share(wl, c, gpu, probe, t)
+        if got is None:
+            continue
+        comp1, terms = got
+        probe[table][width] = 1e9
+        fixed = dispatch.estimate(wl, c, gpu, probe).terms["compute_us"]
+        value = _solve(comp1, fixed, t - cal["launch_us"] - terms.get("reduce_us", 0))
+        if value is not None:
+            ratios.append(value)
+    if ratios:
+        cal.setdefault(table, {})[width] = round(float(np.clip(np.median(ratios), 0.05, 1.0)), 3)
+
+
+def _fit_simt_copy_factor(pts, cal, gpu):
+    """SIMT loads narrower than configured, per fraction of the full width."""
+    for width in ("0.5", "0.25"):
+        _fit_factor(pts, cal, gpu, "simt_copy_factor", width,
+                    lambda wl, c: c.family == "simt" and dispatch._simt_copy_factor(wl, c.config, cal)[1] == width)
+
+
+def _fit_cp_copy_factor(pts, cal, gpu):
+    """Narrow cp.async copies (the wgmma steps), per width in bytes."""
+    def applies(width):
+        def test(wl, c):
+            if c.family not in ("cp", "cp_tf32"):
+                return False
+            a, b = c.config.copy_widths(wl)
+            return str(a if c.family == "cp_tf32" else min(a, b)) == width
+        return test
+
+    for width in ("8", "4", "2"):
+        _fit_factor(pts, cal, gpu, "copy_factor", width, applies(width))
 
 
 def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
@@ -162,6 +251,10 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
              "unaligned_store": [0.15, 0.25, 0.5, 1.0]}
 
     def score(trial):
+        # the per-kind efficiencies (from full-width points), the narrow-load factor, and the
+        # efficiencies again with it
+        _fit_efficiencies(pts, trial, gpu)
+        _fit_simt_copy_factor(pts, trial, gpu)
         counts = _fit_efficiencies(pts, trial, gpu)
         return float(np.mean(_errors(pts, trial, gpu) ** 2)), counts
 
@@ -180,23 +273,7 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
                     best_err, cal, counts, improved = err, trial, c, True
         if not improved:
             break
-    # narrow cp.async copies: measured over predicted (with a factor of 1) on the points that have them
-    for width in ("8", "4", "2"):
-        ratios = []
-        for wl, _, c, t in pts:
-            if c.family not in ("cp", "cp_tf32"):
-                continue
-            a, b = c.config.copy_widths(wl)
-            if str(a if c.family == "cp_tf32" else min(a, b)) != width:
-                continue
-            probe = copy.deepcopy(cal)
-            probe["copy_factor"][width] = 1.0
-            e = dispatch.estimate(wl, c, gpu, probe)
-            comp = e.terms.get("compute_us", 0)
-            if comp > 2 * max(e.terms.get("dram_us", 0), e.terms.get("l2_us", 0)):
-                ratios.append(comp / max(t - cal["launch_us"], 1e-3))
-        if ratios:
-            cal["copy_factor"][width] = round(float(np.clip(np.median(ratios), 0.05, 1.0)), 3)
+    _fit_cp_copy_factor(pts, cal, gpu)
     after = _errors(pts, cal, gpu)
     sweeps = df.attrs.get("sweeps") or [df.attrs.get("provenance", {})]
     named = "; ".join(f"{p.get('date')} on {p.get('gpu')}, commit {p.get('commit')}" for p in sweeps)

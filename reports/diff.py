@@ -119,7 +119,7 @@ def diff(a: str, b: str | None = None, shape: str | None = None, stage: str = "s
         cfg = spec.config()
         sch = spec.builder(wl, cfg)
         traces.append(trace_lines(sch))
-        built.append(B.build_config(sch, cfg, target))  # the resources need the compiled kernel
+        built.append(B.build_config(sch, cfg, target, wl))  # the resources need the compiled kernel
     head = f"{spec_a.label} {spec_a.name}  →  {spec_b.label} {spec_b.name}  on {wl}"
     bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
     tdiff = trace_diff(traces[0], traces[1])

@@ -127,7 +127,7 @@ def build_kernel(job: dict):
         chosen = getattr(cfg, "chosen_text", None)  # a best_* step: what it chose for the shape
         if chosen is not None:
             row["chosen"] = chosen(wl)
-        built = B.build_config(spec.builder(wl, cfg), cfg, target)
+        built = B.build_config(spec.builder(wl, cfg), cfg, target, wl)
     row.update(kernel_fields(built))
     return row, built
 

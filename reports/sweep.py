@@ -1,6 +1,6 @@
 """``schedlab sweep``: configurations of the GEMM steps beside dlight and cuBLAS, on a GPU.
 
-    schedlab sweep --out out/sweep [--set calibration|fp32|fp16|all|round2|wgmma|tf32] [--workers 14]
+    schedlab sweep --out out/sweep [--set calibration|fp32|fp16|all|round2|wgmma|tf32] [--part all|grid|classes]
 
 ``--set calibration`` (the default) is the dispatcher's calibration sweep (reports/calibrate.py):
 ``schedlab calibrate out/sweep --write`` fits the model to it. The other sets are the sweeps the
@@ -110,11 +110,11 @@ def wgmma_configs():
 WGMMA_ODD = ("1000x520x2000", "8x8x8", "130x264x72")
 
 
-def make_jobs(shapes, which):
+def make_jobs(shapes, which, part="all"):
     if which == "calibration":  # the dispatcher's calibration grid (its own shapes; --shapes ignored)
         from .calibrate import calibration_jobs
 
-        return calibration_jobs()
+        return calibration_jobs(part=part)
     if which == "round2":
         jobs = []
         for shape in shapes:
@@ -169,8 +169,10 @@ def main(argv=None):
     add_common_args(ap, "out/sweep")
     ap.add_argument("--set", default="calibration", choices=("calibration", "fp32", "fp16", "all", "round2", "wgmma", "tf32"))
     ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--part", default="all", choices=("all", "grid", "classes"),
+                    help="with --set calibration: the shape grid, the shape classes, or both")
     args = ap.parse_args(argv)
-    df = run_bench(make_jobs(args.shapes.split(","), args.set), args.out, f"sweep-{args.set}", workers=args.workers,
+    df = run_bench(make_jobs(args.shapes.split(","), args.set, args.part), args.out, f"sweep-{args.set}", workers=args.workers,
                    timeout=args.timeout, budget_s=args.budget, progress=not args.quiet)
     text = tables(df)
     write_bench(df, args.out, text)

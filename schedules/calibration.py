@@ -3,6 +3,7 @@ from a calibration sweep (``schedlab sweep --set calibration``); ``source`` name
 Do not edit by hand: run the sweep and the fit again (see reports/calibrate.py)."""
 
 CALIBRATION = {'copy_factor': {'16': 1.0, '2': 0.354, '4': 0.884, '8': 1.0},
+ 'simt_copy_factor': {'0.25': 1.0, '0.5': 1.0, '1': 1.0},
  'default_efficiency': {'cp': 0.7,
                         'cp_tf32': 0.55,
                         'gemv': 0.8,

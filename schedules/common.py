@@ -174,6 +174,23 @@ def inline_padding(sch, reads=("A_pad", "B_pad"), writes=("C_pad",)):
             inline(block)
 
 
+def padded_copy(sch, name: str, threads: int = 256, per_thread: int = 4):
+    """Schedule ``pad_einsum``'s zero-filled copy ``name`` as a kernel of its own (instead of
+    inlining it into its reader as guarded loads): the elements in row-major order, consecutive
+    threads on consecutive elements (coalesced reads and writes), ``per_thread`` each. The reader
+    then loads from a buffer whose rows are whole tiles: aligned, full-width, unguarded."""
+    block = sch.get_sblock(name)
+    fused = sch.fuse(*sch.get_loops(block))
+    bx, u, tx = sch.split(fused, [None, per_thread, threads])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    sch.unroll(u)
+
+
+def element_bytes(dtype: str) -> int:
+    return {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}[dtype]
+
+
 def cooperative_fetch_axes(sch, copy_block, axes, vector=1):
     """:func:`cooperative_fetch` for any thread shape: ``axes`` is ``((tag, extent), ...)`` outermost
     first (e.g. threadIdx.z, .y, .x of a warp-tiled block); a ``vector``-wide lane innermost."""

@@ -55,7 +55,8 @@ SKINNY_TILES = [(128, 16, 4, 4, 4, 1), (256, 8, 4, 4, 4, 1), (16, 128, 4, 4, 1, 
                 # a short K: little to compute per output, so what counts is storing C: one column
                 # per thread, a warp writing 32 consecutive floats of a row (whatever N's alignment)
                 (16, 128, 4, 1, 4, 4), (32, 128, 8, 1, 4, 4)]
-SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+SIMT_MOST_SPLITS = 128  # a few hundred outputs, tens of thousands deep: a slice per SM
 # tensor-core tiles (block_m, block_n, stages)
 TMA_TILES = [(128, 256, 4), (128, 128, 6), (128, 64, 8), (256, 128, 4)]
 TMA_SMALL_TILES = [(64, 256, 5), (64, 128, 8), (64, 64, 8)]  # one warpgroup, no producer: small M
@@ -110,16 +111,19 @@ def simt_candidates(wl, general: bool = True):
     from .gemm_fast import SkinnyConfig, WarpTileConfig
 
     out = []
+    # rows that are not whole 16 bytes: also each configuration with padded copies of A and B
+    pads = (False, True) if _misaligned(wl) else (False,)
     for tiles, skinny in ((SIMT_TILES if general else [], False), (SKINNY_TILES, True)):
         for bm, bn, tm, tn, wm, wn in tiles:
-            for s in _splits(wl.K, 8):
-                fields = dict(block_m=bm, block_n=bn, block_k=8, thread_m=tm, thread_n=tn, warps_m=wm, warps_n=wn,
-                              stages=2, split_k=s, group_m=8, vector=min(4, tm, tn))
-                if skinny:
-                    step, cfg = "skinny_gemm", SkinnyConfig(**fields)
-                else:
-                    step, cfg = ("split_k_gemm" if s > 1 else "warp_tiled_gemm"), WarpTileConfig(**fields)
-                out.append(Candidate(step, cfg, "simt", f"simt {bm}x{bn} t{tm}x{tn}"))
+            for s in _splits(wl.K, 8, SIMT_MOST_SPLITS):
+                for pad in pads:
+                    fields = dict(block_m=bm, block_n=bn, block_k=8, thread_m=tm, thread_n=tn, warps_m=wm,
+                                  warps_n=wn, stages=2, split_k=s, group_m=8, vector=min(4, tm, tn), pad_operands=pad)
+                    if skinny:
+                        step, cfg = "skinny_gemm", SkinnyConfig(**fields)
+                    else:
+                        step, cfg = ("split_k_gemm" if s > 1 else "warp_tiled_gemm"), WarpTileConfig(**fields)
+                    out.append(Candidate(step, cfg, "simt", f"simt {bm}x{bn} t{tm}x{tn}"))
     return [c for c in out if _valid(c.step, wl, c.config)]
 
 
@@ -219,11 +223,11 @@ def blocks_per_sm(threads: int, regs: int, smem: int, gpu: GpuSpec) -> int:
     return max(0, min(limits))
 
 
-def _memory_us(wl, bm, bn, splits, gpu, cal, out_bytes=4) -> tuple[float, float]:
+def _memory_us(wl, bm, bn, splits, gpu, cal, out_bytes=4, cfg=None) -> tuple[float, float]:
     """(DRAM time, L2→SM time) of a tiled product in µs; the split-K partials in the first."""
     item = _itemsize(wl.dtype)
     M, N, K = wl.M, wl.N, wl.K
-    dram = item * (M * K + K * N) + out_bytes * M * N / _store_factor(wl, cal)
+    dram = item * (M * K + K * N) + out_bytes * M * N / _store_factor(wl, cal, cfg)
     if splits > 1:
         dram += 4 * splits * M * N  # partials written by the main kernel
     l2 = item * (M * K * ceil_div(N, bn) + K * N * ceil_div(M, bm))
@@ -238,9 +242,23 @@ def _reduce_us(wl, splits, gpu, cal) -> float:
     return cal["launch_us"] + 4 * (splits + 1) * wl.M * wl.N / (gpu.memory_gbps * 1e3)
 
 
-def _store_factor(wl, cal) -> float:
-    """C's rows start 16-byte aligned only when N % 4 == 0 (fp32): otherwise the stores are scalar."""
-    return 1.0 if wl.N % 4 == 0 else cal["unaligned_store"]
+def _store_factor(wl, cal, cfg=None) -> float:
+    """C's rows start 16-byte aligned only when N % 4 == 0 (fp32): otherwise a thread's 4 or 8
+    adjacent outputs leave as scalar stores strided across the warp's lanes. A thread tile one
+    column wide (``thread_n = 1``) stores scalars too, but a warp's lanes write 32 consecutive
+    floats of a row: whole sectors, whatever N's alignment."""
+    if wl.N % 4 == 0 or getattr(cfg, "thread_n", 0) == 1:
+        return 1.0
+    return cal["unaligned_store"]
+
+
+def _simt_copy_factor(wl, cfg, cal) -> tuple[float, str]:
+    """(factor, key): global loads narrower than the configuration's vector (rows whose length
+    does not allow it, see FastTileConfig.load_vectors) issue more instructions per byte; the
+    factor on the efficiency is fitted per fraction of the full width (``simt_copy_factor``)."""
+    a, b = cfg.load_vectors(wl)
+    key = f"{min(a, b) / cfg.vector:g}"
+    return cal.get("simt_copy_factor", {}).get(key, 1.0), key
 
 
 def _waves_compute(blocks, per_sm, warps, flops_per_block, sm_tflops, eff, gpu, cal, out_bytes_per_block,
@@ -275,13 +293,15 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         tiles = ceil_div(M, cfg.block_m) * ceil_div(N, cfg.block_n)
         regs = cal["regs"].get(f"t{cfg.thread_m}x{cfg.thread_n}", 128)
         per_sm = blocks_per_sm(cfg.threads, regs, 4 * cfg.shared_floats(), gpu)
+        factor, width = _simt_copy_factor(wl, cfg, cal)
+        eff *= factor
         waves, comp = _waves_compute(tiles * splits, per_sm, cfg.threads // 32, 2 * cfg.block_m * cfg.block_n * kt,
                                      cal["fp32_sm_tflops"], eff, gpu, cal, 4 * cfg.block_m * cfg.block_n,
-                                     _store_factor(wl, cal))
-        dram, l2 = _memory_us(wl, cfg.block_m, cfg.block_n, splits, gpu, cal)
-        reduce = _reduce_us(wl, splits, gpu, cal)
+                                     _store_factor(wl, cal, cfg))
+        dram, l2 = _memory_us(wl, cfg.block_m, cfg.block_n, splits, gpu, cal, cfg=cfg)
+        reduce = _reduce_us(wl, splits, gpu, cal) + _pad_us(wl, cfg, gpu, cal)
         terms.update(blocks=tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp, dram_us=dram, l2_us=l2,
-                     reduce_us=reduce, splits=splits)
+                     reduce_us=reduce, splits=splits, efficiency=eff, load_width=width)
         return Estimate(cand, cal["launch_us"] + max(comp, dram, l2) + reduce, terms)
     # tensor cores
     tf32 = fam in ("tma_tf32", "cp_tf32")

@@ -31,7 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from .common import aligned_vector, ceil_div, cooperative_fetch_axes, inline_padding, new_schedule, register_fragments
+from .common import (aligned_vector, ceil_div, cooperative_fetch_axes, element_bytes, inline_padding, new_schedule,
+                     padded_copy, register_fragments)
 from .errors import ScheduleParamError
 from .gemm import check_thread_tiles, pipeline_double_buffer
 from .registry import Launch, register
@@ -63,6 +64,7 @@ class FastTileConfig:
     group_m: int = 1         # block-rows per rasterization group (1 = row-major block order)
     unroll: int = 256
     fragment_pipeline: bool = False  # with async_copy: also double-buffer the register fragments
+    pad_operands: bool = False  # copy A / B whose rows are not whole 16 bytes into padded buffers first
 
     # derived ----------------------------------------------------------------------------------
     @property
@@ -115,6 +117,24 @@ class FastTileConfig:
     def splits(self, wl) -> int:
         """K slices actually used: split_k, but never more than K has tiles of block_k."""
         return max(1, min(self.split_k, ceil_div(wl.K, self.block_k)))
+
+    def copied(self, wl) -> tuple[bool, bool]:
+        """(A, B): whether ``pad_operands`` copies the operand first, i.e. its rows (K elements for
+        A, N for B) are not a whole number of 16 bytes, so loads from it could not be 16 bytes wide."""
+        if not self.pad_operands:
+            return False, False
+        item = element_bytes(wl.dtype)
+        return (wl.K * item) % 16 != 0, (wl.N * item) % 16 != 0
+
+    def load_vectors(self, wl) -> tuple[int, int]:
+        """Elements per global load of A and of B: as wide as their row length allows (a row of A
+        starts at a multiple of K elements, one of B at a multiple of N: a v-wide load needs
+        K (or N) % v == 0), or full width from a padded copy, whose rows are whole tiles."""
+        copy_a, copy_b = self.copied(wl)
+        k_pad = ceil_div(wl.K, self.block_k * self.splits(wl)) * self.block_k * self.splits(wl)
+        n_pad = ceil_div(wl.N, self.block_n) * self.block_n
+        return (aligned_vector(k_pad if copy_a else wl.K, self.vector),
+                aligned_vector(n_pad if copy_b else wl.N, self.vector))
 
     def shared_floats(self) -> int:
         rows_a = self.block_k + self.pad if self.a_layout == "m_major" else self.block_m + self.pad
@@ -169,9 +189,9 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None):
     sch.reverse_compute_at(write_back, lane, preserve_unit_loops=True)
 
     axes = (("threadIdx.z", cfg.warps_m), ("threadIdx.y", cfg.warps_n), ("threadIdx.x", cfg.lanes_m * cfg.lanes_n))
-    # global loads as wide as the rows allow: a row of A starts at a multiple of K elements, one of
-    # B at a multiple of N, so a v-wide load needs K (or N) % v == 0 (float2 where float4 is not)
-    a_vec, b_vec = aligned_vector(wl.K, cfg.vector), aligned_vector(wl.N, cfg.vector)
+    # global loads as wide as the rows allow (float2 where float4 is not), or full width from the
+    # padded copies that pad_operands makes of misaligned operands (kernels of their own, below)
+    a_vec, b_vec = cfg.load_vectors(wl)
     scope = "shared.dyn" if cfg.dynamic_shared else "shared"
     a_shared = sch.cache_read(block, 0, scope)
     b_shared = sch.cache_read(block, 1, scope)
@@ -201,7 +221,10 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None):
     _pipeline(sch, cfg, ko, ki, a_shared, b_shared)
     if splits > 1:
         _sum_partials(sch, final)
-    inline_padding(sch)
+    copies = [name for name, copied in zip(("A_pad", "B_pad"), cfg.copied(wl)) if copied]
+    for name in copies:
+        padded_copy(sch, name)
+    inline_padding(sch, reads=[name for name in ("A_pad", "B_pad") if name not in copies])
     sch.decompose_reduction(block, ko)
     return sch
 

@@ -403,11 +403,11 @@ def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
 class ColumnGemvConfig:
     also_takes = staticmethod(_column_form)  # a GEMM that is a matrix-vector product
     threads: int = 256          # threads per block: columns (threadIdx.x) × rows (threadIdx.y)
-    max_threads_x: int = 32     # threads along the columns; fewer when N / vector is smaller
+    max_threads_x: int = 32     # threads along the columns (wide A); fewer when N / vector is smaller
     vector: int | None = None   # contiguous columns per thread per load; None: 128 bits (4 fp32, 8 fp16)
     rows_per_slice: int | None = None  # rows one thread sums; None: chosen from the shape (see slice_rows)
     target_threads: int = 65536  # wide A: aim for about this many threads in the first kernel
-    narrow_max_n: int = 64      # N ≤ this: scalar loads, rows reduced inside the block (see column_gemv_t)
+    narrow_max_n: int = 64      # N ≤ this: scalar loads, one thread per column, rows reduced inside the block
     target_blocks: int = 264    # narrow A: aim for about this many blocks (2 per SM of an H100/H200)
 
     def narrow(self, wl) -> bool:
@@ -420,6 +420,11 @@ class ColumnGemvConfig:
         return aligned_vector(wl.N, self.vector or widest_vector(wl))
 
     def threads_x(self, wl) -> int:
+        if self.narrow(wl):
+            # one thread per column: a block's threads read whole consecutive rows (coalesced,
+            # nothing idle), and no column predicate reaches the cross-thread reduction (TVM's
+            # lowering of that reduction drops such a predicate on its final store)
+            return min(gemv_shape(wl).N, self.threads)
         return min(self.max_threads_x, self.threads,
                    _pow2_at_least(ceil_div(gemv_shape(wl).N, self.vector_for(wl))))
 

@@ -85,7 +85,7 @@ def cmd_show(args):
         return
     from reports import build as B
 
-    built = B.build_config(sch, cfg, B.cuda_target(args.arch))
+    built = B.build_config(sch, cfg, B.cuda_target(args.arch), wl)
     if args.stage == "lowered":
         print(built.lowered)
     elif args.stage == "cuda":

@@ -22,7 +22,7 @@ def default_workload(spec) -> str:
 def build_spec(spec, workload, **params):
     wl = parse_workload(workload) if isinstance(workload, str) else workload
     cfg = spec.config(**params)
-    return B.build_config(spec.build(wl, cfg), cfg, B.cuda_target())
+    return B.build_config(spec.build(wl, cfg), cfg, B.cuda_target(), wl)
 
 
 def run_on_gpu(harness, spec, workload, **params):

@@ -72,6 +72,22 @@ def test_the_choice_compiles_without_spills(workload, precision):
     assert b.device.cubin and all(k.spills == 0 for k in b.device.kernels)
 
 
+@pytest.mark.parametrize("workload, precision", [("gemm:8000x3x6000", "tf32"), ("gemm:1024x512x2048", "fp32")])
+def test_a_best_step_builds_exactly_what_it_chose(workload, precision):
+    """Build options travel with the choice: a padded, split-K TMA kernel needs its pass options
+    (without them TVM's storage planner lets the partial sums share the padded copy's memory)."""
+    from reports import build as B
+    from tests.helpers import build_spec
+
+    name = {"fp32": "best_gemm", "fp16": "best_fp16_gemm", "tf32": "best_tf32_gemm"}[precision]
+    wl = parse_workload(workload)
+    best = get(name).config()
+    step, chosen = best.chosen(wl)
+    assert B.built_config(best, wl) == chosen and B.built_config(best) == best
+    a, b = build_spec(get(name), workload), build_spec(get(step), workload, **chosen.__dict__)
+    assert a.device.cuda == b.device.cuda and a.lowered == b.lowered
+
+
 def test_explain_prints_the_choice_and_the_runners_up(capsys):
     from scripts.schedlab import main
 
@@ -96,6 +112,7 @@ def test_the_fit_recovers_the_constants_it_was_given():
     truth = copy.deepcopy(CALIBRATION)
     truth.update(launch_us=3.0, w_sat=12, l2_factor=4.0)
     truth["efficiency"].update({"simt 128x128 t8x8": 0.8, "simt 64x64 t4x4": 0.6})
+    truth["simt_copy_factor"] = {"1": 1.0, "0.5": 0.8, "0.25": 0.6}  # narrow loads, on misaligned shapes
     gpu = GpuSpec()
     rows = []
     for m, n, k in calibration_shapes():
@@ -107,11 +124,12 @@ def test_the_fit_recovers_the_constants_it_was_given():
     df = pd.DataFrame(rows)
     df.attrs.update(gpu_spec=gpu.__dict__, ceilings={"copy_gbps": gpu.memory_gbps}, provenance={})
     cal, report = calibrate.fit(df, gpu)
-    # the launch overhead to the grid's resolution near it (the efficiencies are medians of a
-    # model with more terms than they absorb, so the joint optimum sits a grid step away at most)
-    assert cal["w_sat"] == 12 and abs(cal["launch_us"] - 3.0) <= 0.2 and cal["fill_us"] == truth["fill_us"]
-    assert cal["efficiency"]["simt 128x128 t8x8"] == pytest.approx(0.8, rel=0.05)
-    assert report["median_abs_log_error"]["after"] < 0.02 and report["p90_abs_log_error"]["after"] < 0.1
+    # each efficiency is solved exactly from the model's form, so the constants come back exactly
+    # (the L2 factor excepted: no kernel here is bound by L2, it is not identifiable from these)
+    assert cal["w_sat"] == 12 and cal["launch_us"] == 3.0 and cal["fill_us"] == truth["fill_us"]
+    assert cal["efficiency"]["simt 128x128 t8x8"] == pytest.approx(0.8, rel=0.01)
+    assert cal["simt_copy_factor"]["0.25"] == pytest.approx(0.6, rel=0.01)
+    assert report["median_abs_log_error"]["after"] < 1e-3 and report["p90_abs_log_error"]["after"] < 1e-2
     regret = report["regret"]["after"]  # the fitted model picks the fastest, or one within 10%
     assert regret["share_within_10pct"] == 1.0 and regret["geomean"] < 1.01
 

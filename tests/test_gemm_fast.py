@@ -32,7 +32,7 @@ def build(name, workload, **params):
     spec = get(name)
     wl = parse_workload(workload)
     cfg = spec.config(**params)
-    return B.build_config(spec.build(wl, cfg), cfg, B.cuda_target("sm_90"))
+    return B.build_config(spec.build(wl, cfg), cfg, B.cuda_target("sm_90"), wl)
 
 
 _CACHE = {}
@@ -170,6 +170,21 @@ def test_loads_are_as_wide_as_the_rows_allow():
     assert re.search(r"ld\.global\.nc\.v4\.", ptx)  # B's rows (N = 500) still take float4
 
 
+def test_padded_copies_make_misaligned_operands_load_full_width():
+    """pad_operands: A (K = 2001) and B (N = 503) copied into tile-padded buffers by kernels of
+    their own, then loaded 16 bytes wide; an aligned operand is not copied."""
+    b = built("warp_tiled_gemm", "gemm:1000x503x2001", pad_operands=True)
+    assert len(b.device.kernels) == 3 and all(k.spills == 0 for k in b.device.kernels)
+    assert re.search(r"ld\.global\.nc\.v4\.", b.device.ptx) and not re.search(r"ld\.global\.nc\.v2\.", b.device.ptx)
+    assert "A_pad" in b.device.cuda and "B_pad" in b.device.cuda
+    b = built("split_k_gemm", "gemm:1000x500x2001", pad_operands=True)
+    assert len(b.device.kernels) == 3  # A's copy, the product, the sum of the slices (B needs no copy)
+    cfg = get("warp_tiled_gemm").config(pad_operands=True)
+    assert cfg.copied(parse_workload("gemm:64x64x64")) == (False, False)
+    assert cfg.load_vectors(parse_workload("gemm:1000x503x2001")) == (4, 4)
+    assert get("warp_tiled_gemm").config().load_vectors(parse_workload("gemm:1000x503x2001")) == (1, 1)
+
+
 # --- on the GPU -------------------------------------------------------------------------------
 def _run(harness, name, workload, **params):
     return run_on_gpu(harness, get(name), workload, **params)
@@ -184,6 +199,18 @@ GPU_FP32_CASES = ([(name, wl) for name in FP32_STEPS for wl in (DEFAULT, "gemm:1
 @pytest.mark.parametrize("name,workload", GPU_FP32_CASES)
 def test_fp32_steps_are_correct(harness, name, workload):
     assert _run(harness, name, workload) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,workload,params", [
+    ("warp_tiled_gemm", "gemm:1000x503x2001", dict(pad_operands=True)),
+    ("split_k_gemm", "gemm:300x77x9001", dict(pad_operands=True)),
+    ("skinny_gemm", "gemm:2000x13x3001:float16", dict(pad_operands=True, split_k=8)),
+    ("skinny_gemm", "gemm:9x7x15001", dict(block_m=32, block_n=128, thread_m=8, thread_n=1, warps_m=4, warps_n=4,
+                                           vector=1, split_k=128, pad_operands=True)),
+])
+def test_padded_copies_are_right(harness, name, workload, params):
+    assert _run(harness, name, workload, **params) < 1e-5
 
 
 @pytest.mark.gpu

@@ -481,5 +481,5 @@ def test_the_fast_spaces_seed_is_best_gemms_own_kernel(shape):
                                                sample_insts(trace), decisions)
     assert failed is None
     spec = get("best_gemm")
-    hand = B.build_config(spec.build(wl, spec.config()), spec.config(), target)
+    hand = B.build_config(spec.build(wl, spec.config()), spec.config(), target, wl)
     assert B.build(cand.sch.mod, target).device.cuda == hand.device.cuda
