@@ -27,6 +27,15 @@ sweep of shapes × configurations measured on a GPU (``schedlab sweep --set cali
 shape. The GPU's SM count, registers and shared memory come from the device at run time
 (:func:`schedules.common.current_gpu`).
 
+Operand layouts and batches: a candidate is valid for a workload only if its step takes the
+workload's layout and batch (``layouts``/``batched`` on the step's configuration; the TMA kernels
+take nn only for now), so the choice is made among the kernels that take it. A batch of products
+(``bmm:BxMxNxK``) multiplies the blocks the way split-K does: ``B`` products of ``T`` output tiles
+are ``B·T`` blocks (in waves), and each product's bytes are moved. The model has no layout term:
+the per-configuration efficiencies were calibrated on nn, and a transposed operand costs little
+where the kernel adapts (transposed on its way into shared memory, or read through the tensor
+cores' transpose); a calibration sweep over layouts would add one.
+
 Degenerate shapes go to their own families: N = 1 or M = 1 is a matrix-vector product (the GEMV
 dispatcher, row form or transposed form); M or N of a few dozen get skinny block tiles (a few rows
 or columns per block, many K slices); few outputs with a long K get split-K; a short K gets no deep
@@ -124,13 +133,17 @@ def simt_candidates(wl, general: bool = True):
 
 
 def gemv_candidates(wl):
-    from .gemv import ColumnGemvConfig, GemvDispatchConfig
+    """A matrix-vector product (N = 1 or M = 1, no batch): the GEMV kernel of its form, which the
+    layout decides (:func:`schedules.gemv.vector_form`: the stored matrix read along its rows or
+    down its columns)."""
+    from .gemv import ColumnGemvConfig, GemvDispatchConfig, vector_form
 
-    if wl.N == 1:
+    form = vector_form(wl)
+    if form is None:
+        return []
+    if form[0] == "row":
         return [Candidate("gemv_dispatch", GemvDispatchConfig(), "gemv", "gemv row")]
-    if wl.M == 1:
-        return [Candidate("column_gemv_t", ColumnGemvConfig(), "gemv", "gemv column")]
-    return []
+    return [Candidate("column_gemv_t", ColumnGemvConfig(), "gemv", "gemv column")]
 
 
 def fp16_candidates(wl):
@@ -214,7 +227,8 @@ def blocks_per_sm(threads: int, regs: int, smem: int, gpu: GpuSpec) -> int:
 
 
 def _memory_us(wl, bm, bn, splits, gpu, cal, out_bytes=4) -> tuple[float, float]:
-    """(DRAM time, L2→SM time) of a tiled product in µs; the split-K partials in the first."""
+    """(DRAM time, L2→SM time) of a tiled product in µs; the split-K partials in the first; a batch
+    (bmm) moves each product's bytes."""
     item = _itemsize(wl.dtype)
     M, N, K = wl.M, wl.N, wl.K
     dram = item * (M * K + K * N) + out_bytes * M * N / _store_factor(wl, cal)
@@ -222,14 +236,18 @@ def _memory_us(wl, bm, bn, splits, gpu, cal, out_bytes=4) -> tuple[float, float]
         dram += 4 * splits * M * N  # partials written by the main kernel
     l2 = item * (M * K * ceil_div(N, bn) + K * N * ceil_div(M, bm))
     bw = gpu.memory_gbps * 1e3  # bytes per µs
-    return dram / bw, l2 / (bw * cal["l2_factor"])
+    return _batches(wl) * dram / bw, _batches(wl) * l2 / (bw * cal["l2_factor"])
+
+
+def _batches(wl) -> int:
+    return getattr(wl, "batches", 1)
 
 
 def _reduce_us(wl, splits, gpu, cal) -> float:
     """Split-K's second kernel: every partial read once, C written once."""
     if splits <= 1:
         return 0.0
-    return cal["launch_us"] + 4 * (splits + 1) * wl.M * wl.N / (gpu.memory_gbps * 1e3)
+    return cal["launch_us"] + 4 * (splits + 1) * wl.M * wl.N * _batches(wl) / (gpu.memory_gbps * 1e3)
 
 
 def _store_factor(wl, cal) -> float:
@@ -266,7 +284,8 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     if fam == "simt":
         splits = cfg.splits(wl)
         kt = ceil_div(ceil_div(K, splits), cfg.block_k) * cfg.block_k
-        tiles = ceil_div(M, cfg.block_m) * ceil_div(N, cfg.block_n)
+        # a batch multiplies the blocks, as split-K does (each product's tiles are blocks of their own)
+        tiles = ceil_div(M, cfg.block_m) * ceil_div(N, cfg.block_n) * _batches(wl)
         regs = cal["regs"].get(f"t{cfg.thread_m}x{cfg.thread_n}", 128)
         per_sm = blocks_per_sm(cfg.threads, regs, 4 * cfg.shared_floats(), gpu)
         waves, comp = _waves_compute(tiles * splits, per_sm, cfg.threads // 32, 2 * cfg.block_m * cfg.block_n * kt,
@@ -284,7 +303,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     splits = getattr(cfg, "split_k", 1)
     kts = ceil_div(ceil_div(K, bk), splits)
     bm, bn = cfg.block_m, cfg.block_n
-    tiles = ceil_div(M, bm) * ceil_div(N, bn)
+    tiles = ceil_div(M, bm) * ceil_div(N, bn) * _batches(wl)  # a batch multiplies the blocks
     flops = 2 * bm * bn * kts * bk
     if fam in ("cp", "cp_tf32"):  # copies narrower than 16 bytes cost issue slots (and 2-byte ones registers)
         a_bytes, b_bytes = cfg.copy_widths(wl)
