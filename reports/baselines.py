@@ -1,6 +1,11 @@
 """Library baselines timed in the same harness as the schedules: NumPy and PyTorch on the CPU,
 cuBLAS through PyTorch on CUDA (one call per workload kind, input type and output type, the same
-types as the lab's kernels), and TVM's own default GPU rules (``s_tir.dlight``)."""
+types as the lab's kernels), and TVM's own default GPU rules (``s_tir.dlight``).
+
+A GEMM's operand layout reaches the libraries as it reaches the kernels: the stored buffers, a
+transposed operand passed as a transposed view (``.T`` / ``.mT``: no copy, the library reads the
+strides and runs its own transposed product), and a batch of products (bmm) as one batched call
+(``np.matmul`` / ``torch.bmm`` on the strided 3-D buffers)."""
 
 from __future__ import annotations
 
@@ -40,12 +45,16 @@ def run_cpu_baseline(name, workload, inputs):
     out_shape = workload.arg_shapes()[-1][0]
     if name == "numpy_cpu":
         a = a.T if workload.kind == "gemv_t" else a
+        if workload.kind == "gemm":
+            a, b = workload.operands(a, b)  # transposed views of the stored operands
         out = np.empty(out_shape, dtype=np.float32)
         fn = lambda: np.matmul(a, b, out=out)  # noqa: E731
     elif name == "torch_cpu":
         torch = _torch()
         at, bt = (torch.from_numpy(x) for x in inputs)
         at = at.t() if workload.kind == "gemv_t" else at
+        if workload.kind == "gemm":
+            at, bt = workload.operands(at, bt)
         out_t = torch.empty(out_shape, dtype=torch.float32)
         fn = (lambda: torch.matmul(at, bt, out=out_t)) if workload.kind == "gemm" else \
              (lambda: torch.mv(at, bt, out=out_t))
@@ -78,11 +87,19 @@ def cublas_call(harness, workload, inputs, out, tf32: bool = False):
         a = a.t()  # a column-major view: cuBLAS runs its transposed product on the same bytes
     if workload.kind != "gemm":  # GEMV as an (M x N)·(N x 1) product into a view of y
         b, out = b.unsqueeze(1), out.unsqueeze(1)
+    layout = ""
+    if workload.kind == "gemm":
+        # a transposed operand as a transposed view of its buffer (made here, outside the timed
+        # closure; no copy): cuBLAS reads the strides and runs its transposed product (op = T)
+        a, b = workload.operands(a, b)
+        layout = "" if workload.layout == "nn" else f", {workload.layout} (transposed views)"
+    batched = getattr(workload, "batched", False)
+    mm, mm_name = (torch.bmm, "torch.bmm") if batched else (torch.mm, "torch.mm")
     if a.dtype == out.dtype:
-        return (lambda: torch.mm(a, b, out=out)), f"torch.mm, {a.dtype} → {out.dtype}{mode}"
+        return (lambda: mm(a, b, out=out)), f"{mm_name}, {a.dtype} → {out.dtype}{mode}{layout}"
     try:  # fp16/bf16 inputs, fp32 output: torch ≥ 2.8's out_dtype (cublasGemmEx with an fp32 C)
-        torch.mm(a, b, out_dtype=out.dtype, out=out)
-        return (lambda: torch.mm(a, b, out_dtype=out.dtype, out=out)), \
-            f"torch.mm(out_dtype={out.dtype}), {a.dtype} → {out.dtype}"
+        mm(a, b, out_dtype=out.dtype, out=out)
+        return (lambda: mm(a, b, out_dtype=out.dtype, out=out)), \
+            f"{mm_name}(out_dtype={out.dtype}), {a.dtype} → {out.dtype}{layout}"
     except (TypeError, RuntimeError):
-        return (lambda: out.copy_(torch.mm(a, b))), f"torch.mm {a.dtype} → {a.dtype}, widened to {out.dtype}"
+        return (lambda: out.copy_(mm(a, b))), f"{mm_name} {a.dtype} → {a.dtype}, widened to {out.dtype}{layout}"

@@ -3,6 +3,7 @@ cuBLAS of the same precision, on fixed shapes (or, with ``--random N``, on shape
 :mod:`reports.bench_random`).
 
     schedlab bench-gemm --out out/bench_gemm [--shapes 1024x512x2048,...] [--steps] [--precisions fp32,tf32,fp16,bf16]
+    schedlab bench-gemm --layouts --out out/bench_layouts   # nn/nt/tn/tt and bmm beside cuBLAS (bench_layouts)
 
 Per shape and precision: cuBLAS (fp32 with TF32 off; cuBLAS in TF32 mode for tf32; fp16/bf16 inputs
 with an fp32 output, as the lab's kernels compute), dlight, the lab's choice for the precision
@@ -121,12 +122,21 @@ def main(argv=None):
     ap.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated: fp32,tf32,fp16,bf16")
     ap.add_argument("--steps", action="store_true", help="also the fast fp32 steps at their defaults")
     ap.add_argument("--random", type=int, default=0, metavar="N", help="N random shapes instead (bench_random)")
+    ap.add_argument("--layouts", action="store_true",
+                    help="the operand layouts nn/nt/tn/tt (4096³, 1024x512x2048; fp32, fp16) and fp16 bmm at "
+                         "attention-like shapes beside cuBLAS of the same layout, instead (bench_layouts)")
     ap.add_argument("--seed", type=int, default=0, help="with --random: the drawing's seed")
     args = ap.parse_args(argv)
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     for p in precisions:
         if p not in PRECISIONS:
             raise ValueError(f"--precisions: {p!r} is not one of {', '.join(PRECISIONS)}")
+    if args.layouts:
+        from .bench_layouts import run_layouts
+
+        if args.out == "out/bench_gemm":
+            args.out = "out/bench_layouts"
+        return run_layouts(args)
     if args.random:
         from .bench_random import run_random
 

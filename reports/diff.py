@@ -33,15 +33,14 @@ def resolve(a: str, b: str | None, shape: str | None, default_shapes: dict):
     if spec_a.kind != spec_b.kind:
         raise ScheduleParamError(f"{spec_a.name} is a {spec_a.kind} schedule and {spec_b.name} a {spec_b.kind} one: "
                                  "a diff needs two schedules of one kind")
+    from schedules.workloads import workload_for
+
     text = shape or default_shapes[spec_a.kind]
-    if ":" not in text:
-        common = [d for d in spec_a.input_dtypes if d in spec_b.input_dtypes]
-        if not common:
-            raise ScheduleParamError(f"{spec_a.name} takes {', '.join(spec_a.input_dtypes)} inputs and {spec_b.name} "
-                                     f"{', '.join(spec_b.input_dtypes)}: no input type for both")
-        if "float32" not in common:
-            text += f":{common[0]}"
-    wl = parse_workload(f"{spec_a.kind}:{text}")
+    common = [d for d in spec_a.input_dtypes if d in spec_b.input_dtypes]
+    if not common:
+        raise ScheduleParamError(f"{spec_a.name} takes {', '.join(spec_a.input_dtypes)} inputs and {spec_b.name} "
+                                 f"{', '.join(spec_b.input_dtypes)}: no input type for both")
+    wl = workload_for(spec_a.kind, text, "float32" if "float32" in common else common[0])
     for spec in (spec_a, spec_b):
         if not spec.accepts_dtype(wl):
             raise ScheduleParamError(f"{spec.name} does not take {wl.dtype} inputs ({wl})")

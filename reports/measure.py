@@ -64,10 +64,14 @@ def _is_torch(x) -> bool:
 
 
 def reference(workload, inputs):
-    """The float64 product of ``inputs`` (numpy arrays or torch tensors, computed where they are)."""
+    """The float64 product of ``inputs`` (numpy arrays or torch tensors, computed where they are),
+    as stored: a GEMM's operands are read through its layout (op(A)·op(B), a transposed operand
+    as a view of the stored one), a batch of products (bmm) as one batched product."""
     a, b = (x.double() if _is_torch(x) else np.asarray(x, dtype=np.float64) for x in inputs)
     if workload.kind == "gemv_t":
         a = a.t() if _is_torch(a) else a.T
+    elif workload.kind == "gemm":
+        a, b = workload.operands(a, b)
     return a @ b
 
 
@@ -97,7 +101,8 @@ def product_error(workload, out, inputs, ref=None) -> float:
         return float("nan")
     ref = reference(workload, inputs) if ref is None else ref
     out64 = out.double() if _is_torch(out) else np.asarray(out, dtype=np.float64)
-    sum_length = inputs[0].shape[0] if workload.kind == "gemv_t" else inputs[0].shape[-1]
+    sum_length = workload.K if workload.kind == "gemm" else (
+        inputs[0].shape[0] if workload.kind == "gemv_t" else inputs[0].shape[-1])
     diff = _norm(out64 - ref)
     outputs = ref.numel() if _is_torch(ref) else ref.size
     if outputs > 1 and sum_length <= LONG_SUM:

@@ -118,7 +118,8 @@ def run_page(df: pd.DataFrame, out_dir: str, rebuild: bool = True) -> dict:
         tables.append({"id": _slug(wl_text), "caption": wl_text, "columns": cols, "rows": rows, "row_schedule": keys})
         left = (meta.get("left_out") or {}).get(wl_text)
         if left:
-            notes.append(f"{wl_text}: left out (they do not take its input type): {', '.join(left)}.")
+            notes.append(f"{wl_text}: left out (they do not take its input type, operand layout or batch): "
+                         f"{', '.join(left)}.")
     charts = [{"caption": cap, "png": _png(os.path.join(out_dir, f))} for f, cap in
               (("time_per_step.png", "Time per step (log scale)"), ("roofline.png", "Roofline of the measured ceilings"))]
     return {"title": f"schedlab run · {prov.get('gpu')} · {prov.get('date')}", "provenance": prov, "notes": notes,

@@ -42,10 +42,13 @@ def plan(workloads, schedule_names=None, baseline_names=None, params=None, gpu=T
                 if not spec.accepts_dtype(wl):
                     raise ScheduleParamError(f"{spec.name} takes {', '.join(spec.input_dtypes)} inputs, not "
                                              f"{wl.dtype} ({wl})")
+                refusal = spec.layout_refusal(wl)
+                if refusal:
+                    raise ScheduleParamError(refusal)
         else:
             kind = [s for s in all_schedules(wl.kind) if not set(LEFT_OUT_TAGS) & set(s.tags)]
-            specs = [s for s in kind if s.accepts_dtype(wl)]
-            left_out[str(wl)] = [s.name for s in kind if not s.accepts_dtype(wl)]
+            specs = [s for s in kind if s.accepts(wl)]  # its input type, its layout, its batch
+            left_out[str(wl)] = [s.name for s in kind if not s.accepts(wl)]
         for spec in specs:
             jobs.append({"workload": str(wl), "name": spec.name, "params": (params or {}).get(spec.name, {})})
         names = list(default_baselines(wl, specs)) if baseline_names is None else list(baseline_names)
@@ -234,7 +237,9 @@ def markdown(df: pd.DataFrame) -> str:
         skipped = (meta.get("left_out") or {}).get(wl_text)
         if skipped:
             wl = parse_workload(wl_text)
-            lines += [f"Left out (they do not take {wl.dtype} inputs): {', '.join(skipped)}.", ""]
+            what = f"{wl.dtype} inputs" if wl.kind != "gemm" or (wl.layout == "nn" and not wl.batched) else \
+                f"{wl.dtype} inputs, the {wl.layout} layout{' or a batch' if wl.batched else ''}"
+            lines += [f"Left out (they do not take {what}): {', '.join(skipped)}.", ""]
     bad = df[~df["status"].isin(["ok", "no-gpu", "unavailable"])] if "status" in df else df.iloc[0:0]
     if len(bad):
         lines += ["### Errors", ""] + [f"- `{r['name']}` on {r['workload']}: {r.get('error', '')}"

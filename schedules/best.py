@@ -11,14 +11,17 @@ from dataclasses import dataclass
 from . import dispatch
 from .errors import ScheduleParamError
 from .registry import Launch, get, register
-from .workloads import Gemm
+from .workloads import LAYOUTS, Gemm
 
 
 @dataclass(frozen=True)
 class BestConfig:
-    """No parameters: the configuration is chosen per workload (and GPU) by the dispatcher."""
+    """No parameters: the configuration is chosen per workload (and GPU) by the dispatcher, among
+    the kernels that take the workload's operand layout and batch."""
 
     dtypes = ("float32",)
+    layouts = LAYOUTS
+    batched = True
     precision_name = "fp32"
     step_name = "best_gemm"
 

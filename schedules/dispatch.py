@@ -27,6 +27,15 @@ sweep of shapes × configurations measured on a GPU (``schedlab sweep --set cali
 shape. The GPU's SM count, registers and shared memory come from the device at run time
 (:func:`schedules.common.current_gpu`).
 
+Operand layouts and batches: a candidate is valid for a workload only if its step takes the
+workload's layout and batch (``layouts``/``batched`` on the step's configuration; the TMA kernels
+take nn only for now), so the choice is made among the kernels that take it. A batch of products
+(``bmm:BxMxNxK``) multiplies the blocks the way split-K does: ``B`` products of ``T`` output tiles
+are ``B·T`` blocks (in waves), and each product's bytes are moved. The model has no layout term:
+the per-configuration efficiencies were calibrated on nn, and a transposed operand costs little
+where the kernel adapts (transposed on its way into shared memory, or read through the tensor
+cores' transpose); a calibration sweep over layouts would add one.
+
 Degenerate shapes go to their own families: N = 1 or M = 1 is a matrix-vector product (the GEMV
 dispatcher, row form or transposed form); M or N of a few dozen get skinny block tiles (a few rows
 or columns per block, many K slices); few outputs with a long K get split-K; a short K gets no deep
@@ -128,19 +137,24 @@ def simt_candidates(wl, general: bool = True):
 
 
 def gemv_candidates(wl):
-    from .gemv import ColumnGemvConfig, GemvDispatchConfig
+    """A matrix-vector product (N = 1 or M = 1, no batch): the GEMV kernel of its form, which the
+    layout decides (:func:`schedules.gemv.vector_form`: the stored matrix read along its rows or
+    down its columns)."""
+    from .gemv import ColumnGemvConfig, GemvDispatchConfig, vector_form
 
-    if wl.N == 1:
+    form = vector_form(wl)
+    if form is None:
+        return []
+    if form[0] == "row":
         return [Candidate("gemv_dispatch", GemvDispatchConfig(), "gemv", "gemv row")]
-    if wl.M == 1:
-        return [Candidate("column_gemv_t", ColumnGemvConfig(), "gemv", "gemv column")]
-    return []
+    return [Candidate("column_gemv_t", ColumnGemvConfig(), "gemv", "gemv column")]
 
 
 def _misaligned(wl) -> bool:
-    """Whether A's or B's rows are not a whole number of 16 bytes (no tensor map can describe them)."""
+    """Whether A's or B's stored rows are not a whole number of 16 bytes (no tensor map can
+    describe them, no load from them can be 16 bytes wide)."""
     item = _itemsize(wl.dtype)
-    return (wl.K * item) % 16 != 0 or (wl.N * item) % 16 != 0
+    return any((shape[-1] * item) % 16 for shape in (wl.a_shape, wl.b_shape))
 
 
 def _pad_us(wl, cfg, gpu, cal) -> float:
@@ -148,9 +162,9 @@ def _pad_us(wl, cfg, gpu, cal) -> float:
     if not getattr(cfg, "pad_operands", False):
         return 0.0
     item, us = _itemsize(wl.dtype), 0.0
-    for rows, cols in ((wl.M, wl.K), (wl.K, wl.N)):
-        if (cols * item) % 16:
-            us += cal["launch_us"] + 2 * item * rows * cols / (gpu.memory_gbps * 1e3)
+    for shape in (wl.a_shape, wl.b_shape):
+        if (shape[-1] * item) % 16:
+            us += cal["launch_us"] + 2 * item * math.prod(shape) / (gpu.memory_gbps * 1e3)
     return us
 
 
@@ -224,7 +238,8 @@ def blocks_per_sm(threads: int, regs: int, smem: int, gpu: GpuSpec) -> int:
 
 
 def _memory_us(wl, bm, bn, splits, gpu, cal, out_bytes=4, cfg=None) -> tuple[float, float]:
-    """(DRAM time, L2→SM time) of a tiled product in µs; the split-K partials in the first."""
+    """(DRAM time, L2→SM time) of a tiled product in µs; the split-K partials in the first; a batch
+    (bmm) moves each product's bytes."""
     item = _itemsize(wl.dtype)
     M, N, K = wl.M, wl.N, wl.K
     dram = item * (M * K + K * N) + out_bytes * M * N / _store_factor(wl, cal, cfg)
@@ -232,14 +247,18 @@ def _memory_us(wl, bm, bn, splits, gpu, cal, out_bytes=4, cfg=None) -> tuple[flo
         dram += 4 * splits * M * N  # partials written by the main kernel
     l2 = item * (M * K * ceil_div(N, bn) + K * N * ceil_div(M, bm))
     bw = gpu.memory_gbps * 1e3  # bytes per µs
-    return dram / bw, l2 / (bw * cal["l2_factor"])
+    return _batches(wl) * dram / bw, _batches(wl) * l2 / (bw * cal["l2_factor"])
+
+
+def _batches(wl) -> int:
+    return getattr(wl, "batches", 1)
 
 
 def _reduce_us(wl, splits, gpu, cal) -> float:
     """Split-K's second kernel: every partial read once, C written once."""
     if splits <= 1:
         return 0.0
-    return cal["launch_us"] + 4 * (splits + 1) * wl.M * wl.N / (gpu.memory_gbps * 1e3)
+    return cal["launch_us"] + 4 * (splits + 1) * wl.M * wl.N * _batches(wl) / (gpu.memory_gbps * 1e3)
 
 
 def _store_factor(wl, cal, cfg=None) -> float:
@@ -290,7 +309,8 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     if fam == "simt":
         splits = cfg.splits(wl)
         kt = ceil_div(ceil_div(K, splits), cfg.block_k) * cfg.block_k
-        tiles = ceil_div(M, cfg.block_m) * ceil_div(N, cfg.block_n)
+        # a batch multiplies the blocks, as split-K does (each product's tiles are blocks of their own)
+        tiles = ceil_div(M, cfg.block_m) * ceil_div(N, cfg.block_n) * _batches(wl)
         regs = cal["regs"].get(f"t{cfg.thread_m}x{cfg.thread_n}", 128)
         per_sm = blocks_per_sm(cfg.threads, regs, 4 * cfg.shared_floats(), gpu)
         factor, width = _simt_copy_factor(wl, cfg, cal)
@@ -309,7 +329,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     bk = 32 if tf32 else 64
     kts, splits = cfg.k_split(K) if hasattr(cfg, "k_split") else (ceil_div(K, bk), 1)
     bm, bn = cfg.block_m, cfg.block_n
-    tiles = ceil_div(M, bm) * ceil_div(N, bn)
+    tiles = ceil_div(M, bm) * ceil_div(N, bn) * _batches(wl)  # a batch multiplies the blocks
     flops = 2 * bm * bn * kts * bk
     if fam in ("cp", "cp_tf32"):  # copies narrower than 16 bytes cost issue slots (and 2-byte ones registers)
         a_bytes, b_bytes = cfg.copy_widths(wl)

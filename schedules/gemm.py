@@ -14,7 +14,7 @@ from .common import (ceil_div, cooperative_fetch, inline_padding, new_schedule, 
                      shared_tiles, tile_and_bind_2d)
 from .errors import ScheduleParamError
 from .registry import Launch, register
-from .workloads import Gemm
+from .workloads import LAYOUTS, Gemm
 
 F32 = 4
 
@@ -22,6 +22,8 @@ F32 = 4
 # --- 1 -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class NaiveConfig:
+    layouts = LAYOUTS  # any operand layout: the loops index the stored operands (nothing adapts)
+
     def launch(self, wl: Gemm) -> Launch:
         return Launch(grid=(wl.N, wl.M, 1), block=(1, 1, 1), threads_from="one thread")
 
@@ -46,6 +48,7 @@ def naive_gemm(wl: Gemm, cfg: NaiveConfig = NaiveConfig()):
 # --- 2 -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Thread1DConfig:
+    layouts = LAYOUTS
     rows_per_block: int = 32
 
     def launch(self, wl: Gemm) -> Launch:
@@ -77,6 +80,7 @@ def thread_1d_gemm(wl: Gemm, cfg: Thread1DConfig = Thread1DConfig()):
 # --- 3 and 6 -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Thread2DConfig:
+    layouts = LAYOUTS
     tile_m: int = 32
     tile_n: int = 32
 
@@ -117,6 +121,7 @@ def uncoalesced_gemm(wl: Gemm, cfg: Thread2DConfig = Thread2DConfig()):
 # --- 4, 5 and 7: shared-memory tiles -----------------------------------------------------------
 @dataclass(frozen=True)
 class SharedTileConfig:
+    layouts = LAYOUTS  # the copies follow the stored operand: fetched along its contiguous axis
     tile_m: int = 16
     tile_n: int = 16
     tile_k: int = 8
@@ -206,6 +211,7 @@ def check_thread_tiles(cfg):
 
 @dataclass(frozen=True)
 class ThreadTileConfig:
+    layouts = LAYOUTS  # the shared tiles end up k-major whatever the layout (see register_tiled_gemm)
     block_m: int = 128
     block_n: int = 128
     block_k: int = 8
@@ -242,7 +248,7 @@ class DoubleBufferConfig(ThreadTileConfig):
     stages = 2
 
 
-def register_tiled_gemm(sch, block, i_factors, j_factors, k_factors, fetch):
+def register_tiled_gemm(sch, block, i_factors, j_factors, k_factors, fetch, trans_a=False, trans_b=False):
     """The register-tiled GEMM body of steps 8 and 9 on ``block``, with the tile sizes given as
     split factors (integers, or sampled knobs in the tuner's ``tiled`` space):
 
@@ -265,8 +271,12 @@ def register_tiled_gemm(sch, block, i_factors, j_factors, k_factors, fetch):
     sch.bind(tj, "threadIdx.x")
     write_back = register_accumulator(sch, block, tj)
     a_shared, b_shared = shared_tiles(sch, block, ko, fetch=fetch)
-    # Store A k-major in shared memory (As[k][m]) so a thread's column of A is one vector load.
-    sch.transform_layout(a_shared, ("write", 0), lambda m, kk: (kk, m))
+    # Store A k-major in shared memory (As[k][m]) so a thread's column of A is one vector load
+    # (an A stored K×M is k-major already); B likewise n-contiguous (Bs[k][n]).
+    if not trans_a:
+        sch.transform_layout(a_shared, ("write", 0), lambda m, kk: (kk, m))
+    if trans_b:
+        sch.transform_layout(b_shared, ("write", 0), lambda n, kk: (kk, n))
     # Register fragments: a column of A and a row of B per k, reused for thread_m × thread_n FMAs.
     register_fragments(sch, block, ki)
     sch.unroll(ki)
@@ -286,7 +296,8 @@ def thread_tiled(wl: Gemm, cfg: ThreadTileConfig):
         [None, cfg.thread_m // cfg.vector, ty_n, cfg.vector],
         [None, cfg.thread_n // cfg.vector, tx_n, cfg.vector],
         [None, cfg.block_k],
-        fetch=lambda s, copy: cooperative_fetch(s, copy, (ty_n, tx_n), cfg.vector))
+        fetch=lambda s, copy: cooperative_fetch(s, copy, (ty_n, tx_n), cfg.vector),
+        trans_a=wl.trans_a, trans_b=wl.trans_b)
     sch.annotate(h["tj"], "pragma_auto_unroll_max_step", cfg.unroll)
     sch.annotate(h["tj"], "pragma_unroll_explicit", 1)
     sch.vectorize(sch.get_loops(h["write_back"])[-1])

@@ -8,7 +8,9 @@ exactly what changed from the one before. The knobs:
   are in global memory, so both the 128-bit global load and the shared store are vector instructions;
   a ``pad`` of 4 floats per row (``storage_align``) moves consecutive rows onto different banks, so
   the column reads of the fragment loads do not conflict. ``"k_major"`` transposes A on the way in,
-  so a thread's column of A is one 128-bit shared load.
+  so a thread's column of A is one 128-bit shared load. (These name the shared tile: an A stored
+  K×M, the ``tn``/``tt`` operand layouts, arrives k-major, and ``"k_major"`` then copies it as it
+  is; a B stored N×K is transposed on its way in. See :func:`apply_fast_tiled`.)
 * ``warps_m × warps_n``: warp tiling. Each warp owns a (block_m / warps_m) × (block_n / warps_n)
   sub-tile and its 32 lanes form a lanes_m × lanes_n grid inside it: the lanes that share a row read
   the same A fragment (one broadcast), those that share a column the same B fragment.
@@ -36,7 +38,7 @@ from .common import (aligned_vector, ceil_div, cooperative_fetch_axes, element_b
 from .errors import ScheduleParamError
 from .gemm import check_thread_tiles, pipeline_double_buffer
 from .registry import Launch, register
-from .workloads import Gemm
+from .workloads import LAYOUTS, Gemm
 
 F32 = 4
 
@@ -47,6 +49,8 @@ class FastTileConfig:
     """Tile sizes and switches of :func:`fast_tiled` (defaults: vectorized_shared_gemm)."""
 
     dtypes = ("float32",)  # input types the step takes (a class attribute, not a parameter)
+    layouts = LAYOUTS  # operand layouts (class attributes): the shared tiles adapt, see apply_fast_tiled
+    batched = True     # a bmm: the batch on blockIdx.z
 
     block_m: int = 128
     block_n: int = 128
@@ -119,22 +123,25 @@ class FastTileConfig:
         return max(1, min(self.split_k, ceil_div(wl.K, self.block_k)))
 
     def copied(self, wl) -> tuple[bool, bool]:
-        """(A, B): whether ``pad_operands`` copies the operand first, i.e. its rows (K elements for
-        A, N for B) are not a whole number of 16 bytes, so loads from it could not be 16 bytes wide."""
+        """(A, B): whether ``pad_operands`` copies the operand first, i.e. its stored rows are not a
+        whole number of 16 bytes, so loads from it could not be 16 bytes wide."""
         if not self.pad_operands:
             return False, False
         item = element_bytes(wl.dtype)
-        return (wl.K * item) % 16 != 0, (wl.N * item) % 16 != 0
+        return (wl.a_shape[-1] * item) % 16 != 0, (wl.b_shape[-1] * item) % 16 != 0
 
     def load_vectors(self, wl) -> tuple[int, int]:
-        """Elements per global load of A and of B: as wide as their row length allows (a row of A
-        starts at a multiple of K elements, one of B at a multiple of N: a v-wide load needs
-        K (or N) % v == 0), or full width from a padded copy, whose rows are whole tiles."""
+        """Elements per global load of A and of B: as wide as their stored row length allows (a row
+        of A starts at a multiple of K elements, M when stored transposed; one of B at a multiple
+        of N, K when transposed: a v-wide load needs the length % v == 0), or full width from a
+        padded copy, whose rows are whole tiles."""
         copy_a, copy_b = self.copied(wl)
-        k_pad = ceil_div(wl.K, self.block_k * self.splits(wl)) * self.block_k * self.splits(wl)
-        n_pad = ceil_div(wl.N, self.block_n) * self.block_n
-        return (aligned_vector(k_pad if copy_a else wl.K, self.vector),
-                aligned_vector(n_pad if copy_b else wl.N, self.vector))
+        step = self.block_k * self.splits(wl)
+        m_pad, n_pad = ceil_div(wl.M, self.block_m) * self.block_m, ceil_div(wl.N, self.block_n) * self.block_n
+        k_pad = ceil_div(wl.K, step) * step
+        a_pad, b_pad = (m_pad if wl.trans_a else k_pad), (k_pad if wl.trans_b else n_pad)
+        return (aligned_vector(a_pad if copy_a else wl.a_shape[-1], self.vector),
+                aligned_vector(b_pad if copy_b else wl.b_shape[-1], self.vector))
 
     def shared_floats(self) -> int:
         rows_a = self.block_k + self.pad if self.a_layout == "m_major" else self.block_m + self.pad
@@ -144,7 +151,7 @@ class FastTileConfig:
     def launch(self, wl: Gemm) -> Launch:
         tiles = ceil_div(wl.M, self.block_m) * ceil_div(wl.N, self.block_n)
         lanes = self.lanes_m * self.lanes_n
-        return Launch(grid=(tiles, self.splits(wl), 1), block=(lanes, self.warps_n, self.warps_m),
+        return Launch(grid=(tiles, self.splits(wl), wl.batches), block=(lanes, self.warps_n, self.warps_m),
                       shared_bytes=F32 * self.shared_floats(), dynamic_shared=self.dynamic_shared,
                       threads_from="(block_m / thread_m) × (block_n / thread_n)",
                       shared_from="(A tile + B tile, padded) × stages floats")
@@ -158,27 +165,38 @@ def fast_tiled(wl: Gemm, cfg: FastTileConfig):
 def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None):
     """:func:`fast_tiled` applied to an existing schedule of ``wl``'s PrimFunc (the tuner's design
     spaces start from MetaSchedule's schedule). ``unroll``: in place of ``cfg.unroll``, e.g. a
-    sampled value (a tuning knob) annotated where the hand-written step puts its own."""
+    sampled value (a tuning knob) annotated where the hand-written step puts its own.
+
+    Operand layouts (``wl.layout``): the copy loops of a shared tile follow the stored operand, so
+    global loads are always vector loads along its contiguous axis; what adapts is whether a tile
+    is transposed on its way in. A stored K×M (``tn``, ``tt``) is k-major already: ``a_layout=
+    "k_major"`` keeps it as it comes (128-bit shared stores, 16-byte cp.async), ``"m_major"``
+    transposes it. B stored N×K (``nt``, ``tt``) is transposed on its way in, so the inner loop
+    still reads a row of B (n contiguous) per k; as for A in ``nn``, the shared stores are scalar
+    and cp.async copies single floats. A batch (``bmm``) is one more spatial loop, on blockIdx.z."""
     block = sch.get_sblock("C")
     splits = cfg.splits(wl)
-    sch.pad_einsum(block, [cfg.block_m, cfg.block_n, cfg.block_k * splits])
-    i, j, k = sch.get_loops(block)
+    batch = [1] if wl.batched else []
+    sch.pad_einsum(block, batch + [cfg.block_m, cfg.block_n, cfg.block_k * splits])
+    *b, i, j, k = sch.get_loops(block)
     if splits > 1:
         ks, k = sch.split(k, [splits, None])
-        partial = sch.rfactor(ks, factor_axis=0)  # C_rf[ks, i, j]; block "C" now sums over ks
+        partial = sch.rfactor(ks, factor_axis=0)  # C_rf[ks, (b,) i, j]; block "C" now sums over ks
         final, block = block, partial
         sch.set_scope(block, 0, "global")
-        i, j, ks, k = sch.get_loops(block)
+        *b, i, j, ks, k = sch.get_loops(block)
     # thread map: i = [block, warp, sub-tile, lane, element], the same for j
     bi, wi, vi, ti, ii = sch.split(i, [None, cfg.warps_m, cfg.thread_m // cfg.vector, cfg.lanes_m, cfg.vector])
     bj, wj, vj, tj, jj = sch.split(j, [None, cfg.warps_n, cfg.thread_n // cfg.vector, cfg.lanes_n, cfg.vector])
     ko, ki = sch.split(k, [None, cfg.block_k])
     outer = [ks] if splits > 1 else []
-    sch.reorder(*outer, bi, bj, wi, wj, vi, vj, ti, tj, ko, ki, ii, jj)
+    sch.reorder(*b, *outer, bi, bj, wi, wj, vi, vj, ti, tj, ko, ki, ii, jj)
     tile = rasterize(sch, bi, bj, cfg.group_m, ceil_div(wl.M, cfg.block_m))
     sch.bind(tile, "blockIdx.x")
     if outer:
         sch.bind(ks, "blockIdx.y")
+    if b:
+        sch.bind(b[0], "blockIdx.z")
     sch.bind(wi, "threadIdx.z")
     sch.bind(wj, "threadIdx.y")
     sch.bind(vi, "vthread.y")
@@ -189,7 +207,8 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None):
     sch.reverse_compute_at(write_back, lane, preserve_unit_loops=True)
 
     axes = (("threadIdx.z", cfg.warps_m), ("threadIdx.y", cfg.warps_n), ("threadIdx.x", cfg.lanes_m * cfg.lanes_n))
-    # global loads as wide as the rows allow (float2 where float4 is not), or full width from the
+    # global loads as wide as the stored rows allow (float2 where float4 is not; a row of A is K
+    # elements long, M when stored transposed; one of B N, K when transposed), or full width from the
     # padded copies that pad_operands makes of misaligned operands (kernels of their own, below)
     a_vec, b_vec = cfg.load_vectors(wl)
     scope = "shared.dyn" if cfg.dynamic_shared else "shared"
@@ -197,19 +216,27 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None):
     b_shared = sch.cache_read(block, 1, scope)
     for copy in (a_shared, b_shared):
         sch.compute_at(copy, ko, preserve_unit_loops=True)
+    swap = _swap_last_two(wl.batched)
+    row = 1 if wl.batched else 0  # the shared tiles' row axis (after a unit batch axis)
+    # cp.async cannot transpose 16 bytes: a tile transposed on its way in is copied as single floats
+    narrow = 1 if cfg.async_copy else None
     if cfg.a_layout == "k_major":
-        sch.transform_layout(a_shared, ("write", 0), lambda m, kk: (kk, m))
-        # cp.async cannot transpose 16 bytes: each thread copies single floats (4-byte cp.async)
-        cooperative_fetch_axes(sch, a_shared, axes, 1 if cfg.async_copy else a_vec)
+        if not wl.trans_a:
+            sch.transform_layout(a_shared, ("write", 0), swap)
+        cooperative_fetch_axes(sch, a_shared, axes, a_vec if wl.trans_a else (narrow or a_vec))
         if cfg.pad:
-            sch.storage_align(a_shared, 0, axis=0, factor=cfg.block_m, offset=cfg.pad)
+            sch.storage_align(a_shared, 0, axis=row, factor=cfg.block_m, offset=cfg.pad)
     else:
-        cooperative_fetch_axes(sch, a_shared, axes, a_vec)
+        if wl.trans_a:
+            sch.transform_layout(a_shared, ("write", 0), swap)
+        cooperative_fetch_axes(sch, a_shared, axes, (narrow or a_vec) if wl.trans_a else a_vec)
         if cfg.pad:
-            sch.storage_align(a_shared, 0, axis=0, factor=cfg.block_k, offset=cfg.pad)
-    cooperative_fetch_axes(sch, b_shared, axes, b_vec)
+            sch.storage_align(a_shared, 0, axis=row, factor=cfg.block_k, offset=cfg.pad)
+    if wl.trans_b:  # B stored N×K: transposed on its way in, so that the inner loop reads rows of n
+        sch.transform_layout(b_shared, ("write", 0), swap)
+    cooperative_fetch_axes(sch, b_shared, axes, (narrow or b_vec) if wl.trans_b else b_vec)
     if cfg.pad:
-        sch.storage_align(b_shared, 0, axis=0, factor=cfg.block_n, offset=cfg.pad)
+        sch.storage_align(b_shared, 0, axis=row, factor=cfg.block_n, offset=cfg.pad)
 
     register_fragments(sch, block, ki)  # a column of A and a row of B per k
     sch.unroll(ki)
@@ -227,6 +254,13 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None):
     inline_padding(sch, reads=[name for name in ("A_pad", "B_pad") if name not in copies])
     sch.decompose_reduction(block, ko)
     return sch
+
+
+def _swap_last_two(batched: bool):
+    """The index map of a transposed shared tile: (x, y) → (y, x), after a unit batch axis if any."""
+    if batched:
+        return lambda b, x, y: (b, y, x)
+    return lambda x, y: (y, x)
 
 
 def rasterize(sch, bi, bj, group_m: int, tiles_m: int):
@@ -268,8 +302,8 @@ def async_pipeline(sch, ko, ki, stages):
 
 def _sum_partials(sch, final):
     """Second kernel of split-K: one thread per output sums its split_k partials (coalesced reads)."""
-    i, j, ks = sch.get_loops(final)
-    bx, tx = sch.split(sch.fuse(i, j), [None, 256])
+    *bij, ks = sch.get_loops(final)  # (batch,) i, j
+    bx, tx = sch.split(sch.fuse(*bij), [None, 256])
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
     # sum in a register; the guarded store into C (if padded) is inlined into this write-back
@@ -285,6 +319,8 @@ class TensorCoreConfig:
     warps; K advances by chunk_k × 16 per shared-memory stage."""
 
     dtypes = ("float16",)  # input types the step takes (a class attribute, not a parameter)
+    layouts = LAYOUTS  # transposed operands through the intrinsics' col_major / .trans loads
+    batched = True     # a bmm: the batch on blockIdx.y
     warps_m: int = 2
     warps_n: int = 2
     frags_m: int = 4
@@ -324,32 +360,106 @@ class TensorCoreConfig:
     def launch(self, wl: Gemm) -> Launch:
         tiles = ceil_div(wl.M, self.block_m) * ceil_div(wl.N, self.block_n)
         acc = 4 * self.block_m * (self.block_n + 4)
-        return Launch(grid=(tiles, 1, 1), block=(32, self.warps_m * self.warps_n, 1),
+        return Launch(grid=(tiles, wl.batches, 1), block=(32, self.warps_m * self.warps_n, 1),
                       shared_bytes=max(2 * self.shared_halves(), acc),
                       threads_from="32 × warps_m × warps_n",
                       shared_from="(A + B tiles) × stages halves (dynamic shared memory)",
                       dynamic_shared=True)
 
 
-def _tensor_intrinsics(kind: str) -> dict:
-    """TVM's registered tensor intrinsics for fp16 × fp16 → fp32, B row-major, shared.dyn tiles."""
+def _tensor_intrinsics(kind: str, trans_a: bool = False, trans_b: bool = False) -> dict:
+    """TVM's registered tensor intrinsics for fp16 × fp16 → fp32 on shared.dyn tiles kept in the
+    operands' stored layout: A row-major (m, k) or, ``trans_a``, (k, m); B (k, n) or, ``trans_b``,
+    (n, k). WMMA loads a transposed tile as a ``col_major`` fragment; TVM 0.27 registers
+    ``wmma_sync`` for a transposed B only, so the lab registers the A-transposed variants
+    (:func:`_wmma_sync_intrin`). ldmatrix + mma.sync has all four (``.trans`` loads)."""
     from tvm.s_tir.tensor_intrin import cuda as tc
 
     if kind == "wmma":
-        return tc.get_wmma_intrin_group(load_scope="shared.dyn", store_scope="shared.dyn",
-                                        in_dtype="float16", out_dtype="float32", trans_b=False)
-    return {"load_a": tc.LDMATRIX_f16_A_DYN_INTRIN, "load_b": tc.LDMATRIX_f16_B_DYN_INTRIN,
-            "compute": tc.MMA_f16f16f32_INTRIN, "init": tc.MMA_fill_16x16_f32_INTRIN,
+        group = tc.get_wmma_intrin_group(load_scope="shared.dyn", store_scope="shared.dyn",
+                                         in_dtype="float16", out_dtype="float32", trans_b=trans_b)
+        if trans_a:
+            group = dict(group, load_a=tc.WMMA_LOAD_16x16x16_F16_A_TRANS_DYN_INTRIN,
+                         compute=_wmma_sync_intrin(trans_a, trans_b))
+        return group
+    ta, tb = "_TRANS" if trans_a else "", "_TRANS" if trans_b else ""
+    compute = "MMA_f16f16f32" + ("_TRANS_A" if trans_a else "") + ("_TRANS_B" if trans_b else "") + "_INTRIN"
+    return {"load_a": getattr(tc, f"LDMATRIX_f16_A{ta}_DYN_INTRIN"), "load_b": getattr(tc, f"LDMATRIX_f16_B{tb}_DYN_INTRIN"),
+            "compute": getattr(tc, compute), "init": tc.MMA_fill_16x16_f32_INTRIN,
             "store": tc.MMA_store_16x16_f32_shared_dyn_INTRIN}
+
+
+def _wmma_sync_intrin(trans_a: bool, trans_b: bool) -> str:
+    """Name of a 16×16×16 fp16 → fp32 ``wmma.mma.sync`` intrinsic whose A fragment is stored (k, m)
+    (loaded ``col_major``), and B (n, k) if ``trans_b``: TVM's own ``get_wmma_sync_intrin`` with the
+    A indices swapped as well, registered once. The instruction is the same ``tvm_mma_sync``; the
+    fragments' layouts come from their loads (``InferFragment``)."""
+    from tvm.s_tir import TensorIntrin
+    from tvm.script import tirx as T
+    from tvm.s_tir.tensor_intrin.cuda import get_wmma_fragment_index
+
+    name = f"schedlab_wmma_sync_16x16x16_f16f16f32{'_trans_a' if trans_a else ''}{'_trans_b' if trans_b else ''}"
+    if TensorIntrin.get(name, allow_missing=True) is not None:
+        return name
+
+    def swap(flag, i, j):
+        return (j, i) if flag else (i, j)
+
+    a_shape, b_shape = swap(trans_a, 16, 16), swap(trans_b, 16, 16)
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, a_shape, "float16", align=64, offset_factor=16, scope="wmma.matrix_a")
+        B = T.match_buffer(b, b_shape, "float16", align=64, offset_factor=16, scope="wmma.matrix_b")
+        C = T.match_buffer(c, (16, 16), "float32", align=64, offset_factor=16, scope="wmma.accumulator")
+        with T.sblock("root"):
+            T.reads(C[0:16, 0:16], A[0:16, 0:16], B[0:16, 0:16])
+            T.writes(C[0:16, 0:16])
+            for i, j, k in T.grid(16, 16, 16):
+                with T.sblock(""):
+                    vii, vjj, vkk = T.axis.remap("SSR", [i, j, k])
+                    a0, a1 = T.meta_var(swap(trans_a, vii, vkk))
+                    b0, b1 = T.meta_var(swap(trans_b, vkk, vjj))
+                    C[vii, vjj] = C[vii, vjj] + T.Cast("float32", A[a0, a1]) * T.Cast("float32", B[b0, b1])
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        a1 = T.int32()
+        a0 = T.int32()
+        b1 = T.int32()
+        b0 = T.int32()
+        c1 = T.int32()
+        c0 = T.int32()
+        A = T.match_buffer(a, a_shape, "float16", align=64, offset_factor=16, scope="wmma.matrix_a",
+                           strides=[a1, a0])
+        B = T.match_buffer(b, b_shape, "float16", align=64, offset_factor=16, scope="wmma.matrix_b",
+                           strides=[b1, b0])
+        C = T.match_buffer(c, (16, 16), "float32", align=64, offset_factor=16, scope="wmma.accumulator",
+                           strides=[c1, c0])
+        with T.sblock("root"):
+            T.reads(C[0:16, 0:16], A[0:16, 0:16], B[0:16, 0:16])
+            T.writes(C[0:16, 0:16])
+            T.evaluate(T.tvm_mma_sync(C.data, get_wmma_fragment_index(C, c1, 16, 16),
+                                      A.data, get_wmma_fragment_index(A, a1, 16, 16),
+                                      B.data, get_wmma_fragment_index(B, b1, 16, 16),
+                                      C.data, get_wmma_fragment_index(C, c1, 16, 16), dtype="void"))
+
+    TensorIntrin.register(name, desc, impl)
+    return name
 
 
 def tensor_core_tiled(wl: Gemm, cfg: TensorCoreConfig):
     """fp16 × fp16 → fp32 on tensor cores through WMMA intrinsics (dlight MatmulTensorization's
-    recipe for C = A·B with B row-major, tile sizes from ``cfg``)."""
+    recipe for C = A·B with B row-major, tile sizes from ``cfg``).
+
+    Any operand layout: the shared tiles keep the stored layout (16-byte cp.async along the stored
+    rows), and a transposed tile reaches the tensor cores through the transposing loads (WMMA
+    ``col_major`` fragments, ``ldmatrix.trans``), not through a copy. A batch (``bmm``) is one more
+    spatial loop, on blockIdx.y."""
     sch = new_schedule(wl.prim_func())
     block = sch.get_sblock("C")
-    sch.pad_einsum(block, [cfg.block_m, cfg.block_n, cfg.block_k])
-    i, j, k = sch.get_loops(block)
+    sch.pad_einsum(block, ([1] if wl.batched else []) + [cfg.block_m, cfg.block_n, cfg.block_k])
+    *b, i, j, k = sch.get_loops(block)
     i, i_in = sch.split(i, [None, 16])
     j, j_in = sch.split(j, [None, 16])
     k, k_in = sch.split(k, [None, 16])
@@ -360,6 +470,8 @@ def tensor_core_tiled(wl: Gemm, cfg: TensorCoreConfig):
     k0, k1 = sch.split(k, [None, cfg.chunk_k])
     sch.reorder(i0, j0, i1, j1, k0, k1, i2, j2)
     sch.bind(rasterize(sch, i0, j0, cfg.group_m, ceil_div(wl.M, cfg.block_m)), "blockIdx.x")
+    if b:
+        sch.bind(b[0], "blockIdx.y")
     warp = sch.fuse(i1, j1)
     sch.bind(warp, "threadIdx.y")
     warps = cfg.warps_m * cfg.warps_n
@@ -400,13 +512,18 @@ def tensor_core_tiled(wl: Gemm, cfg: TensorCoreConfig):
             sch.unroll(r0)
             sch.unroll(c0)
         inner[name] = r1
-    intrins = _tensor_intrinsics(cfg.intrinsics)
+    intrins = _tensor_intrinsics(cfg.intrinsics, wl.trans_a, wl.trans_b)
     if cfg.intrinsics == "mma":
         # warp fragments in the per-lane layout that ldmatrix / mma.sync use: 32 lanes × 8 values
+        # (a transposed operand's fragment is indexed as stored: the .trans intrinsics read it so)
         from tvm.s_tir.tensor_intrin.cuda import shared_16x16_to_ldmatrix_32x8_layout as lane_layout
 
-        def index_map(i, j):
-            return (i // 16, j // 16, *lane_layout(i % 16, j % 16))
+        if wl.batched:
+            def index_map(b, i, j):
+                return (b, i // 16, j // 16, *lane_layout(i % 16, j % 16))
+        else:
+            def index_map(i, j):
+                return (i // 16, j // 16, *lane_layout(i % 16, j % 16))
 
         sch.transform_layout(frag_a, ("write", 0), index_map)
         sch.transform_layout(frag_b, ("write", 0), index_map)

@@ -12,6 +12,14 @@ and PTX).
 
 Hopper's own instructions need the architecture-specific target ``sm_90a``; the lab's compiler
 (:func:`tuning.cuda_compile.compile_to_cubin`) takes it for any source that uses them.
+
+Operand layouts (``gemm:...:nt`` etc., :class:`schedules.workloads.Gemm`): for 16-bit inputs each
+shared tile keeps its operand's stored major order and wgmma reads it through its transpose bits
+(imm-trans-a = 1 for an A stored K×M, kept m-major in 64-row panels; imm-trans-b = 0 for a B stored
+N×K, kept k-major like A), so every copy stays a whole 16-byte chunk. tf32 wgmma has no transpose:
+an operand stored m- or n-major is transposed on its way in, one 4-byte element per copy
+(:func:`operand_kinds`). A batch of products (``bmm:...``) is folded into blockIdx.x, batch
+outermost, each block reading its product's slices of the 3-D operands.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from tvm.script import tirx as T
 from .common import ceil_div
 from .errors import ScheduleParamError
 from .registry import Launch, register
-from .workloads import Gemm
+from .workloads import LAYOUTS, Gemm
 
 ROW_BYTES = 128  # one K tile row: exactly the 128-byte swizzle atom (64 fp16 or 32 tf32)
 SWIZZLE_128B = 3  # TVM's descriptor encoder: 0 none, 1 32 B, 2 64 B, 3 128 B
@@ -50,6 +58,8 @@ class WgmmaConfig:
     mma_overlap: bool = True  # leave one tile's wgmmas running while the next tile's are issued
     copy_bytes: int = 0
     dtypes = ("float16", "bfloat16")  # 16-bit inputs of one size: the tiles' layout is the same for both
+    layouts = LAYOUTS  # 16-bit: wgmma's transpose bits; tf32: an operand stored m/n-major is transposed on its way in
+    batched = True     # a bmm: the batch folded into blockIdx.x (batch outermost), base offsets per product
     step_name = "wgmma_gemm"
     zero_means_auto = ("copy_bytes",)
 
@@ -66,17 +76,20 @@ class WgmmaConfig:
         return ITEMSIZE[self.dtypes[0]]
 
     def copy_widths(self, wl: Gemm) -> tuple[int, int]:
-        """Bytes per copy of A and of B: ``copy_bytes``, or the widest that divides the row pitch
-        (A: K·itemsize; fp16 B: N·itemsize; tf32 B is transposed on its way in, one 4-byte element
-        at a time: tf32 wgmma reads both operands k-major)."""
+        """Bytes per copy of A and of B: ``copy_bytes``, or the widest that divides the stored row
+        pitch (A: K·itemsize, or M·itemsize stored transposed; B: N·itemsize, or K·itemsize stored
+        transposed). tf32 wgmma reads both operands k-major and has no transpose, so a tf32 operand
+        stored m- or n-major (B in nn/tn, A in tn/tt) is transposed on its way in, one 4-byte
+        element at a time."""
         def widest(pitch_bytes):
             w = 16
             while w > self.itemsize and pitch_bytes % w:
                 w //= 2
             return w
 
-        a = self.copy_bytes or widest(wl.K * self.itemsize)
-        b = 4 if self.itemsize == 4 else (self.copy_bytes or widest(wl.N * self.itemsize))
+        a_pitch, b_pitch = _pitches(wl)
+        a = 4 if self.itemsize == 4 and wl.trans_a else (self.copy_bytes or widest(a_pitch * self.itemsize))
+        b = 4 if self.itemsize == 4 and not wl.trans_b else (self.copy_bytes or widest(b_pitch * self.itemsize))
         return a, b
 
     @property
@@ -104,7 +117,7 @@ class WgmmaConfig:
             raise ScheduleParamError(f"{name}: stages must be at least {2 + self.mma_overlap} "
                                      f"(mma_overlap={self.mma_overlap}), got {self.stages}")
         a_bytes, b_bytes = self.copy_widths(wl)
-        for what, width, pitch in (("A", a_bytes, wl.K), ("B", b_bytes, wl.N)):
+        for what, width, pitch in zip("AB", (a_bytes, b_bytes), _pitches(wl)):
             if width not in (2, 4, 8, 16) or width < self.itemsize or (pitch * self.itemsize) % width:
                 raise ScheduleParamError(f"{name}: copy_bytes={width} does not fit {what}'s rows of "
                                          f"{pitch * self.itemsize} bytes ({wl}); 0 picks the widest that does")
@@ -115,9 +128,84 @@ class WgmmaConfig:
 
     def launch(self, wl: Gemm) -> Launch:
         tiles = ceil_div(wl.M, self.block_m) * ceil_div(wl.N, self.block_n)
-        return Launch((tiles, 1, 1), (self.threads, 1, 1), self.shared_bytes(),
+        return Launch((tiles * wl.batches, 1, 1), (self.threads, 1, 1), self.shared_bytes(),
                       threads_from="block_m (128 threads per 64 rows)", shared_from="block_m, block_n, stages",
                       dynamic_shared=True)
+
+
+def _pitches(wl: Gemm) -> tuple[int, int]:
+    """Elements per stored row of A and of B: K, or M for an A stored transposed (K×M); N, or K
+    for a B stored transposed (N×K)."""
+    return (wl.M if wl.trans_a else wl.K), (wl.K if wl.trans_b else wl.N)
+
+
+def operand_kinds(wl: Gemm) -> tuple[str, str]:
+    """How each operand's tile goes into shared memory, for the layout and input type:
+
+    * ``"rows"``: k-major tile (one 128-byte row of K per m or n, its 16-byte chunks swizzled by
+      row % 8) copied from an operand stored k-contiguous (A in nn/nt, B in nt/tt): whole chunks;
+    * ``"panels"``: m- or n-major tile (64-wide panels, each K row of a panel 128 bytes, chunks
+      swizzled by k % 8) copied from an operand stored m/n-contiguous (16-bit B in nn/tn, 16-bit A
+      in tn/tt): whole chunks, read by wgmma with its transpose bit set;
+    * ``"elements"``: k-major tile copied from an operand stored m/n-contiguous, one 4-byte element
+      per copy (tf32: no transpose bits; B in nn/tn, A in tn/tt).
+    """
+    tf32 = wl.dtype == "float32"
+    a = "rows" if not wl.trans_a else ("elements" if tf32 else "panels")
+    b = "rows" if wl.trans_b else ("elements" if tf32 else "panels")
+    return a, b
+
+
+@dataclass(frozen=True)
+class OperandPlan:
+    """How one operand's tile is copied into shared memory (see :func:`operand_kinds`): ``rows``
+    of the tile along m or n (block_m or block_n), the matrix's extent there (``ext``: M or N),
+    ``vector`` elements per copy, ``pieces`` copies per 16-byte chunk, ``copies`` per thread."""
+
+    kind: str
+    rows: int
+    ext: int
+    vector: int
+    pieces: int
+    copies: int
+    nbytes: int
+
+    @property
+    def kmajor(self) -> bool:
+        return self.kind != "panels"
+
+
+def operand_plans(wl: Gemm, cfg: WgmmaConfig) -> tuple[OperandPlan, OperandPlan]:
+    """The copy plans of A and B for ``wl`` (its layout and input type) and ``cfg``."""
+    a_kind, b_kind = operand_kinds(wl)
+    a_bytes, b_bytes = cfg.copy_widths(wl)
+    vec = 16 // cfg.itemsize
+    plans = []
+    for kind, rows, ext, nbytes in ((a_kind, cfg.block_m, wl.M, a_bytes), (b_kind, cfg.block_n, wl.N, b_bytes)):
+        v = nbytes // cfg.itemsize
+        plans.append(OperandPlan(kind, rows, ext, v, vec // v, rows * cfg.block_k // v // cfg.threads, nbytes))
+    return plans[0], plans[1]
+
+
+def copy_piece(kind, q, at, tile0, kt, R, ext, K, BK, VEC, V, P):
+    """Copy number ``q`` of a tile (``R`` = block_m or block_n rows or columns, ``tile0`` its first,
+    ``ext`` = M or N; ``V`` elements per copy, ``P`` copies per 16-byte chunk), as plain expressions:
+    ``(shared index, stored row, stored column, in bounds)``, the stored indices in the operand's
+    stored order (m|n, k) for ``rows`` and (k, m|n) otherwise (see :func:`operand_kinds`)."""
+    if kind == "rows":  # row r of 128 bytes, its 16-byte chunk ch stored at ch ^ (r % 8), piece p of it
+        r, ch, p = q // (8 * P), q % (8 * P) // P, q % P
+        g, gk = tile0 + r, kt * BK + ch * VEC + p * V
+        return at + r * BK + T.bitwise_xor(ch, r % 8) * VEC + p * V, g, gk, T.And(g < ext, gk < K)
+    if kind == "panels":  # K row kr of 64-column panel nc // 8, its chunk nc % 8 stored at (nc % 8) ^ (kr % 8)
+        row_chunks = R // 8
+        kr, nc, p = q // (row_chunks * P), q % (row_chunks * P) // P, q % P
+        gk, g = kt * BK + kr, tile0 + nc * 8 + p * V
+        return (at + nc // 8 * (64 * BK) + kr * 64 + T.bitwise_xor(nc % 8, kr % 8) * 8 + p * V, gk, g,
+                T.And(gk < K, g < ext))
+    # elements (tf32): k-major rows of n, chunks swizzled by n % 8; a warp reads 32 consecutive n
+    n, k = q % R, q // R
+    gk, g = kt * BK + k, tile0 + n
+    return at + n * BK + T.bitwise_xor(k // 4, n % 8) * 4 + k % 4, gk, g, T.And(gk < K, g < ext)
 
 
 def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
@@ -134,26 +222,36 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
     WK = WGMMA_K_BYTES // cfg.itemsize  # K of one wgmma
     A_ELEMS = BM * BK  # one stage: the A tile, then the B tile
     STAGE = cfg.stage_elems()
-    A_BYTES, B_BYTES = cfg.copy_widths(wl)  # bytes per copy: 16 where the rows allow it
-    VA, VB = A_BYTES // cfg.itemsize, B_BYTES // cfg.itemsize  # elements per copy
-    PA, PB = VEC // VA, VEC // VB  # copies per 16-byte chunk of the swizzled layout
-    A_CHUNKS = A_ELEMS // VA // THREADS  # copies per thread per tile
-    B_COPIES = BN * BK // VB // THREADS
-    ROW_CHUNKS = BN // 8  # (fp16) 16-byte chunks in one K row of the B tile
-    PANEL = 64 * BK  # (fp16) one 64-column panel of the B tile
+    PLAN_A, PLAN_B = operand_plans(wl, cfg)  # how each tile is copied (the layout and the input type)
+    A_BYTES, B_BYTES = PLAN_A.nbytes, PLAN_B.nbytes  # bytes per copy: 16 where the rows allow it
+    VA, VB = PLAN_A.vector, PLAN_B.vector  # elements per copy
+    PA, PB = PLAN_A.pieces, PLAN_B.pieces  # copies per 16-byte chunk of the swizzled layout
+    A_CHUNKS = PLAN_A.copies  # copies per thread per tile
+    B_COPIES = PLAN_B.copies
+    PANEL = 64 * BK  # (16-bit) one 64-column panel of an m- or n-major tile
     ACC = BN // 2  # fp32 accumulators per thread: 64 x BN over 128 threads
     KT = ceil_div(K, BK)
     TM, TN = ceil_div(M, BM), ceil_div(N, BN)
+    TILES = TM * TN
+    BATCHED = wl.batched
+    A_KIND, B_KIND = PLAN_A.kind, PLAN_B.kind
+    A_KMAJOR, B_KMAJOR = PLAN_A.kmajor, PLAN_B.kmajor
+    # the stored extents of A and B (rows, columns) and of each copy's source piece
+    A_EXT = (M, K) if A_KIND == "rows" else (K, M)
+    B_EXT = (N, K) if B_KIND == "rows" else (K, N)
     SBO = 8 * ROW_BYTES // 16  # descriptor offsets are in 16-byte units: next group of 8 rows, 1024 bytes
-    B_LBO = 1 if TF32 else PANEL * 2 // 16  # fp16 (n-major): next 64-column panel of B
-    B_STEP = WK if TF32 else WK * BK  # elements between the B slices of two k steps
+    A_LBO = 1 if A_KMAJOR else PANEL * 2 // 16  # (16-bit m-major A: next 64-row panel; one per warpgroup)
+    B_LBO = 1 if B_KMAJOR else PANEL * 2 // 16  # 16-bit n-major B: next 64-column panel of B
+    A_STEP = WK if A_KMAJOR else WK * 64  # elements between the A slices of two k steps
+    B_STEP = WK if B_KMAJOR else WK * BK  # elements between the B slices of two k steps
     if TF32:  # tf32 wgmma has no transpose: both operands k-major
         mma = T.ptx[f"wgmma.mma_async.sync.aligned.m64n{BN}k8.f32.tf32.tf32"]
         mma_flags = (1, 1)  # scale-a, scale-b
     else:
         ab = {"float16": "f16", "bfloat16": "bf16"}[DT]
         mma = T.ptx[f"wgmma.mma_async.sync.aligned.m64n{BN}k16.f32.{ab}.{ab}"]
-        mma_flags = (1, 1, 0, 1)  # scale-a, scale-b, A k-major, B n-major (transposed)
+        # scale-a, scale-b, imm-trans-a (A m-major), imm-trans-b (B n-major): nn is (1, 1, 0, 1)
+        mma_flags = (1, 1, int(not A_KMAJOR), int(not B_KMAJOR))
 
     # Thread ``tid``'s ``c``-th copy of a tile and its place in the accumulator layout, as plain
     # expressions (Python helpers, not TIR variables), so the simplifier sees the loop ranges and
@@ -162,37 +260,24 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
         return T.ptx["cp.async.cg.shared.global" if size == 16 else "cp.async.ca.shared.global"](
             T.address_of(dst), T.address_of(src), size, T.if_then_else(ok, T.uint32(size), T.uint32(0)))
 
-    # Thread ``tid``'s ``c``-th copy of a tile: (shared index, global row, global column, in bounds).
-    # A tile (BM x BK, k-major): row r is 128 bytes, its 16-byte chunk ch stored at ch ^ (r % 8);
-    # a copy narrower than 16 bytes is piece p of its chunk.
+    def load(X, bz, i0, i1):  # an element of a stored operand (of product bz in a batch)
+        return X[bz, i0, i1] if BATCHED else X[i0, i1]
+
+    # Thread ``tid``'s ``c``-th copy of a tile: (shared index, stored row, stored column, in bounds)
+    # (:func:`copy_piece`); a copy narrower than 16 bytes is piece p of its chunk.
     def a_piece(at, tid, c, tile_m, kt):
-        q = c * THREADS + tid
-        r, ch, p = q // (8 * PA), q % (8 * PA) // PA, q % PA
-        gm, gk = tile_m * BM + r, kt * BK + ch * VEC + p * VA
-        return at + r * BK + T.bitwise_xor(ch, r % 8) * VEC + p * VA, gm, gk, T.And(gm < M, gk < K)
+        return copy_piece(A_KIND, c * THREADS + tid, at, tile_m * BM, kt, BM, M, K, BK, VEC, VA, PA)
 
     def b_piece(at, tid, c, tile_n, kt):
-        q = c * THREADS + tid
-        if TF32:
-            # B tile stored k-major (BN rows of 128 bytes, chunks swizzled by n % 8): B is K x N
-            # row-major, so each 4-byte element is copied alone, a warp reading 32 consecutive n
-            n, k = q % BN, q // BN
-            gk, gn = kt * BK + k, tile_n * BN + n
-            return at + A_ELEMS + n * BK + T.bitwise_xor(k // 4, n % 8) * 4 + k % 4, gk, gn, T.And(gk < K, gn < N)
-        # fp16/bf16: B tile n-major (64 x BN): 64-column panels, each K row of a panel 128 bytes,
-        # swizzled by k % 8
-        kr, nc, p = q // (ROW_CHUNKS * PB), q % (ROW_CHUNKS * PB) // PB, q % PB
-        gk, gn = kt * BK + kr, tile_n * BN + nc * 8 + p * VB
-        return (at + A_ELEMS + nc // 8 * PANEL + kr * 64 + T.bitwise_xor(nc % 8, kr % 8) * 8 + p * VB, gk, gn,
-                T.And(gk < K, gn < N))
+        return copy_piece(B_KIND, c * THREADS + tid, at + A_ELEMS, tile_n * BN, kt, BN, N, K, BK, VEC, VB, PB)
 
-    def copy_a(A, smem, at, tid, c, tile_m, kt):
-        dst, gm, gk, ok = a_piece(at, tid, c, tile_m, kt)
-        return copy(smem[dst], A[T.min(gm, M - 1), T.min(gk, K - VA)], ok, A_BYTES)
+    def copy_a(A, smem, at, tid, c, tile_m, kt, bz):
+        dst, i0, i1, ok = a_piece(at, tid, c, tile_m, kt)
+        return copy(smem[dst], load(A, bz, T.min(i0, A_EXT[0] - 1), T.min(i1, A_EXT[1] - VA)), ok, A_BYTES)
 
-    def copy_b(B, smem, at, tid, c, tile_n, kt):
-        dst, gk, gn, ok = b_piece(at, tid, c, tile_n, kt)
-        return copy(smem[dst], B[T.min(gk, K - 1), T.min(gn, N - VB)], ok, B_BYTES)
+    def copy_b(B, smem, at, tid, c, tile_n, kt, bz):
+        dst, i0, i1, ok = b_piece(at, tid, c, tile_n, kt)
+        return copy(smem[dst], load(B, bz, T.min(i0, B_EXT[0] - 1), T.min(i1, B_EXT[1] - VB)), ok, B_BYTES)
 
     def out_row(tile_m, tid, h):  # warp w of a warpgroup holds rows 16w.., each lane rows lane/4 and +8
         return tile_m * BM + tid // WARPGROUP * 64 + tid % WARPGROUP // 32 * 16 + tid % 32 // 4 + h * 8
@@ -200,53 +285,64 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
     def out_col(tile_n, tid, j, e):  # ... and two adjacent columns of every 8-column group j
         return tile_n * BN + j * 8 + tid % 4 * 2 + e
 
+    def tile_of(bid):  # the output tile of a block, and the product of the batch it belongs to
+        return bid % TILES if BATCHED else bid
+
+    def batch_of(bid):
+        return bid // TILES if BATCHED else 0
+
     # 2-byte pieces (a 16-bit matrix with an odd row length): cp.async copies at least 4 bytes,
     # so these go through registers, plain loads and shared stores ordered by the same barriers
     # (and the same proxy fence) as the asynchronous copies
     A_SYNC, B_SYNC = A_BYTES < 4, B_BYTES < 4
 
     @T.macro
-    def copy_tile(A, B, smem, base, tid, tile_m, tile_n, kt, slot):
+    def copy_tile(A, B, smem, base, tid, tile_m, tile_n, kt, slot, bz):
         for c in T.unroll(A_CHUNKS):
             if A_SYNC:
-                dst, gm, gk, ok = T.meta_var(a_piece(base + slot * STAGE, tid, c, tile_m, kt))
-                smem[dst] = T.if_then_else(ok, A[T.min(gm, M - 1), T.min(gk, K - 1)], T.cast(0, DT))
+                dst, i0, i1, ok = T.meta_var(a_piece(base + slot * STAGE, tid, c, tile_m, kt))
+                smem[dst] = T.if_then_else(ok, load(A, bz, T.min(i0, A_EXT[0] - 1), T.min(i1, A_EXT[1] - 1)),
+                                           T.cast(0, DT))
             else:
-                copy_a(A, smem, base + slot * STAGE, tid, c, tile_m, kt)
+                copy_a(A, smem, base + slot * STAGE, tid, c, tile_m, kt, bz)
         for c in T.unroll(B_COPIES):
             if B_SYNC:
-                dst, gk, gn, ok = T.meta_var(b_piece(base + slot * STAGE, tid, c, tile_n, kt))
-                smem[dst] = T.if_then_else(ok, B[T.min(gk, K - 1), T.min(gn, N - 1)], T.cast(0, DT))
+                dst, i0, i1, ok = T.meta_var(b_piece(base + slot * STAGE, tid, c, tile_n, kt))
+                smem[dst] = T.if_then_else(ok, load(B, bz, T.min(i0, B_EXT[0] - 1), T.min(i1, B_EXT[1] - 1)),
+                                           T.cast(0, DT))
             else:
-                copy_b(B, smem, base + slot * STAGE, tid, c, tile_n, kt)
+                copy_b(B, smem, base + slot * STAGE, tid, c, tile_n, kt, bz)
 
     @T.prim_func
-    def main(A: T.Buffer((M, K), DT), B: T.Buffer((K, N), DT), C: T.Buffer((M, N), "float32")):
+    def main(A: T.Buffer(wl.a_shape, DT), B: T.Buffer(wl.b_shape, DT), C: T.Buffer(wl.c_shape, "float32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
-        bid = T.launch_thread("blockIdx.x", TM * TN)
+        bid = T.launch_thread("blockIdx.x", TILES * wl.batches)
         tid = T.launch_thread("threadIdx.x", THREADS)
         smem = T.alloc_buffer((S * STAGE + 1024 // cfg.itemsize,), DT, scope="shared.dyn")
         acc = T.alloc_buffer((ACC,), "float32", scope="local")
         desc_a = T.alloc_buffer((1,), "uint64", scope="local")
         desc_b = T.alloc_buffer((1,), "uint64", scope="local")
+        # a batch: the blocks of product bz are blocks bz·TILES ... (bz + 1)·TILES - 1
+        tb = T.meta_var(tile_of(bid))
+        bz = T.meta_var(batch_of(bid))
         # grouped block order (rasterized_gemm): GM block-rows of one column group run together
-        first_m = bid // (GM * TN) * GM
+        first_m = tb // (GM * TN) * GM
         rows = T.min(TM - first_m, GM)
-        tile_m = first_m + bid % (GM * TN) % rows
-        tile_n = bid % (GM * TN) // rows
+        tile_m = first_m + tb % (GM * TN) % rows
+        tile_n = tb % (GM * TN) // rows
         # the ring starts on a 1024-byte boundary, where the 128-byte swizzle pattern starts
         addr = T.cuda.cvta_generic_to_shared(T.address_of(smem[0]))
         base = T.cast((T.uint32(1024) - (addr & T.uint32(1023))) & T.uint32(1023), "int32") // cfg.itemsize
         wg = tid // WARPGROUP
         # the two matrix descriptors of the ring's start (128-byte swizzle, 1024 bytes between 8-row
-        # groups; fp16 B's 64-column panels PANEL apart); the loop only moves their start addresses
-        T.cuda.wgmma.encode_matrix_descriptor(T.address_of(desc_a[0]), T.address_of(smem[base]), 1, SBO,
+        # groups; 16-bit m/n-major tiles' 64-wide panels PANEL apart); the loop only moves their start addresses
+        T.cuda.wgmma.encode_matrix_descriptor(T.address_of(desc_a[0]), T.address_of(smem[base]), A_LBO, SBO,
                                               SWIZZLE_128B)
         T.cuda.wgmma.encode_matrix_descriptor(T.address_of(desc_b[0]), T.address_of(smem[base]), B_LBO, SBO,
                                               SWIZZLE_128B)
         for s in T.unroll(AHEAD):  # prologue: K tiles 0 .. AHEAD-1 in flight
             if s < KT:
-                copy_tile(A, B, smem, base, tid, tile_m, tile_n, s, s)
+                copy_tile(A, B, smem, base, tid, tile_m, tile_n, s, s, bz)
             T.ptx["cp.async.commit_group"]()
         for kt in T.serial(KT):
             T.ptx["cp.async.wait_group"](AHEAD - 1)  # this thread's copies of tile kt have landed
@@ -257,17 +353,18 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
             T.ptx.wgmma.fence.sync.aligned()
             for kk in T.unroll(BK // WK):
                 # D (+)= A·B on descriptors moved along the ring (start address in 16-byte units):
-                # A: this warpgroup's 64 rows, WK columns in (32 bytes along the swizzled rows);
-                # B: the next WK K rows (fp16, n-major) or 32 bytes along its rows (tf32, k-major).
+                # A: this warpgroup's 64 rows, WK columns in (32 bytes along the swizzled rows), or
+                # (m-major) its 64-row panel, WK K rows down; B: the next WK K rows (n-major) or 32
+                # bytes along its rows (k-major).
                 # scale-d false on the very first: no separate zeroing of the accumulators
                 mma(*[acc[i] for i in range(ACC)],
-                    desc_a[0] + T.uint64((cur * STAGE + wg * 64 * BK + kk * WK) // VEC),
+                    desc_a[0] + T.uint64((cur * STAGE + wg * 64 * BK + kk * A_STEP) // VEC),
                     desc_b[0] + T.uint64((cur * STAGE + A_ELEMS + kk * B_STEP) // VEC),
                     T.Or(kt > 0, kk > 0), *mma_flags)
             T.ptx.wgmma.commit_group.sync.aligned()
             # while the tensor cores work: the copies of tile kt+AHEAD into tile kt-1-LAG's slot
             if kt + AHEAD < KT:
-                copy_tile(A, B, smem, base, tid, tile_m, tile_n, kt + AHEAD, (kt + AHEAD) % S)
+                copy_tile(A, B, smem, base, tid, tile_m, tile_n, kt + AHEAD, (kt + AHEAD) % S, bz)
             T.ptx["cp.async.commit_group"]()
             T.ptx.wgmma.wait_group.sync.aligned(LAG)
         if LAG > 0:
@@ -277,7 +374,10 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
             for h in T.unroll(2):
                 for e in T.unroll(2):
                     if T.And(out_row(tile_m, tid, h) < M, out_col(tile_n, tid, j, e) < N):
-                        C[out_row(tile_m, tid, h), out_col(tile_n, tid, j, e)] = acc[j * 4 + h * 2 + e]
+                        if BATCHED:
+                            C[bz, out_row(tile_m, tid, h), out_col(tile_n, tid, j, e)] = acc[j * 4 + h * 2 + e]
+                        else:
+                            C[out_row(tile_m, tid, h), out_col(tile_n, tid, j, e)] = acc[j * 4 + h * 2 + e]
 
     return main
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from .common import aligned_vector, ceil_div, inline_padding, new_schedule, register_accumulator, register_fragments
 from .errors import ScheduleParamError
 from .registry import Launch, register
-from .workloads import Gemm, Gemv, GemvT
+from .workloads import LAYOUTS, Gemm, Gemv, GemvT
 
 VECTOR_BYTES = 16  # the widest load a CUDA thread issues: 128 bits (float4, or 8 halves)
 
@@ -43,27 +43,54 @@ def _check_vector(wl, vector):
 
 
 # --- GEMV forms: a GEMV, a transposed GEMV, or a GEMM with one output row or column -----------------
+def vector_form(wl) -> tuple[str, int] | None:
+    """How a GEMM is a matrix-vector product, as ``(form, matrix)``: ``form`` "row" (the matrix is
+    read along its stored rows, one sum per row: the row-wise GEMV steps) or "column" (the sums run
+    down its stored columns: the transposed GEMV step), ``matrix`` the read index of the operand
+    that is the matrix (0: A, 1: B); None for a GEMM that is not one (or a batch of them).
+
+    N = 1: A is the matrix; stored M×K (nn, nt) its rows are the sums (row form), stored K×M (tn,
+    tt) its columns are (column form). M = 1: B is the matrix; stored K×N (nn, tn) the column form,
+    stored N×K (nt, tt) the row form. The vector's layout never matters (a 1×K or K×1 operand is
+    the same bytes), nor does A's when M = N = 1."""
+    if wl.kind != "gemm" or getattr(wl, "batched", False):
+        return None
+    if wl.N == 1:
+        return ("column", 0) if wl.trans_a and wl.M != 1 else ("row", 0)
+    if wl.M == 1:
+        return ("row", 1) if wl.trans_b else ("column", 1)
+    return None
+
+
 def gemv_shape(wl):
     """The GEMV a workload is: itself, or for a GEMM with N = 1 the row form y = A·x (Gemv(M, K):
-    B is the vector) and with M = 1 the column form y = Bᵀ·x (GemvT(K, N): A is the vector). The
-    GEMV steps size their launch and choose their parameters from this."""
+    B is the vector) and with M = 1 the column form y = Bᵀ·x (GemvT(K, N): A is the vector), as its
+    stored matrix is read (:func:`vector_form`: A stored K×M with N = 1 is GemvT(K, M), B stored N×K
+    with M = 1 is Gemv(N, K)). The GEMV steps size their launch and choose their parameters from
+    this."""
     if wl.kind in ("gemv", "gemv_t"):
         return wl
-    if wl.kind == "gemm" and wl.N == 1:
-        return Gemv(wl.M, wl.K, wl.dtype, wl.acc_dtype)
-    if wl.kind == "gemm" and wl.M == 1:
-        return GemvT(wl.K, wl.N, wl.dtype, wl.acc_dtype)
-    raise ScheduleParamError(f"{wl} is not a matrix-vector product (a GEMM needs M = 1 or N = 1)")
+    form = vector_form(wl)
+    if form is None:
+        raise ScheduleParamError(f"{wl} is not a matrix-vector product (a GEMM needs M = 1 or N = 1, and no batch)")
+    outputs = wl.M if form[1] == 0 else wl.N  # one sum per row (row form) or column (column form) of the matrix
+    if form[0] == "row":
+        return Gemv(outputs, wl.K, wl.dtype, wl.acc_dtype)
+    return GemvT(wl.K, outputs, wl.dtype, wl.acc_dtype)
 
 
 def _row_form(wl) -> bool:
-    """A GEMM the row-wise GEMV steps take: one output column (C = A·b)."""
-    return wl.kind == "gemm" and wl.N == 1
+    """A GEMM the row-wise GEMV steps take: one output column of a matrix read along its stored
+    rows (C = A·b, or Cᵀ = B·a with B stored N×K)."""
+    form = vector_form(wl)
+    return form is not None and form[0] == "row"
 
 
 def _column_form(wl) -> bool:
-    """A GEMM the transposed GEMV step takes: one output row (c = a·B)."""
-    return wl.kind == "gemm" and wl.M == 1 and wl.N != 1
+    """A GEMM the transposed GEMV step takes: one output row of a matrix read down its stored
+    columns (c = a·B, or C = Aᵀ-stored·b with A stored K×M)."""
+    form = vector_form(wl)
+    return form is not None and form[0] == "column"
 
 
 def _start(wl, pad: int | None = None):
@@ -77,7 +104,7 @@ def _start(wl, pad: int | None = None):
         sch.pad_einsum(block, [1] * (len(sch.get_loops(block)) - 1) + [pad])
     loops = sch.get_loops(block)
     out = sch.fuse(*loops[:-1]) if len(loops) == 3 else loops[0]
-    matrix = 1 if wl.kind == "gemm" and wl.M == 1 and wl.N != 1 else 0  # y = Bᵀ·x: the matrix is B
+    matrix = vector_form(wl)[1] if wl.kind == "gemm" else 0  # the read index of the matrix (B for y = Bᵀ·x)
     pads = ("A_pad", "B_pad") if wl.kind == "gemm" else ("A_pad", "x_pad")
     return sch, block, out, loops[-1], matrix, pads
 
@@ -119,6 +146,7 @@ def row_gemv(wl: Gemv, *, lanes: int, rows_per_warp: int, rows_per_block: int, v
 @dataclass(frozen=True)
 class WarpRowConfig:
     also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
+    layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
     lanes: int = 32           # threads that share one row (a warp, or part of one)
     rows_per_warp: int = 1    # rows one warp reduces side by side (lanes × rows_per_warp ≤ 32)
     warps_per_block: int = 4
@@ -201,6 +229,7 @@ def multi_row_gemv(wl: Gemv, cfg: MultiRowGemvConfig = MultiRowGemvConfig()):
 @dataclass(frozen=True)
 class MultiWarpGemvConfig:
     also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
+    layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
     warps_per_row: int = 4    # lanes on one row = 32 × warps_per_row
     rows_per_block: int = 1
     vector: int = 4
@@ -238,6 +267,7 @@ def multi_warp_gemv(wl: Gemv, cfg: MultiWarpGemvConfig = MultiWarpGemvConfig()):
 @dataclass(frozen=True)
 class SplitKGemvConfig:
     also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
+    layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
     splits: int | None = None     # chunks each row is cut into (blockIdx.y); None: enough for resident_warps
     warps_per_chunk: int = 8      # lanes on one chunk = 32 × warps_per_chunk (two-stage reduction)
     vector: int | None = None     # elements per load; None: the widest the row alignment allows
@@ -329,6 +359,7 @@ class GemvDispatchConfig:
     """
 
     also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
+    layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
 
     # Rows of ≤ 256 bytes share a warp. 16384×16: 4 lanes × 8 rows 5.2 µs vs warp/row 7.0;
     # ×32: 8 lanes 5.8 vs 7.3; ×64: 8 lanes 6.5 vs 7.6; ×128 (512 B): warp/row 8.0 = 16 lanes 8.1;
@@ -402,6 +433,7 @@ def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
 @dataclass(frozen=True)
 class ColumnGemvConfig:
     also_takes = staticmethod(_column_form)  # a GEMM that is a matrix-vector product
+    layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
     threads: int = 256          # threads per block: columns (threadIdx.x) × rows (threadIdx.y)
     max_threads_x: int = 32     # threads along the columns (wide A); fewer when N / vector is smaller
     vector: int | None = None   # contiguous columns per thread per load; None: 128 bits (4 fp32, 8 fp16)

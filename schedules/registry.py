@@ -119,6 +119,34 @@ class ScheduleSpec:
         fp16 by default). ``schedlab run`` with no schedule names leaves out steps that do not."""
         return workload.dtype in self.input_dtypes
 
+    @property
+    def layouts(self) -> tuple[str, ...]:
+        """The GEMM operand layouts the step takes (``layouts`` on its config; nn only where the
+        config does not say: a step takes a transposed operand only once it has been taught to)."""
+        return getattr(self.config_cls, "layouts", ("nn",))
+
+    @property
+    def batched(self) -> bool:
+        """Whether the step takes a batch of products (``bmm:...``; ``batched`` on its config)."""
+        return bool(getattr(self.config_cls, "batched", False))
+
+    def accepts(self, workload) -> bool:
+        """Whether the step takes the workload's input type, operand layout and batch
+        (``schedlab run`` with no schedule names leaves out steps that do not)."""
+        return self.accepts_dtype(workload) and self.layout_refusal(workload) is None
+
+    def layout_refusal(self, workload, cfg=None) -> str | None:
+        """Why the step does not take ``workload``'s layout or batch (one line), or None."""
+        src = cfg if cfg is not None else self.config_cls
+        layout = getattr(workload, "layout", "nn")
+        layouts = getattr(src, "layouts", ("nn",))
+        if layout not in layouts:
+            return (f"{self.name} takes the {', '.join(layouts)} layout{'s' if len(layouts) > 1 else ''} "
+                    f"only, not {layout} ({workload})")
+        if getattr(workload, "batched", False) and not getattr(src, "batched", False):
+            return f"{self.name} does not take a batch of products (bmm): {workload}"
+        return None
+
     def config(self, **overrides):
         """The step's configuration: its defaults with ``overrides`` applied (names checked)."""
         names = {f.name for f in dataclasses.fields(self.config_cls)}
@@ -134,6 +162,9 @@ class ScheduleSpec:
         also = getattr(cfg, "also_takes", None)  # e.g. a GEMV step on a GEMM with one output column
         if workload.kind != self.kind and not (also and also(workload)):
             raise ScheduleParamError(f"schedule {self.name} is for {self.kind}, not {workload.kind} ({workload})")
+        refusal = self.layout_refusal(workload, cfg)
+        if refusal:
+            raise ScheduleParamError(refusal)
         for f in dataclasses.fields(cfg):
             value = getattr(cfg, f.name)
             default = f.default if f.default is not dataclasses.MISSING else None

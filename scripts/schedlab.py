@@ -52,12 +52,11 @@ def cmd_list(args):
 
 
 def _workload_for(spec, shape):
-    from schedules import parse_workload
+    from schedules.workloads import workload_for
 
     shape = shape or DEFAULT_SHAPES[spec.kind]
-    if ":" not in shape and "float32" not in spec.input_dtypes:  # tensor cores: half inputs by default
-        shape += f":{spec.input_dtypes[0]}"
-    return parse_workload(f"{spec.kind}:{shape}")
+    # tensor cores: half inputs where the shape names none (MxNxK, MxNxK:nt, bmm:BxMxNxK...)
+    return workload_for(spec.kind, shape, "float32" if "float32" in spec.input_dtypes else spec.input_dtypes[0])
 
 
 def cmd_show(args):

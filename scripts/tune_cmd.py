@@ -154,6 +154,8 @@ def _tune(args):
         probe_tracker(*parse_tracker(args.rpc_tracker))  # before any search starts
     if wl.kind != "gemm":
         raise ValueError("schedlab tune tunes GEMM workloads (gemm:MxNxK)")
+    if wl.layout != "nn" or wl.batched:
+        raise ValueError(f"schedlab tune tunes nn GEMMs without a batch (gemm:MxNxK[:dtype]), not {wl}")
     compare = [c for c in (args.compare or "").split(",") if c and c != "none"]
     for c in compare:
         if c not in COMPARISONS:

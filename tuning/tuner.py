@@ -296,6 +296,8 @@ def tune(opts: TuneOptions, on_trial=None) -> dict:
     Returns a summary: the run's best (verified) trial, counts and trials per minute."""
     setup_env()
     wl = parse_workload(opts.workload)
+    if getattr(wl, "layout", "nn") != "nn" or getattr(wl, "batched", False):
+        raise ValueError(f"schedlab tune tunes nn GEMMs without a batch (its spaces assume A M×K, B K×N), not {wl}")
     wl_text = str(wl)
     target = make_target(opts.target, opts.arch)
     space = get_space(opts.space)
