@@ -1,10 +1,9 @@
 """Hopper GEMM with TMA loads, mbarrier pipelines, warp specialization and a persistent grid,
-written as a TIR kernel (TVMScript + ``T.ptx`` calls) in the style of
-``/work/main/schedules/gemm_wgmma.py``.
+written as a TIR kernel (TVMScript + ``T.ptx`` calls) in the style of ``schedules/gemm_wgmma.py``.
 
     C (M×N, fp32, row-major) = A (M×K, fp16|bf16, row-major) · B (K×N, same dtype, row-major)
 
-What TVM 0.27 provides and this file uses (see NOTES.md for sources and checks):
+What TVM 0.27 provides and this file uses:
 
 * ``T.tvm_stack_alloca("tensormap", 1)`` + ``T.tensormap_encode_tiled(...)`` in the *host* part of
   the PrimFunc (before the first ``launch_thread``): the default ``tvm.compile`` pipeline lowers it
@@ -19,8 +18,8 @@ What TVM does not provide for Hopper: a wgmma tile primitive (``gemm_async`` is 
 Blackwell only), so the MMA is raw ``T.ptx`` as in gemm_wgmma.py. Its tile-level TMA
 (``Tx.copy_async(dispatch="tma_auto")``) only lowers in a tirx-dialect kernel built with
 ``tir_pipeline="tirx"``, not in the lab's launch_thread kernels through the default pipeline
-(exp/e8_tma_auto.py). The ``tvm.backend.cuda.lang`` helpers (PipelineState, Pipeline/MBarrier,
-ClusterPersistentScheduler2D, WarpgroupRole) do build in this style (exp/e9, e10); this file keeps
+(tried). The ``tvm.backend.cuda.lang`` helpers (PipelineState,
+Pipeline/MBarrier, ClusterPersistentScheduler2D, WarpgroupRole) do build in this style (tried); this file keeps
 the equivalent logic in closed form (slot = it % stages, parity = it // stages % 2, grouped tile
 index) so the simplifier folds it and every barrier is visible in one place.
 
