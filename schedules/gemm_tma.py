@@ -300,6 +300,19 @@ def _slices(cfg, K: int | None) -> int:
     return _k_split(cfg, K)[1]
 
 
+def _slice_of(unit, tiles: int, splits: int):
+    """The K slice of work unit ``unit`` (units are slice-major: unit = slice · tiles + tile). The
+    min changes nothing (units < tiles · splits); it bounds the slice for the device passes, which
+    must prove the ring offsets computed from it non-negative."""
+    return T.min(T.truncdiv(unit, tiles), splits - 1)
+
+
+def _k_tiles_of(part, k_tiles: int, per_unit: int):
+    """K tiles of slice ``part`` that lie inside K: ``per_unit`` but in the last slice. At least 1
+    (slices starting past K are dropped, see _k_split); the bound, again, is for the device passes."""
+    return T.max(T.min(k_tiles - part * per_unit, per_unit), 1)
+
+
 def _workspace_bytes(cfg, wl: Gemm) -> int:
     slices = _slices(cfg, wl.K)
     return 4 * slices * wl.M * wl.N if slices > 1 else 0
@@ -794,14 +807,10 @@ def _ws_kernel(M, N, K, DT, cfg):
                 w = T.meta_var(wg - 1)
                 for i in T.serial(n_tiles):  # every consumer warpgroup takes its rows of every unit
                     if SPLIT > 1:
-                        # the unit's K slice (the min changes nothing: units < CL_TILES * SPLIT; it bounds `part` for
-                        # the device passes, which must prove the ring offsets below non-negative)
-                        part: T.let[T.int32] = T.min(T.truncdiv(cid + i * CL_GRID, CL_TILES), SPLIT - 1)
+                        part: T.let[T.int32] = _slice_of(cid + i * CL_GRID, CL_TILES, SPLIT)  # the unit's K slice
                     if PAD:
                         # K tiles of this unit inside K (KTS but in the last slice); the rest: below
-                        # (at least 1: slices starting past K are dropped; the bound lets the
-                        # device passes prove the ring slots below non-negative)
-                        n_k: T.let[T.int32] = T.max(T.min(KT - part * KTS, KTS), 1)
+                        n_k: T.let[T.int32] = _k_tiles_of(part, KT, KTS)
                     else:
                         n_k = T.meta_var(KTS)
                     for kt in T.serial(n_k):
@@ -967,12 +976,7 @@ class Tf32TmaConfig:
                                      f"shared memory (2 ≤ stages, ≤ 227 KiB)")
         _check_split(self, wl)
 
-    @property
-    def pass_config(self) -> dict:
-        """With padded copies and split-K partials in one call, TVM's StorageRewrite sees the padded
-        operand's last use at the tensor map's encoding (the kernel reads it only through the map)
-        and gives the partials the same memory: measured wrong on an H200. Keep them apart."""
-        return {"tirx.disable_storage_rewrite": True} if self.pad_operands and self.split_k > 1 else {}
+    pass_config = TmaConfig.pass_config  # the same split-K partials beside padded copies
 
     def describe(self) -> str:
         return (f"tf32 {self.block_m}x{self.block_n}x{self.block_k} s{self.stages} ws {self.consumers}c"
@@ -1151,10 +1155,9 @@ def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
                 w = T.meta_var(wg - 1)
                 for i in T.serial(n_tiles):
                     if SPLIT > 1:
-                        # the unit's K slice (the min changes nothing; it bounds `part` for the device passes)
-                        part: T.let[T.int32] = T.min(T.truncdiv(bid + i * GRID, TILES), SPLIT - 1)
+                        part: T.let[T.int32] = _slice_of(bid + i * GRID, TILES, SPLIT)  # the unit's K slice
                     if PAD:
-                        n_k: T.let[T.int32] = T.max(T.min(KT - part * KTS, KTS), 1)  # K tiles inside K (≥ 1, see k_split)
+                        n_k: T.let[T.int32] = _k_tiles_of(part, KT, KTS)  # K tiles inside K
                     else:
                         n_k = T.meta_var(KTS)
                     # K tiles in pairs: fragment set 0 for even, 1 for odd (the set a K tile's wgmmas
