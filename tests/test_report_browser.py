@@ -8,6 +8,7 @@ failures, for a CI job that installed the browser on purpose). The static tests 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
@@ -231,22 +232,31 @@ class Log:
         self.url = ""
 
 
-@pytest.fixture
-def tab(browser, page_file):
+@contextlib.contextmanager
+def opened(browser, page_file):
+    """``(page, log)``: the page loaded in a fresh context that lets nothing reach a network, with
+    its console messages, errors, requests and dialogs recorded (see :func:`assert_clean`)."""
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})
     # belt and braces: nothing may reach a network even if the page tried
     ctx.route(re.compile(r"^(https?|wss?|ftp)://"), lambda route: route.abort())
-    page = ctx.new_page()
-    log = Log()
-    page.on("console", lambda m: log.console.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
-    page.on("pageerror", lambda e: log.errors.append(str(e)))
-    page.on("request", lambda r: log.requests.append(r.url))
-    page.on("dialog", lambda d: (log.dialogs.append(d.message), d.dismiss()))
-    url = "file://" + os.path.abspath(page_file)
-    page.goto(url, wait_until="load")
-    log.url = url
-    yield page, log
-    ctx.close()
+    try:
+        page = ctx.new_page()
+        log = Log()
+        page.on("console", lambda m: log.console.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: log.errors.append(str(e)))
+        page.on("request", lambda r: log.requests.append(r.url))
+        page.on("dialog", lambda d: (log.dialogs.append(d.message), d.dismiss()))
+        log.url = "file://" + os.path.abspath(page_file)
+        page.goto(log.url, wait_until="load")
+        yield page, log
+    finally:
+        ctx.close()
+
+
+@pytest.fixture
+def tab(browser, page_file):
+    with opened(browser, page_file) as (page, log):
+        yield page, log
 
 
 def assert_clean(page, log: Log):

@@ -2,11 +2,9 @@
 it loads with no console errors, clicking a step's row shows its IR and its diff against the step
 before it, and the table sorts. Skips, with the reason, where no browser can be started."""
 
-import re
-
 import pytest
 
-from tests.test_report_browser import Log, assert_clean, browser  # noqa: F401  (the browser fixture)
+from tests.test_report_browser import assert_clean, browser, opened  # noqa: F401  (the browser fixture)
 
 STEPS = ["naive_gemm", "thread_1d_gemm", "shared_cache_gemm"]
 
@@ -32,16 +30,7 @@ def test_the_report_of_a_run_in_the_browser(browser, run_report):  # noqa: F811
     from playwright.sync_api import expect
 
     _, page_file = run_report
-    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
-    ctx.route(re.compile(r"^(https?|wss?|ftp)://"), lambda route: route.abort())
-    page = ctx.new_page()
-    log = Log()
-    page.on("console", lambda m: log.console.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
-    page.on("pageerror", lambda e: log.errors.append(str(e)))
-    page.on("request", lambda r: log.requests.append(r.url))
-    log.url = "file://" + str(page_file)
-    page.goto(log.url, wait_until="load")
-    try:
+    with opened(browser, page_file) as (page, log):
         assert "no GPU" in page.locator("header").inner_text() or "no GPU" in page.locator("main").inner_text()
         # a step's row opens its panel: its scheduled TIR, then its diff against the step before it
         row = page.locator("table.data tbody tr", has_text="shared_cache_gemm").first
@@ -65,5 +54,3 @@ def test_the_report_of_a_run_in_the_browser(browser, run_report):  # noqa: F811
         nums = [float(v) for v in regs if v not in (None, "")]
         assert nums == sorted(nums) and len(nums) >= len(STEPS)
         assert_clean(page, log)
-    finally:
-        ctx.close()
