@@ -17,6 +17,7 @@ import os
 import pandas as pd
 
 from schedules import ScheduleParamError, all_schedules, get, parse_workload
+from schedules.workloads import itemsize
 
 from . import charts, results as R
 from .files import ensure_out_dir
@@ -91,7 +92,7 @@ def check_fits(workloads, gpu: bool, host_copies: bool):
         wl = parse_workload(text)
         shapes = wl.arg_shapes()
         elems = [int(pd.Series(s).prod()) for s, _ in shapes]
-        data = sum(n * {"float32": 4, "float16": 2, "bfloat16": 2}[d] for n, (_, d) in zip(elems, shapes))
+        data = sum(n * itemsize(d) for n, (_, d) in zip(elems, shapes))
         check = 8 * (sum(elems) + 2 * elems[-1])  # float64 inputs, output, reference and difference
         if gpu_total is not None and data + check > gpu_total:
             raise ScheduleParamError(f"{wl} needs {_gb(data + check)} of GPU memory (inputs, output and the float64 "

@@ -187,10 +187,6 @@ def padded_copy(sch, name: str, threads: int = 256, per_thread: int = 4):
     sch.unroll(u)
 
 
-def element_bytes(dtype: str) -> int:
-    return {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}[dtype]
-
-
 def cooperative_fetch_axes(sch, copy_block, axes, vector=1):
     """:func:`cooperative_fetch` for any thread shape: ``axes`` is ``((tag, extent), ...)`` outermost
     first (e.g. threadIdx.z, .y, .x of a warp-tiled block); a ``vector``-wide lane innermost."""

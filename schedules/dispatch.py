@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from .calibration import CALIBRATION
 from .common import GpuSpec, ceil_div, current_gpu
 from .errors import ScheduleParamError
+from .workloads import itemsize
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DTYPE_OF = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -153,7 +154,7 @@ def gemv_candidates(wl):
 def _misaligned(wl) -> bool:
     """Whether A's or B's stored rows are not a whole number of 16 bytes (no tensor map can
     describe them, no load from them can be 16 bytes wide)."""
-    item = _itemsize(wl.dtype)
+    item = itemsize(wl.dtype)
     return any((shape[-1] * item) % 16 for shape in (wl.a_shape, wl.b_shape))
 
 
@@ -161,7 +162,7 @@ def _pad_us(wl, cfg, gpu, cal) -> float:
     """``pad_operands``: the copy kernels that give misaligned rows a 16-byte pitch (read and write)."""
     if not getattr(cfg, "pad_operands", False):
         return 0.0
-    item, us = _itemsize(wl.dtype), 0.0
+    item, us = itemsize(wl.dtype), 0.0
     for shape in (wl.a_shape, wl.b_shape):
         if (shape[-1] * item) % 16:
             us += cal["launch_us"] + 2 * item * math.prod(shape) / (gpu.memory_gbps * 1e3)
@@ -224,10 +225,6 @@ def candidates(wl, precision: str):
 
 
 # --- the model -----------------------------------------------------------------------------------
-def _itemsize(dtype):
-    return {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
-
-
 def blocks_per_sm(threads: int, regs: int, smem: int, gpu: GpuSpec) -> int:
     """Occupancy: how many blocks of this size one SM holds (threads, registers, shared memory)."""
     regs_per_block = ceil_div(regs * threads, 256) * 256  # registers are allocated per warp in steps
@@ -240,7 +237,7 @@ def blocks_per_sm(threads: int, regs: int, smem: int, gpu: GpuSpec) -> int:
 def _memory_us(wl, bm, bn, splits, gpu, cal, out_bytes=4, cfg=None) -> tuple[float, float]:
     """(DRAM time, L2→SM time) of a tiled product in µs; the split-K partials in the first; a batch
     (bmm) moves each product's bytes."""
-    item = _itemsize(wl.dtype)
+    item = itemsize(wl.dtype)
     M, N, K = wl.M, wl.N, wl.K
     dram = item * (M * K + K * N) + out_bytes * M * N / _store_factor(wl, cal, cfg)
     if splits > 1:
@@ -301,7 +298,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     M, N, K = wl.M, wl.N, wl.K
     terms = {"family": fam, "efficiency": eff}
     if fam == "gemv":
-        item = _itemsize(wl.dtype)
+        item = itemsize(wl.dtype)
         nbytes = item * (M * K + K * N) + 4 * M * N
         mem = nbytes / (gpu.memory_gbps * 1e3 * eff)
         terms.update(memory_us=mem, launch_us=cal["launch_us"], kernels=2 if cand.step == "column_gemv_t" else 1)
@@ -346,7 +343,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         per_sm = 1
     else:
         threads = cfg.threads
-        smem = cfg.shared_bytes() if not hasattr(cfg, "stage_bytes") else cfg.shared_bytes(_itemsize(wl.dtype))
+        smem = cfg.shared_bytes() if not hasattr(cfg, "stage_bytes") else cfg.shared_bytes(itemsize(wl.dtype))
         per_sm = blocks_per_sm(threads, cal["regs"].get(fam, 168), smem, gpu)
         waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal,
                                      4 * bm * bn, _store_factor(wl, cal))

@@ -33,12 +33,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from .common import (aligned_vector, ceil_div, cooperative_fetch_axes, element_bytes, inline_padding, new_schedule,
+from .common import (aligned_vector, ceil_div, cooperative_fetch_axes, inline_padding, new_schedule,
                      padded_copy, register_fragments)
 from .errors import ScheduleParamError
 from .gemm import check_thread_tiles, pipeline_double_buffer
 from .registry import Launch, register
-from .workloads import LAYOUTS, Gemm
+from .workloads import LAYOUTS, Gemm, itemsize
 
 F32 = 4
 
@@ -127,7 +127,7 @@ class FastTileConfig:
         whole number of 16 bytes, so loads from it could not be 16 bytes wide."""
         if not self.pad_operands:
             return False, False
-        item = element_bytes(wl.dtype)
+        item = itemsize(wl.dtype)
         return (wl.a_shape[-1] * item) % 16 != 0, (wl.b_shape[-1] * item) % 16 != 0
 
     def load_vectors(self, wl) -> tuple[int, int]:

@@ -20,13 +20,9 @@ from dataclasses import dataclass
 from .common import aligned_vector, ceil_div, inline_padding, new_schedule, register_accumulator, register_fragments
 from .errors import ScheduleParamError
 from .registry import Launch, register
-from .workloads import LAYOUTS, Gemm, Gemv, GemvT
+from .workloads import LAYOUTS, Gemm, Gemv, GemvT, itemsize
 
 VECTOR_BYTES = 16  # the widest load a CUDA thread issues: 128 bits (float4, or 8 halves)
-
-
-def itemsize(dtype: str) -> int:
-    return {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
 
 
 def widest_vector(wl) -> int:

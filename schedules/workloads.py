@@ -99,8 +99,8 @@ class Gemm:
     @property
     def min_bytes(self) -> int:
         """Fewest bytes through device memory: each input read once, the output written once."""
-        ib = _itemsize(self.dtype)
-        return self.batches * (ib * (self.M * self.K + self.K * self.N) + _itemsize(self.acc_dtype) * self.M * self.N)
+        ib = itemsize(self.dtype)
+        return self.batches * (ib * (self.M * self.K + self.K * self.N) + itemsize(self.acc_dtype) * self.M * self.N)
 
     def prim_func(self):
         A = te.placeholder(self.a_shape, self.dtype, name="A")
@@ -169,7 +169,7 @@ class Gemv:
 
     @property
     def min_bytes(self) -> int:
-        return _itemsize(self.dtype) * (self.M * self.N + self.N) + _itemsize(self.acc_dtype) * self.M
+        return itemsize(self.dtype) * (self.M * self.N + self.N) + itemsize(self.acc_dtype) * self.M
 
     def prim_func(self):
         A = te.placeholder((self.M, self.N), self.dtype, name="A")
@@ -199,7 +199,7 @@ class GemvT(Gemv):
 
     @property
     def min_bytes(self) -> int:
-        return _itemsize(self.dtype) * (self.M * self.N + self.M) + _itemsize(self.acc_dtype) * self.N
+        return itemsize(self.dtype) * (self.M * self.N + self.M) + itemsize(self.acc_dtype) * self.N
 
     def prim_func(self):
         A = te.placeholder((self.M, self.N), self.dtype, name="A")
@@ -293,5 +293,6 @@ def _check_positive(name, value):
         raise ScheduleParamError(f"{name} must be a positive whole number, got {value!r}")
 
 
-def _itemsize(dtype: str) -> int:
+def itemsize(dtype: str) -> int:
+    """Bytes per element of a workload's input or output type."""
     return {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}[dtype]
