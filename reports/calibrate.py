@@ -141,36 +141,29 @@ def _errors(pts, cal, gpu):
     return np.array([abs(np.log(dispatch.estimate(wl, c, gpu, cal).time_us / t)) for wl, _, c, t in pts])
 
 
-def _compute_share(wl, cand, gpu, probe, t) -> float | None:
-    """The model's compute term is ``waves · (k · flops / (rate · x) + fixed)`` in the unknown
-    ``x`` (an efficiency or a factor) that ``probe`` sets to 1: solved for ``x`` at the measured
-    time ``t``, from two estimates (x = 1, and x so large that only the fixed part is left).
-    None where compute does not dominate the estimate (or the time leaves it no room)."""
-    e = dispatch.estimate(wl, cand, gpu, probe)
-    terms = e.terms
-    comp = terms.get("compute_us")
-    if not comp or comp < 2 * max(terms.get("dram_us", 0), terms.get("l2_us", 0)) or comp < 3 * probe["launch_us"]:
-        return None
-    return comp, terms
-
-
-def _solve(comp1, fixed, busy):
-    return (comp1 - fixed) / (busy - fixed) if busy > fixed * 1.05 and comp1 > fixed else None
+def _solve_unknown(wl, cand, t, gpu, cal, set_x):
+    """``(x, terms)``: the model's compute term is ``waves · (k · flops / (rate · x) + fixed)`` in
+    an unknown ``x`` (an efficiency or a factor; ``set_x(probe, value)`` sets it in a copy of
+    ``cal``), solved at the measured time ``t`` from two estimates (x = 1, and x so large that only
+    the fixed part is left). ``x`` is None where compute does not dominate the estimate (or the
+    time leaves it no room); ``terms`` are the estimate's at x = 1."""
+    probe = copy.deepcopy(cal)
+    set_x(probe, 1.0)
+    terms = dispatch.estimate(wl, cand, gpu, probe).terms
+    comp1 = terms.get("compute_us")
+    if not comp1 or comp1 < 2 * max(terms.get("dram_us", 0), terms.get("l2_us", 0)) or comp1 < 3 * cal["launch_us"]:
+        return None, terms
+    set_x(probe, 1e9)
+    fixed = dispatch.estimate(wl, cand, gpu, probe).terms["compute_us"]
+    busy = t - cal["launch_us"] - terms.get("reduce_us", 0)
+    return ((comp1 - fixed) / (busy - fixed) if busy > fixed * 1.05 and comp1 > fixed else None), terms
 
 
 def _fit_efficiencies(pts, cal, gpu):
     by_key: dict[str, list[float]] = {}
     full_width: dict[str, list[float]] = {}  # SIMT points whose loads are as wide as configured
     for wl, _, c, t in pts:
-        probe = copy.deepcopy(cal)
-        probe["efficiency"][c.key] = 1.0
-        got = _compute_share(wl, c, gpu, probe, t)
-        if got is None:
-            continue
-        comp1, terms = got
-        probe["efficiency"][c.key] = 1e9
-        fixed = dispatch.estimate(wl, c, gpu, probe).terms["compute_us"]
-        value = _solve(comp1, fixed, t - cal["launch_us"] - terms.get("reduce_us", 0))
+        value, terms = _solve_unknown(wl, c, t, gpu, cal, lambda probe, x, key=c.key: probe["efficiency"].update({key: x}))
         if value is None:
             continue
         by_key.setdefault(c.key, []).append(value)
@@ -189,19 +182,10 @@ def _fit_factor(pts, cal, gpu, table: str, width: str, applies):
     the points ``applies`` selects, with the kinds' efficiencies as fitted."""
     ratios = []
     for wl, _, c, t in pts:
-        if not applies(wl, c):
-            continue
-        probe = copy.deepcopy(cal)
-        probe.setdefault(table, {})[width] = 1.0
-        got = _compute_share(wl, c, gpu, probe, t)
-        if got is None:
-            continue
-        comp1, terms = got
-        probe[table][width] = 1e9
-        fixed = dispatch.estimate(wl, c, gpu, probe).terms["compute_us"]
-        value = _solve(comp1, fixed, t - cal["launch_us"] - terms.get("reduce_us", 0))
-        if value is not None:
-            ratios.append(value)
+        if applies(wl, c):
+            value, _ = _solve_unknown(wl, c, t, gpu, cal, lambda probe, x: probe.setdefault(table, {}).update({width: x}))
+            if value is not None:
+                ratios.append(value)
     if ratios:
         cal.setdefault(table, {})[width] = round(float(np.clip(np.median(ratios), 0.05, 1.0)), 3)
 
