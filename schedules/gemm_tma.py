@@ -45,6 +45,13 @@ gemm_wgmma.py, but no thread copies operand bytes itself).
 loads its own A tile and half of the B panels and multicasts the B half to both blocks, so B is
 read from L2 once per pair.
 
+Operand layouts and batches (16-bit kernels): an operand stored with K contiguous (A of nn/nt, B of
+nt/tt) is loaded k-major, one stored with M or N contiguous (A of tn/tt, B of nn/tn) in 64-column
+panels, m/n-major; wgmma reads either form through its transpose immediates and the descriptors'
+strides (see ``_Geometry``), so a transposed operand costs no copy and no extra instruction. A bmm
+(``bmm:BxMxNxK``) gets 3-D tensor maps (the batch outermost) and work units (product, tile),
+product-major; the batch fills the GPU the way split-K does, so a bmm takes ``split_k=1``.
+
 ``split_k=s`` (warp-specialized and tf32 kernels): for few output tiles and a long K. The work units
 become (output tile, K slice) pairs, ``s`` slices of ceil(KT / s) K tiles each (slices that would
 start past K are dropped); the grid walks the units slice-major (unit = slice · tiles + tile, the
@@ -60,6 +67,7 @@ the host part, which TVM allocates on every call from the device's workspace poo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tvm import s_tir
@@ -68,7 +76,7 @@ from tvm.script import tirx as T
 from .common import ceil_div, current_gpu
 from .errors import ScheduleParamError
 from .registry import Launch, register
-from .workloads import Gemm
+from .workloads import LAYOUTS, Gemm
 
 ROW_BYTES = 128  # one K-tile row of A, one K row of a B panel: the 128-byte swizzle atom
 SWIZZLE_128B = 3  # CUtensorMapSwizzle: CU_TENSOR_MAP_SWIZZLE_128B
@@ -108,6 +116,8 @@ class TmaConfig:
     pad_operands: bool = False  # rows not a multiple of 16 bytes: copy A / B into padded workspaces first
     split_k: int = 1  # K slices: (tile, slice) units, fp32 partials P[slices, M, N] summed by a 2nd kernel
     dtypes = ("float16", "bfloat16")
+    layouts = LAYOUTS  # a transposed operand: m/n-major or k-major tiles, read through wgmma's transpose bits
+    batched = True     # a bmm: 3-D tensor maps, the work units walk the batch (batch-major)
     step_name = "persistent_gemm"
     zero_means_auto = ("sms", "consumer_regs")  # 0: the GPU's SM count; what the producer frees
 
@@ -155,13 +165,13 @@ class TmaConfig:
     def tiles(self, M: int, N: int) -> tuple[int, int]:
         return ceil_div(M, self.block_m), ceil_div(N, self.block_n)
 
-    def grid(self, M: int, N: int, K: int | None = None) -> int:
+    def grid(self, M: int, N: int, K: int | None = None, batch: int = 1) -> int:
         """Blocks launched (of the first kernel): one per (cluster) work unit or, persistent, at
-        most one per SM (whole clusters). A work unit is a (cluster) tile, or with ``split_k`` a
-        (tile, K slice) pair (K is then needed)."""
+        most one per SM (whole clusters). A work unit is a (cluster) tile, with ``split_k`` a
+        (tile, K slice) pair (K is then needed), in a bmm a (product, tile) pair."""
         tm, tn = self.tiles(M, N)
         cl_tiles = ceil_div(tm, self.cluster_m) * tn  # cluster tiles: cluster_m block tiles each
-        units = cl_tiles * _slices(self, K)
+        units = cl_tiles * _slices(self, K) * batch
         if not self.persistent:
             return self.cluster_m * units
         return self.cluster_m * min(_sms(self) // self.cluster_m, units)
@@ -184,13 +194,18 @@ class TmaConfig:
         if dtype not in ITEMSIZE:
             raise ScheduleParamError(f"{name} takes float16 or bfloat16 inputs, not {dtype}")
         item = ITEMSIZE[dtype]
-        # a tensor map's row pitch (globalStrides) must be a multiple of 16 bytes
-        for what, pitch in (("A (K)", K), ("B (N)", N)):
+        # a tensor map's row pitch (globalStrides) must be a multiple of 16 bytes; the rows are the
+        # stored operand's (A: K, or M when stored transposed; B: N, or K when stored transposed)
+        for what, dim, pitch in (("A", *(("M", M) if wl.trans_a else ("K", K))),
+                                 ("B", *(("K", K) if wl.trans_b else ("N", N)))):
             if pitch * item % 16 and not self.pad_operands:
                 raise ScheduleParamError(
-                    f"{name}: the row pitch of {what} is {pitch * item} bytes; TMA needs a multiple of 16 "
-                    f"(K and N must be multiples of {16 // item} for {dtype}; pad_operands=true copies them "
-                    f"into padded buffers first), got M,N,K = {M},{N},{K}")
+                    f"{name}: the row pitch of {what} ({dim}) is {pitch * item} bytes; TMA needs a multiple of "
+                    f"16 ({dim} must be a multiple of {16 // item} for {dtype}; pad_operands=true copies the "
+                    f"operand into a padded buffer first), got M,N,K = {M},{N},{K}, layout {wl.layout}")
+        if wl.batched and self.split_k > 1:
+            raise ScheduleParamError(f"{name}: a batch fills the GPU the way split-K does: split_k must be 1 "
+                                     f"for a bmm, got {self.split_k}")
         if self.block_k * item != ROW_BYTES:
             raise ScheduleParamError(f"{name}: block_k must be {ROW_BYTES // item} (one 128-byte row), "
                                      f"got {self.block_k}")
@@ -277,8 +292,8 @@ def tma_kernel(wl: Gemm, cfg):
     if isinstance(cfg, Tf32TmaConfig):
         return _tf32_kernel(M, N, K, cfg)
     if cfg.warp_specialized:
-        return _ws_kernel(M, N, K, dtype, cfg)
-    return _simple_kernel(M, N, K, dtype, cfg)
+        return _ws_kernel(wl, cfg)
+    return _simple_kernel(wl, cfg)
 
 
 def _sms(cfg) -> int:
@@ -337,31 +352,48 @@ def _check_split(cfg, wl: Gemm):
 # compile-time constants and the simplifier sees the loop ranges)
 # ------------------------------------------------------------------------------------------------
 class _Geometry:
-    def __init__(self, M, N, K, dtype, cfg: TmaConfig):
-        self.M, self.N, self.K, self.DT, self.cfg = M, N, K, dtype, cfg
-        self.item = ITEMSIZE[dtype]
+    """Sizes and shared-memory layout of one kernel. Every operand tile is stored as 128-byte
+    swizzled rows, in one of wgmma's two canonical forms for 16-bit types:
+
+    * **k-major** (A of nn/nt, B of nt/tt: K contiguous in memory): rows of 64 K-elements, one
+      row per row of A (column of B); LBO unused, SBO = 8 rows; a k16 step moves 32 bytes along
+      the rows; the wgmma transpose bit 0.
+    * **m/n-major** (A of tn/tt, B of nn/tn): panels of 64 M (N) elements, each 64 K rows deep;
+      LBO = one panel (the next 64 columns), SBO = 8 K rows; a k16 step moves 16 rows (2048
+      bytes); transpose bit 1.
+
+    Either way 64 rows (columns) of a tile take one 8 KiB piece, so a warpgroup's rows start at
+    the same offset in both forms."""
+
+    def __init__(self, wl: Gemm, cfg: TmaConfig):
+        M, N, K = wl.M, wl.N, wl.K
+        self.M, self.N, self.K, self.DT, self.cfg = M, N, K, wl.dtype, cfg
+        self.item = ITEMSIZE[wl.dtype]
         self.BM, self.BN, self.BK, self.S = cfg.block_m, cfg.block_n, cfg.block_k, cfg.stages
-        self.A_BYTES = self.BM * self.BK * self.item  # one A tile (k-major rows of 128 bytes)
-        self.PANEL_BYTES = 64 * self.BK * self.item  # one 64-column B panel (64 K rows × 128 bytes)
-        self.PANELS = self.BN // 64
+        self.TA, self.TB = wl.trans_a, wl.trans_b
+        self.BATCH = wl.batch if wl.batched else 0  # 0: a plain GEMM (2-D operands and tensor maps)
+        self.A_BYTES = self.BM * self.BK * self.item  # one A tile
+        self.PANEL_BYTES = 64 * self.BK * self.item  # 64 rows (columns) of a tile: one 8 KiB piece
+        self.A_PIECES = self.BM // 64 if self.TA else 1  # TMA boxes per A tile (k-major: one box)
+        self.PANELS = self.BN // 64  # TMA boxes per B tile
         self.STAGE_BYTES = cfg.stage_bytes(self.item)
         self.RING_BYTES = self.S * self.STAGE_BYTES
         self.KT = ceil_div(K, self.BK)
         self.KTS, self.SPLIT = cfg.k_split(K)  # K tiles per work unit, K slices
         self.TM, self.TN = cfg.tiles(M, N)
-        self.GRID = cfg.grid(M, N, K)
+        self.GRID = cfg.grid(M, N, K, wl.batches)
         self.ACC = cfg.acc_regs
         self.rows_padded = False  # tile rows past ceil(M / block_m) (cluster rounding)
         self.NACC = self.BN // 2  # accumulators of one m64 subtile
-        ab = PTX_TYPE[dtype]
+        ab = PTX_TYPE[wl.dtype]
         self.mma = T.ptx[f"wgmma.mma_async.sync.aligned.m64n{self.BN}k16.f32.{ab}.{ab}"]
-        # descriptor fields (16-byte units): SBO = 1024 bytes between 8-row groups (A and B);
-        # A k-major swizzled: LBO unused (1); B n-major: LBO = the next 64-column panel
+        # descriptor fields (16-byte units): SBO = 1024 bytes between 8-row groups (both forms);
+        # LBO: 1 (unused) k-major, one panel m/n-major
         self.SBO = 8 * ROW_BYTES // 16
-        self.A_LBO = 1
-        self.B_LBO = self.PANEL_BYTES // 16
-        self.K_STEP_A = 16 * self.item  # bytes along an A row per k16 step (inside the swizzle atom)
-        self.K_STEP_B = 16 * ROW_BYTES  # bytes between the B slices of two k16 steps (16 K rows)
+        k_major = (16 * self.item, 1, 0)  # (bytes per k16 step, LBO, transpose bit)
+        mn_major = (16 * ROW_BYTES, self.PANEL_BYTES // 16, 1)
+        self.K_STEP_A, self.A_LBO, self.TRANS_A = mn_major if self.TA else k_major
+        self.K_STEP_B, self.B_LBO, self.TRANS_B = k_major if self.TB else mn_major
 
     # grouped tile order: GM block-rows of one column group run together (gemm_wgmma's order)
     def tile_mn(self, t):
@@ -391,9 +423,10 @@ def _epilogue(g: "_Geometry"):
     """A macro storing one consumer warpgroup's accumulators (its rows ``row0``.. of the tile)
     straight to C, bounds-checked (the checks fold away where the shape allows). With
     ``vector_store`` and N even, each adjacent pair goes out as one 8-byte store. With split-K
-    (g.SPLIT > 1) ``C`` is the workspace P[slices, M, N] and ``part`` the unit's K slice."""
+    (g.SPLIT > 1) ``C`` is the workspace P[slices, M, N] and ``part`` the unit's K slice; in a
+    bmm, ``C`` is the output C[batch, M, N] and ``part`` the unit's product."""
     M, N, NACC = g.M, g.N, g.NACC
-    PARTIAL = g.SPLIT > 1
+    PARTIAL = g.SPLIT > 1 or g.BATCH > 0  # C has a leading axis
     VEC = g.cfg.vector_store and N % 2 == 0
     MT, JN = g.cfg.m_subtiles, g.BN // 8
     # tile_m < TM and tile_n < TN hold for every tile walked, so whole tiles need no checks
@@ -446,17 +479,28 @@ def _fence_acc(acc, n):
         T.evaluate(T.cuda.func_call("TMA_GEMM_FENCE_F32", acc[i], source_code=_FENCE_SRC))
 
 
-def _tma_2d(tmap, dst_u32, c0, c1, bar_u32):
-    """One TMA tile load (coordinates innermost first), completing on ``bar``."""
-    return T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"](
-        dst_u32, T.address_of(tmap), c0, c1, bar_u32)
+def _tma_load(tmap, dst_u32, bar_u32, *coords):
+    """One TMA tile load (coordinates innermost first: 2 for a matrix, 3 with a batch), completing
+    on ``bar``."""
+    return T.ptx[f"cp.async.bulk.tensor.{len(coords)}d.shared::cluster.global.mbarrier::complete_tx::bytes"](
+        dst_u32, T.address_of(tmap), *coords, bar_u32)
 
 
-def _tma_2d_multicast(tmap, dst_u32, c0, c1, bar_u32, mask):
+def _tma_multicast(tmap, dst_u32, bar_u32, mask, *coords):
     """TMA load written to (and completing on the barrier at the same offset in) every CTA of
     ``mask`` in the cluster."""
-    return T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 ".multicast::cluster"](dst_u32, T.address_of(tmap), c0, c1, bar_u32, T.uint16(mask))
+    return T.ptx[f"cp.async.bulk.tensor.{len(coords)}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster"](dst_u32, T.address_of(tmap), *coords, bar_u32, T.uint16(mask))
+
+
+def _encode_map(tmap, data, dims, box, item: int, DT: str, L2: int, **kw):
+    """Encode a tensor map (host side) of a row-major array of ``dims`` elements, innermost
+    first (inner, rows[, batch]), read in boxes of ``box`` (the batch box is 1), 128-byte swizzle."""
+    strides = [dims[0] * item * math.prod(dims[1:i]) for i in range(1, len(dims))]
+    box = tuple(box) + (1,) * (len(dims) - len(box))
+    return T.tensormap_encode_tiled(tmap, data, *dims, *strides, *box, *([1] * len(dims)),
+                                    descriptor_dtype=DT, rank=len(dims), swizzle=SWIZZLE_128B,
+                                    l2_promotion=L2, **kw)
 
 
 SUM_THREADS = 128  # threads per block of split-K's second kernel
@@ -504,7 +548,8 @@ def _pad_copy(rows: int, cols: int, item: int, DT: str):
     pitch that is a multiple of 16 bytes; a matrix whose rows are not (K or N not a multiple of 8
     for 16-bit types, of 4 for fp32) is copied once into such a buffer (``pad_operands``), and the
     TMA kernel reads the copy. One thread per 16 bytes of the copy: element loads (the source rows
-    start anywhere), one 16-byte store."""
+    start anywhere), one 16-byte store. ``rows`` counts every row of the array (a batch of
+    matrices: batch × rows each), read through a flat view of ``src``."""
     V = 16 // item
     cols_pad = ceil_div(cols, V) * V
     VECS = rows * cols_pad // V
@@ -516,12 +561,13 @@ def _pad_copy(rows: int, cols: int, item: int, DT: str):
             ptid = T.launch_thread("threadIdx.x", PAD_THREADS)
             piece = T.alloc_buffer((V,), DT, scope="local")
             dst_flat = T.decl_buffer((rows * cols_pad,), DT, data=dst.data)
+            src_flat = T.decl_buffer((rows * cols,), DT, data=src.data)
             if pbid * PAD_THREADS + ptid < VECS:
                 for v in T.unroll(V):
                     piece[v] = T.if_then_else(
                         (pbid * PAD_THREADS + ptid) % (cols_pad // V) * V + v < cols,
-                        src[(pbid * PAD_THREADS + ptid) // (cols_pad // V),
-                            T.min((pbid * PAD_THREADS + ptid) % (cols_pad // V) * V + v, cols - 1)],
+                        src_flat[(pbid * PAD_THREADS + ptid) // (cols_pad // V) * cols
+                                 + T.min((pbid * PAD_THREADS + ptid) % (cols_pad // V) * V + v, cols - 1)],
                         T.cast(0, DT))
                 for v in T.vectorized(V):
                     dst_flat[(pbid * PAD_THREADS + ptid) * V + v] = piece[v]
@@ -531,18 +577,21 @@ def _pad_copy(rows: int, cols: int, item: int, DT: str):
 
 def _loader(g: "_Geometry", CL: int = 1):
     """A macro issuing the TMA loads of one K tile into one ring slot (run by one thread) and
-    announcing their byte count on the slot's full barrier. Boxes that lie wholly outside the
-    matrix (the last B panels of a ragged last column tile, A tiles of the rows a cluster pads) are
-    skipped and left out of the byte count: they would only feed outputs that are never stored.
-    Partially outside boxes are zero-filled by TMA (and counted in full)."""
+    announcing their byte count on the slot's full barrier: the A tile (one box k-major, 64-column
+    panels m-major) and the B tile in 64-column pieces (panels n-major, boxes of 64 rows k-major),
+    at batch coordinate ``b`` in a bmm. Boxes that lie wholly outside the matrix (the last pieces
+    of a ragged last row or column tile, A tiles of the rows a cluster pads) are skipped and left
+    out of the byte count: they would only feed outputs that are never stored. Partially outside
+    boxes are zero-filled by TMA (and counted in full)."""
     M, N, BM, BN, BK = g.M, g.N, g.BM, g.BN, g.BK
     PANELS, MY = g.PANELS, g.PANELS // CL
-    # static: can a panel / an A box of some tile lie wholly outside?
+    A_PIECES, A_PIECE_BYTES = g.A_PIECES, g.A_BYTES // g.A_PIECES
+    # static: can a piece / an A box of some tile lie wholly outside?
     SKIP_PANELS = N % BN != 0 and ceil_div(N % BN, 64) < PANELS
-    SKIP_A = g.rows_padded
+    SKIP_A = g.rows_padded or (A_PIECES > 1 and M % BM != 0 and ceil_div(M % BM, 64) < A_PIECES)
 
-    def a_ok(tile_m):
-        return tile_m * BM < M if SKIP_A else T.bool(True)
+    def a_ok(tile_m, p=0):
+        return tile_m * BM + p * 64 < M if SKIP_A else T.bool(True)
 
     def panel_ok(tile_n, p):
         return tile_n * BN + p * 64 < N if SKIP_PANELS else T.bool(True)
@@ -554,29 +603,54 @@ def _loader(g: "_Geometry", CL: int = 1):
         # into one the device passes cannot prove non-negative when cast to uint32
         panels = (sum(T.if_then_else(panel_ok(tile_n, p), g.PANEL_BYTES, 0) for p in range(PANELS))
                   if SKIP_PANELS else PANELS * g.PANEL_BYTES)
-        a = T.if_then_else(a_ok(tile_m), g.A_BYTES, 0) if SKIP_A else g.A_BYTES
+        if not SKIP_A:
+            a = g.A_BYTES
+        elif A_PIECES == 1:
+            a = T.if_then_else(a_ok(tile_m), g.A_BYTES, 0)
+        else:
+            a = sum(T.if_then_else(a_ok(tile_m, p), A_PIECE_BYTES, 0) for p in range(A_PIECES))
         return T.cast(a + panels, "uint32")
 
+    def at(row_or_col, k, mn_major, b):
+        """TMA coordinates (innermost first) of a box at ``row_or_col`` (M or N) and K offset ``k``
+        of product ``b``: K innermost in a k-major operand (A of nn/nt, B of nt/tt)."""
+        return ((row_or_col, k) if mn_major else (k, row_or_col)) + ((b,) if g.BATCH else ())
+
     @T.macro
-    def load(A_map, B_map, ring, full_u32, slot, kt, tile_m, tile_n, rank):
+    def load(A_map, B_map, ring, full_u32, slot, kt, tile_m, tile_n, rank, b):
         T.ptx.mbarrier.arrive.expect_tx.shared.b64(full_u32, tx_bytes(tile_m, tile_n))
-        if a_ok(tile_m):
-            _tma_2d(A_map, ring + T.cast(slot * g.STAGE_BYTES, "uint32"), kt * BK, tile_m * BM, full_u32)
+        for p in T.unroll(A_PIECES):
+            if a_ok(tile_m, p):
+                _tma_load(A_map, ring + T.cast(slot * g.STAGE_BYTES + p * A_PIECE_BYTES, "uint32"), full_u32,
+                          *at(tile_m * BM + p * 64, kt * BK, g.TA, b))
         for p in T.unroll(MY):
             if CL == 1:
                 if panel_ok(tile_n, p):
-                    _tma_2d(B_map, ring + T.cast(slot * g.STAGE_BYTES + g.A_BYTES + p * g.PANEL_BYTES, "uint32"),
-                            tile_n * BN + p * 64, kt * BK, full_u32)
+                    _tma_load(B_map, ring + T.cast(slot * g.STAGE_BYTES + g.A_BYTES + p * g.PANEL_BYTES, "uint32"),
+                              full_u32, *at(tile_n * BN + p * 64, kt * BK, not g.TB, b))
             else:
-                # this block's share of the panels, written to the same offset in every block of
+                # this block's share of the pieces, written to the same offset in every block of
                 # the cluster and completing on the same barrier in each
                 if panel_ok(tile_n, rank * MY + p):
-                    _tma_2d_multicast(
+                    _tma_multicast(
                         B_map, ring + T.cast(slot * g.STAGE_BYTES + g.A_BYTES + (rank * MY + p) * g.PANEL_BYTES,
                                              "uint32"),
-                        tile_n * BN + (rank * MY + p) * 64, kt * BK, full_u32, (1 << CL) - 1)
+                        full_u32, (1 << CL) - 1, *at(tile_n * BN + (rank * MY + p) * 64, kt * BK, not g.TB, b))
 
     return load
+
+
+def _maps(g: "_Geometry", A_data, B_data, A_map, B_map, pitch_a: int, pitch_b: int):
+    """(A map, B map) encode calls of the host part: each operand as stored, ``pitch_*`` elements
+    per row (its padded copy's where the rows are not a multiple of 16 bytes); a k-major operand
+    in boxes of (block_k, rows), an m/n-major one in boxes of (64, block_k)."""
+    BM, BK, M, N, K = g.BM, g.BK, g.M, g.N, g.K
+    batch = (g.BATCH,) if g.BATCH else ()
+    L2 = g.cfg.l2_promotion
+    a_dims, a_box = ((pitch_a, K), (64, BK)) if g.TA else ((pitch_a, M), (BK, BM))
+    b_dims, b_box = ((pitch_b, N), (BK, 64)) if g.TB else ((pitch_b, K), (64, BK))
+    return (_encode_map(A_map, A_data, a_dims + batch, a_box, g.item, g.DT, L2),
+            _encode_map(B_map, B_data, b_dims + batch, b_box, g.item, g.DT, L2))
 
 
 def _mma_tile(g: "_Geometry"):
@@ -589,13 +663,13 @@ def _mma_tile(g: "_Geometry"):
         T.ptx.wgmma.fence.sync.aligned()
         for kk in T.unroll(g.BK // 16):
             for mt in T.unroll(cfg.m_subtiles):
-                # A: 32 bytes along the swizzled rows per k16 step; B: 16 K rows (2048 bytes) per step
+                # per k16 step: 32 bytes along the rows of a k-major tile, 16 K rows of an m/n-major one
                 g.mma(*[acc[mt * g.NACC + j] for j in range(g.NACC)],
                       g.desc(ring + T.cast(slot * g.STAGE_BYTES + row0 * ROW_BYTES, "uint32")
                              + T.uint32(mt * 64 * ROW_BYTES + kk * g.K_STEP_A), g.A_LBO),
                       g.desc(ring + T.cast(slot * g.STAGE_BYTES, "uint32")
                              + T.uint32(g.A_BYTES + kk * g.K_STEP_B), g.B_LBO),
-                      T.Or(kt > 0, kk > 0), 1, 1, 0, 1)  # scale-d, scale-a, scale-b, A k-major, B transposed
+                      T.Or(kt > 0, kk > 0), 1, 1, g.TRANS_A, g.TRANS_B)  # scale-d, scale-a, scale-b, transpose bits
         T.ptx.wgmma.commit_group.sync.aligned()
 
     return mma
@@ -610,29 +684,29 @@ def _mma_tile(g: "_Geometry"):
 # ------------------------------------------------------------------------------------------------
 # step 1: TMA + mbarriers, no warp specialization (one block per tile)
 # ------------------------------------------------------------------------------------------------
-def _simple_kernel(M, N, K, DT, cfg):
-    g = _Geometry(M, N, K, DT, cfg)
+def _simple_kernel(wl: Gemm, cfg):
+    g = _Geometry(wl, cfg)
+    DT = wl.dtype
     BM, BK, S, KT = g.BM, g.BK, g.S, g.KT
     THREADS = cfg.threads
     # K tiles loaded ahead of the one computed: at iteration kt, once every warpgroup has waited
     # for tile kt-1's wgmmas (wait_group 1 + __syncthreads), its slot takes tile kt + S - 1
     AHEAD = S - 1
-    GRID = g.TM * g.TN
-    L2 = cfg.l2_promotion
+    TILES = g.TM * g.TN
+    GRID = TILES * max(1, g.BATCH)  # a bmm: the products one after another (batch-major)
     epilogue = _epilogue(g)
     load = _loader(g)
     mma = _mma_tile(g)
 
     @T.prim_func
-    def main(A: T.Buffer((M, K), DT), B: T.Buffer((K, N), DT), C: T.Buffer((M, N), "float32")):
+    def main(A: T.Buffer(wl.a_shape, DT), B: T.Buffer(wl.b_shape, DT), C: T.Buffer(wl.c_shape, "float32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
         # host side, every call: the two tensor maps (innermost dimension first)
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.tensormap_encode_tiled(A_map, A.data, K, M, K * g.item, BK, BM, 1, 1,
-                                 descriptor_dtype=DT, rank=2, swizzle=SWIZZLE_128B, l2_promotion=L2)
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.tensormap_encode_tiled(B_map, B.data, N, K, N * g.item, 64, BK, 1, 1,
-                                 descriptor_dtype=DT, rank=2, swizzle=SWIZZLE_128B, l2_promotion=L2)
+        a_enc, b_enc = T.meta_var(_maps(g, A.data, B.data, A_map, B_map, wl.a_shape[-1], wl.b_shape[-1]))
+        T.evaluate(a_enc)
+        T.evaluate(b_enc)
         bid = T.launch_thread("blockIdx.x", GRID)
         tid = T.launch_thread("threadIdx.x", THREADS)
         smem = T.alloc_buffer((g.RING_BYTES + 1024,), "uint8", scope="shared.dyn")
@@ -642,7 +716,12 @@ def _simple_kernel(M, N, K, DT, cfg):
         # elements the TIR indexes (TMA and wgmma touch it only through addresses)
         ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
                                               T.uint32(0xFFFFFC00))
-        tm_, tn_ = T.meta_var(g.tile_mn(bid))
+        if g.BATCH > 0:
+            tm_, tn_ = T.meta_var(g.tile_mn(T.truncmod(bid, TILES)))
+            b: T.let[T.int32] = _slice_of(bid, TILES, g.BATCH)  # the block's product
+        else:
+            tm_, tn_ = T.meta_var(g.tile_mn(bid))
+            b = T.meta_var(0)
         tile_m: T.let[T.int32] = tm_
         tile_n: T.let[T.int32] = tn_
         wg = T.meta_var(tid // WARPGROUP)
@@ -658,7 +737,7 @@ def _simple_kernel(M, N, K, DT, cfg):
             for s in T.unroll(AHEAD):
                 if s < KT:
                     load(A_map, B_map, ring, T.cuda.cvta_generic_to_shared(T.address_of(full[s])), s, s,
-                         tile_m, tile_n, 0)
+                         tile_m, tile_n, 0, b)
         for kt in T.serial(KT):
             T.cuda.mbarrier_wait(T.address_of(full[kt % S]), kt // S % 2)
             mma(acc, ring, kt % S, wg * cfg.wg_rows, kt)
@@ -667,10 +746,13 @@ def _simple_kernel(M, N, K, DT, cfg):
             if tid == 0:
                 if kt + AHEAD < KT:
                     load(A_map, B_map, ring, T.cuda.cvta_generic_to_shared(T.address_of(full[(kt + AHEAD) % S])),
-                         (kt + AHEAD) % S, kt + AHEAD, tile_m, tile_n, 0)
+                         (kt + AHEAD) % S, kt + AHEAD, tile_m, tile_n, 0, b)
         T.ptx.wgmma.wait_group.sync.aligned(0)
         _fence_acc(acc, g.ACC)  # no accumulator read moves above the wait
-        epilogue(C, acc, tile_m, tile_n, wg * cfg.wg_rows, lane)
+        if g.BATCH > 0:
+            epilogue(C, acc, tile_m, tile_n, wg * cfg.wg_rows, lane, b)
+        else:
+            epilogue(C, acc, tile_m, tile_n, wg * cfg.wg_rows, lane)
 
     return main
 
@@ -678,8 +760,9 @@ def _simple_kernel(M, N, K, DT, cfg):
 # ------------------------------------------------------------------------------------------------
 # steps 2-3 (+5): warp-specialized producer/consumers, persistent grid, optional 2x1 cluster
 # ------------------------------------------------------------------------------------------------
-def _ws_kernel(M, N, K, DT, cfg):
-    g = _Geometry(M, N, K, DT, cfg)
+def _ws_kernel(wl: Gemm, cfg):
+    g = _Geometry(wl, cfg)
+    M, N, K, DT = wl.M, wl.N, wl.K, wl.dtype
     BM, BK, S, KT = g.BM, g.BK, g.S, g.KT
     NC = cfg.consumers
     THREADS = cfg.threads
@@ -696,40 +779,45 @@ def _ws_kernel(M, N, K, DT, cfg):
     # every consumer warpgroup (of every block of the cluster) reads each slot
     EMPTY_ARRIVALS = NC * CL
     ROW0 = cfg.wg_rows  # rows of consumer warpgroup w start at w * ROW0
-    gc = _Geometry(M, N, K, DT, cfg)  # grouped order over cluster rows
+    gc = _Geometry(wl, cfg)  # grouped order over cluster rows
     gc.TM = TM_CL // CL
     # split-K: a work unit is a (cluster tile, K slice) pair, KTS K tiles each (KTS = KT, one
-    # slice, without split-K); units slice-major: unit u = slice·CL_TILES + tile (see NOTES)
-    KTS, SPLIT = g.KTS, g.SPLIT
-    UNITS = CL_TILES * SPLIT
+    # slice, without split-K); units slice-major: unit u = slice·CL_TILES + tile (see NOTES).
+    # A bmm: a (product, cluster tile) pair, batch-major (u = product·CL_TILES + tile); no split-K
+    KTS, SPLIT, BATCH = g.KTS, g.SPLIT, g.BATCH
+    UNITS = CL_TILES * SPLIT * max(1, BATCH)
+    OUTER = SPLIT > 1 or BATCH > 0  # units carry an outer index: their K slice or their product
     PAD = KTS * SPLIT > KT  # the last slice's last K tiles lie past K: not loaded, not multiplied
     if SPLIT > 1:
         split_sum, _ = _split_sum(M, N, SPLIT)
     # rows a tensor map cannot describe (pad_operands): copied first into 16-byte-pitched buffers
-    PAD_A = cfg.pad_operands and K * g.item % 16 != 0
-    PAD_B = cfg.pad_operands and N * g.item % 16 != 0
-    pad_a, KP = _pad_copy(M, K, g.item, DT) if PAD_A else (None, K)
-    pad_b, NP = _pad_copy(K, N, g.item, DT) if PAD_B else (None, N)
+    # (every row of every product of a bmm; the rows of the operand as stored)
+    (a_rows, a_cols), (b_rows, b_cols) = wl.a_shape[-2:], wl.b_shape[-2:]
+    PAD_A = cfg.pad_operands and a_cols * g.item % 16 != 0
+    PAD_B = cfg.pad_operands and b_cols * g.item % 16 != 0
+    pad_a, AP = _pad_copy(wl.batches * a_rows, a_cols, g.item, DT) if PAD_A else (None, a_cols)
+    pad_b, BP = _pad_copy(wl.batches * b_rows, b_cols, g.item, DT) if PAD_B else (None, b_cols)
+    batch_dims = wl.a_shape[:-2]
 
     def block_tile(c, rank):
         cm, cn = gc.tile_mn(c)
         return cm * CL + rank, cn
 
     @T.prim_func
-    def main(A: T.Buffer((M, K), DT), B: T.Buffer((K, N), DT), C: T.Buffer((M, N), "float32")):
+    def main(A: T.Buffer(wl.a_shape, DT), B: T.Buffer(wl.b_shape, DT), C: T.Buffer(wl.c_shape, "float32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
         if PAD_A:  # workspaces from the device's pool, like split-K's partials below
-            A_pad = T.alloc_buffer((M, KP), DT, scope="global")
+            A_pad = T.alloc_buffer(batch_dims + (a_rows, AP), DT, scope="global")
             pad_a(A, A_pad)
         if PAD_B:
-            B_pad = T.alloc_buffer((K, NP), DT, scope="global")
+            B_pad = T.alloc_buffer(batch_dims + (b_rows, BP), DT, scope="global")
             pad_b(B, B_pad)
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.tensormap_encode_tiled(A_map, (A_pad if PAD_A else A).data, KP, M, KP * g.item, BK, BM, 1, 1,
-                                 descriptor_dtype=DT, rank=2, swizzle=SWIZZLE_128B, l2_promotion=L2)
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.tensormap_encode_tiled(B_map, (B_pad if PAD_B else B).data, NP, K, NP * g.item, 64, BK, 1, 1,
-                                 descriptor_dtype=DT, rank=2, swizzle=SWIZZLE_128B, l2_promotion=L2)
+        a_enc, b_enc = T.meta_var(_maps(g, (A_pad if PAD_A else A).data, (B_pad if PAD_B else B).data,
+                                        A_map, B_map, AP, BP))
+        T.evaluate(a_enc)
+        T.evaluate(b_enc)
         if SPLIT > 1:
             # the partial products: a global buffer of the host part, i.e. TVMBackendAllocWorkspace
             # (the device's workspace pool) on every call, freed after the second kernel
@@ -774,11 +862,16 @@ def _ws_kernel(M, N, K, DT, cfg):
                     T.ptx.prefetch.tensormap(T.address_of(A_map))
                     T.ptx.prefetch.tensormap(T.address_of(B_map))
                     for i in T.serial(n_tiles):
-                        if SPLIT > 1:
+                        if OUTER:
                             tm_, tn_ = T.meta_var(block_tile(T.truncmod(cid + i * CL_GRID, CL_TILES), rank))
-                            k0: T.let[T.int32] = T.truncdiv(cid + i * CL_GRID, CL_TILES) * KTS  # first K tile
                         else:
                             tm_, tn_ = T.meta_var(block_tile(cid + i * CL_GRID, rank))
+                        if SPLIT > 1:
+                            k0: T.let[T.int32] = T.truncdiv(cid + i * CL_GRID, CL_TILES) * KTS  # first K tile
+                        if BATCH > 0:
+                            b: T.let[T.int32] = _slice_of(cid + i * CL_GRID, CL_TILES, BATCH)  # the unit's product
+                        else:
+                            b = T.meta_var(0)
                         tile_m: T.let[T.int32] = tm_
                         tile_n: T.let[T.int32] = tn_
                         for kt in T.serial(KTS):
@@ -789,18 +882,18 @@ def _ws_kernel(M, N, K, DT, cfg):
                             T.cuda.mbarrier_wait(T.address_of(bars[S + slot]), it // S % 2 ^ 1)
                             if SPLIT == 1:
                                 load(A_map, B_map, ring, T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])),
-                                     slot, kt, tile_m, tile_n, rank)
+                                     slot, kt, tile_m, tile_n, rank, b)
                             elif PAD:
                                 if k0 + kt < KT:
                                     load(A_map, B_map, ring, T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])),
-                                         slot, k0 + kt, tile_m, tile_n, rank)
+                                         slot, k0 + kt, tile_m, tile_n, rank, b)
                                 else:
                                     # past K: nothing to load; the phase still completes (no bytes)
                                     T.evaluate(T.ptx.mbarrier.arrive.shared.b64(
                                         T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])), T.uint32(1)))
                             else:
                                 load(A_map, B_map, ring, T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])),
-                                     slot, k0 + kt, tile_m, tile_n, rank)
+                                     slot, k0 + kt, tile_m, tile_n, rank, b)
             else:
                 # ---- consumer warpgroups ----
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
@@ -808,6 +901,8 @@ def _ws_kernel(M, N, K, DT, cfg):
                 for i in T.serial(n_tiles):  # every consumer warpgroup takes its rows of every unit
                     if SPLIT > 1:
                         part: T.let[T.int32] = _slice_of(cid + i * CL_GRID, CL_TILES, SPLIT)  # the unit's K slice
+                    if BATCH > 0:
+                        part: T.let[T.int32] = _slice_of(cid + i * CL_GRID, CL_TILES, BATCH)  # the unit's product
                     if PAD:
                         # K tiles of this unit inside K (KTS but in the last slice); the rest: below
                         n_k: T.let[T.int32] = _k_tiles_of(part, KT, KTS)
@@ -831,7 +926,7 @@ def _ws_kernel(M, N, K, DT, cfg):
                             if lane == 0:
                                 _release(bars, S + (i * KTS + n_k + kp) % S, CL)
                     _fence_acc(acc, g.ACC)
-                    if SPLIT > 1:
+                    if OUTER:
                         tm_, tn_ = T.meta_var(block_tile(T.truncmod(cid + i * CL_GRID, CL_TILES), rank))
                     else:
                         tm_, tn_ = T.meta_var(block_tile(cid + i * CL_GRID, rank))
@@ -840,6 +935,8 @@ def _ws_kernel(M, N, K, DT, cfg):
                     # the producer is already filling the ring with the next unit's K tiles
                     if SPLIT > 1:
                         epilogue(P, acc, tile_m, tile_n, w * ROW0, lane, part)
+                    elif BATCH > 0:
+                        epilogue(C, acc, tile_m, tile_n, w * ROW0, lane, part)
                     else:
                         epilogue(C, acc, tile_m, tile_n, w * ROW0, lane)
             if CL > 1:
@@ -933,9 +1030,9 @@ class Tf32TmaConfig:
     def tiles(self, M: int, N: int):
         return ceil_div(M, self.block_m), ceil_div(N, self.block_n)
 
-    def grid(self, M: int, N: int, K: int | None = None) -> int:
+    def grid(self, M: int, N: int, K: int | None = None, batch: int = 1) -> int:
         tm, tn = self.tiles(M, N)
-        units = tm * tn * _slices(self, K)
+        units = tm * tn * _slices(self, K) * batch
         return min(_sms(self), units) if self.persistent else units
 
     def k_split(self, K: int) -> tuple[int, int]:
@@ -1073,11 +1170,11 @@ def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
         # announced on the slot's full barrier
         T.ptx.mbarrier.arrive.expect_tx.shared.b64(
             full_u32, T.cast(A_BYTES + panel_bytes(tile_n), "uint32"))
-        _tma_2d(A_map, ring + T.cast(slot * STAGE_BYTES, "uint32"), kt * BK, tile_m * BM, full_u32)
+        _tma_load(A_map, ring + T.cast(slot * STAGE_BYTES, "uint32"), full_u32, kt * BK, tile_m * BM)
         for p in T.unroll(PANELS):
             if (tile_n * BN + p * 32 < N) if SKIP_PANELS else True:
-                _tma_2d(B_map, ring + T.cast(slot * STAGE_BYTES + A_BYTES + p * PANEL_BYTES, "uint32"),
-                        tile_n * BN + p * 32, kt * BK, full_u32)
+                _tma_load(B_map, ring + T.cast(slot * STAGE_BYTES + A_BYTES + p * PANEL_BYTES, "uint32"),
+                          full_u32, tile_n * BN + p * 32, kt * BK)
 
     @T.prim_func
     def main(A: T.Buffer((M, K), "float32"), B: T.Buffer((K, N), "float32"), C: T.Buffer((M, N), "float32")):
@@ -1214,7 +1311,7 @@ def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
 # ------------------------------------------------------------------------------------------------
 def _launch(cfg, wl: Gemm) -> Launch:
     item = 4 if isinstance(cfg, Tf32TmaConfig) else ITEMSIZE.get(wl.dtype, 2)
-    return Launch((cfg.grid(wl.M, wl.N, wl.K), 1, 1), (cfg.threads, 1, 1), cfg.shared_bytes(item),
+    return Launch((cfg.grid(wl.M, wl.N, wl.K, wl.batches), 1, 1), (cfg.threads, 1, 1), cfg.shared_bytes(item),
                   threads_from="128 × (consumers + producer warpgroup)", shared_from="block tiles × stages",
                   dynamic_shared=True)
 

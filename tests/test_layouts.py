@@ -15,8 +15,8 @@ from schedules import LAYOUTS, Gemm, ScheduleParamError, all_schedules, dispatch
 from tests.helpers import build_spec
 
 GEMM_STEPS = [s for s in all_schedules(ladder="gemm") if "tuned" not in s.tags]
-ODD = {"float32": "67x45x33", "float16": "130x264x72"}  # not tile multiples (TMA needs K, N % 8 == 0 in fp16)
-BMM_ODD = {"float32": "3x67x45x33", "float16": "3x130x264x72"}
+ODD = {"float32": "67x45x33", "float16": "136x264x72"}  # not tile multiples (TMA: M, N, K % 8 == 0 in fp16)
+BMM_ODD = {"float32": "3x67x45x33", "float16": "3x136x264x72"}
 
 
 def odd_workload(spec, layout, batched=False):
@@ -87,7 +87,7 @@ def test_the_constructor_checks_layout_and_batch_too():
     (["show", "wgmma_gemm", "--shape", "bmm:0x64x64x64"], "bmm batch must be a positive"),
     (["run", "--workload", "bmm:0x2x2x2", "--out", "/tmp/never"], "bmm batch"),
     (["run", "--workload", "gemm:8x8x8:float16:ab", "--out", "/tmp/never"], "layout 'ab'"),
-    (["show", "persistent_gemm", "--shape", "256x256x256:nt"], "persistent_gemm takes the nn layout only, not nt"),
+    (["show", "tma_tf32_gemm", "--shape", "256x256x256:nt"], "tma_tf32_gemm takes the nn layout only, not nt"),
     (["show", "naive_gemm", "--shape", "bmm:2x8x8x8"], "naive_gemm does not take a batch"),
 ])
 def test_cli_refuses_before_building_in_one_line(argv, word, capsys):
@@ -285,8 +285,8 @@ def _assert_compiles(spec, workload, **params):
 NN_ONLY = [s for s in GEMM_STEPS if s.layouts == ("nn",)]
 
 
-def test_only_the_tma_steps_are_left_at_nn():
-    assert {s.name for s in NN_ONLY} == {s.name for s in GEMM_STEPS if s.builder.__module__ == "schedules.gemm_tma"}
+def test_only_the_tf32_tma_step_is_left_at_nn():
+    assert {s.name for s in NN_ONLY} == {"tma_tf32_gemm"}
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -306,7 +306,8 @@ BATCHED = [s for s in GEMM_STEPS if s.batched]
 
 def test_the_batched_steps():
     assert {"best_gemm", "best_fp16_gemm", "tensor_core_gemm", "wgmma_gemm", "wgmma_tf32_gemm",
-            "warp_tiled_gemm", "split_k_gemm", "skinny_gemm"} <= {s.name for s in BATCHED}
+            "warp_tiled_gemm", "split_k_gemm", "skinny_gemm", "tma_gemm", "warp_specialized_gemm",
+            "persistent_gemm", "cluster_gemm"} <= {s.name for s in BATCHED}
     assert not {s.name for s in BATCHED} & {s.name for s in GEMM_STEPS if s.step <= 9}
 
 
@@ -367,10 +368,13 @@ def test_no_gemv_form_for_a_batch():
 
 
 def test_the_dispatcher_chooses_among_the_kernels_that_take_the_layout():
-    nn = dispatch.rank(parse_workload("gemm:4096x4096x4096:float16"), "fp16")
-    nt = dispatch.rank(parse_workload("gemm:4096x4096x4096:float16:nt"), "fp16")
-    assert any(e.step == "persistent_gemm" for e in nn)
-    assert nt and not any(e.step in ("persistent_gemm", "tma_gemm") for e in nt)
+    for layout in LAYOUTS:  # the 16-bit TMA kernels take every layout (wgmma's transpose bits)
+        ranked = dispatch.rank(parse_workload(f"gemm:4096x4096x4096:float16:{layout}"), "fp16")
+        assert ranked[0].step == "persistent_gemm"
+    nn = dispatch.rank(parse_workload("gemm:4096x4096x4096"), "tf32")
+    nt = dispatch.rank(parse_workload("gemm:4096x4096x4096:nt"), "tf32")
+    assert any(e.step == "tma_tf32_gemm" for e in nn)
+    assert nt and not any(e.step == "tma_tf32_gemm" for e in nt)
     for text in ("gemm:4096x4096x4096:tt", "bmm:16x1024x1024x128:float16:nt", "bmm:8x1024x512x2048:tn"):
         wl = parse_workload(text)
         for e in dispatch.rank(wl, "fp32" if wl.dtype == "float32" else "fp16"):
