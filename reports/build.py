@@ -167,14 +167,22 @@ def build_config(sch, cfg, target: tvm.target.Target | None = None, wl=None) -> 
 
 
 def launch_extents(lowered: str) -> dict:
-    """Thread and block extents of the first (main) kernel, from the lowered TIR's launch_thread
-    statements (a second kernel, such as split-K's final sum, opens with blockIdx.x again)."""
-    found = {}
-    for tag, extent in re.findall(r'launch_thread\("((?:blockIdx|threadIdx|vthread)\.[xyz])",\s*(\d+)\)', lowered):
+    """Thread and block extents of the main kernel, from the lowered TIR's launch_thread
+    statements. A PrimFunc may launch several kernels (copies of the operands first, split-K's
+    final sum after), each opening with blockIdx.x again; the main kernel is the one with the
+    most code."""
+    kernels, found, start = [], {}, None
+    for m in re.finditer(r'launch_thread\("((?:blockIdx|threadIdx|vthread)\.[xyz])",\s*(\d+)\)', lowered):
+        tag, extent = m.group(1), int(m.group(2))
         if tag in found and tag.startswith("blockIdx"):
-            break
-        found.setdefault(tag, int(extent))
-    return found
+            kernels.append((m.start() - start, found))
+            found, start = {}, m.start()
+        if start is None:
+            start = m.start()
+        found.setdefault(tag, extent)
+    if found:
+        kernels.append((len(lowered) - start, found))
+    return max(kernels, key=lambda k: k[0])[1] if kernels else {}
 
 
 ARCH_SPECS = {  # per-SM resources by compute capability, where torch cannot be asked

@@ -159,12 +159,15 @@ def _misaligned(wl) -> bool:
 
 
 def _pad_us(wl, cfg, gpu, cal) -> float:
-    """``pad_operands``: the copy kernels that give misaligned rows a 16-byte pitch (read and write)."""
-    if not getattr(cfg, "pad_operands", False):
+    """The copy kernels a configuration runs first (its ``copied(wl)``): ``pad_operands`` giving
+    misaligned rows a 16-byte pitch, or the tf32 TMA kernel transposing A stored K×M; each reads
+    and writes its operand once."""
+    copied = getattr(cfg, "copied", None)
+    if copied is None:
         return 0.0
     item, us = itemsize(wl.dtype), 0.0
-    for shape in (wl.a_shape, wl.b_shape):
-        if (shape[-1] * item) % 16:
+    for shape, copy in zip((wl.a_shape, wl.b_shape), copied(wl)):
+        if copy:
             us += cal["launch_us"] + 2 * item * math.prod(shape) / (gpu.memory_gbps * 1e3)
     return us
 

@@ -254,6 +254,14 @@ class TmaConfig:
             raise ScheduleParamError(f"{name}: split_k needs warp_specialized (the simple kernel is one block "
                                      f"per tile), got split_k={self.split_k}")
 
+    def copied(self, wl: Gemm) -> tuple[bool, bool]:
+        """(A, B): whether a copy kernel runs first for the operand: ``pad_operands`` and rows
+        (of the operand as stored) that are not a whole number of 16 bytes."""
+        if not self.pad_operands:
+            return False, False
+        item = ITEMSIZE.get(wl.dtype, 4)
+        return (wl.a_shape[-1] * item) % 16 != 0, (wl.b_shape[-1] * item) % 16 != 0
+
     @property
     def pass_config(self) -> dict:
         """With padded copies and split-K partials in one call, TVM's StorageRewrite sees the padded
@@ -290,7 +298,7 @@ def tma_kernel(wl: Gemm, cfg):
     cfg.check(wl)
     M, N, K, dtype = wl.M, wl.N, wl.K, wl.dtype
     if isinstance(cfg, Tf32TmaConfig):
-        return _tf32_kernel(M, N, K, cfg)
+        return _tf32_kernel(wl, cfg)
     if cfg.warp_specialized:
         return _ws_kernel(wl, cfg)
     return _simple_kernel(wl, cfg)
@@ -573,6 +581,41 @@ def _pad_copy(rows: int, cols: int, item: int, DT: str):
                     dst_flat[(pbid * PAD_THREADS + ptid) * V + v] = piece[v]
 
     return pad, cols_pad
+
+
+TRANSPOSE_TILE = 32
+
+
+def _transpose_copy(rows: int, cols: int, DT: str):
+    """(macro, padded rows): a kernel writing the transpose of a ``rows × cols`` row-major matrix
+    into a ``cols × rows_pad`` one (``rows_pad``: rows rounded up to 16 bytes, the extra columns
+    zero), for an operand a kernel can only read in the other major order (tf32 wgmma takes its
+    shared-memory operand k-major only). The classic tiled transpose: a 32×32 tile read along the
+    source rows and written along the destination rows, both coalesced, through shared memory
+    padded by one column (no bank conflicts); 32×8 threads, four elements each."""
+    TT = TRANSPOSE_TILE
+    V = 16 // 4 if DT == "float32" else 16 // 2
+    rows_pad = ceil_div(rows, V) * V
+    RB, CB = ceil_div(rows_pad, TT), ceil_div(cols, TT)
+
+    @T.macro
+    def transpose(src, dst):
+        with T.launch_thread("blockIdx.x", RB * CB) as tbid:
+            ttx = T.launch_thread("threadIdx.x", TT)
+            tty = T.launch_thread("threadIdx.y", 8)
+            # flat, rows of TT + 1: a 2-D (TT, TT + 1) buffer is compacted to the TT columns indexed
+            tile = T.alloc_buffer((TT * (TT + 1),), DT, scope="shared")
+            for i in T.unroll(TT // 8):
+                tile[(tty + i * 8) * (TT + 1) + ttx] = T.if_then_else(
+                    T.And(tbid // CB * TT + tty + i * 8 < rows, tbid % CB * TT + ttx < cols),
+                    src[T.min(tbid // CB * TT + tty + i * 8, rows - 1), T.min(tbid % CB * TT + ttx, cols - 1)],
+                    T.cast(0, DT))
+            T.cuda.cta_sync()
+            for i in T.unroll(TT // 8):
+                if T.And(tbid % CB * TT + tty + i * 8 < cols, tbid // CB * TT + ttx < rows_pad):
+                    dst[tbid % CB * TT + tty + i * 8, tbid // CB * TT + ttx] = tile[ttx * (TT + 1) + tty + i * 8]
+
+    return transpose, rows_pad
 
 
 def _loader(g: "_Geometry", CL: int = 1):
@@ -996,6 +1039,7 @@ class Tf32TmaConfig:
     warp_specialized = True
     cluster_m = 1
     dtypes = ("float32",)
+    layouts = LAYOUTS  # B stored N×K: k-major tiles; A stored K×M: transposed into a workspace first
     step_name = "tma_tf32_gemm"
     zero_means_auto = ("sms", "consumer_regs")
     tolerance = 2e-3  # tf32 keeps 10 of fp32's 23 mantissa bits
@@ -1048,11 +1092,14 @@ class Tf32TmaConfig:
         name = self.step_name
         if dtype != "float32":
             raise ScheduleParamError(f"{name} takes float32 inputs, not {dtype}")
-        for what, pitch in (("A (K)", K), ("B (N)", N)):
-            if pitch * 4 % 16 and not self.pad_operands:
+        # a tensor map's row pitch must be a multiple of 16 bytes (A stored K×M is transposed into a
+        # padded workspace in any case)
+        for what, dim, pitch, copied in (("A", "K", K, wl.trans_a), ("B", *(("K", K) if wl.trans_b else ("N", N)), False)):
+            if pitch * 4 % 16 and not (self.pad_operands or copied):
                 raise ScheduleParamError(
-                    f"{name}: the row pitch of {what} is {pitch * 4} bytes; TMA needs a multiple of 16 "
-                    f"(K and N must be multiples of 4 for float32), got M,N,K = {M},{N},{K}")
+                    f"{name}: the row pitch of {what} ({dim}) is {pitch * 4} bytes; TMA needs a multiple of 16 "
+                    f"({dim} must be a multiple of 4 for float32; pad_operands=true copies the operand into a "
+                    f"padded buffer first), got M,N,K = {M},{N},{K}, layout {wl.layout}")
         if self.block_k != 32:
             raise ScheduleParamError(f"{name}: block_k must be 32 (one 128-byte row of fp32)")
         if self.block_m % 64 or not 64 <= self.block_m <= 256:
@@ -1073,7 +1120,18 @@ class Tf32TmaConfig:
                                      f"shared memory (2 ≤ stages, ≤ 227 KiB)")
         _check_split(self, wl)
 
-    pass_config = TmaConfig.pass_config  # the same split-K partials beside padded copies
+    def copied(self, wl: Gemm) -> tuple[bool, bool]:
+        """(A, B): whether a copy kernel runs first: A stored K×M is always transposed into an M×K
+        workspace (tf32 wgmma reads its shared-memory operand k-major only); otherwise as
+        :meth:`TmaConfig.copied` (``pad_operands`` and rows that are not whole 16 bytes)."""
+        pad_a, pad_b = TmaConfig.copied(self, wl)
+        return pad_a or wl.trans_a, pad_b
+
+    @property
+    def pass_config(self) -> dict:
+        """As :attr:`TmaConfig.pass_config`: split-K partials beside a copied operand (padded, or A
+        transposed, which the configuration alone cannot tell) must not share its memory."""
+        return {"tirx.disable_storage_rewrite": True} if self.split_k > 1 else {}
 
     def describe(self) -> str:
         return (f"tf32 {self.block_m}x{self.block_n}x{self.block_k} s{self.stages} ws {self.consumers}c"
@@ -1081,7 +1139,8 @@ class Tf32TmaConfig:
                 f"{f' sk{self.split_k}' if self.split_k > 1 else ''}")
 
 
-def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
+def _tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
+    M, N, K = wl.M, wl.N, wl.K
     BM, BN, BK, S, NC = cfg.block_m, cfg.block_n, cfg.block_k, cfg.stages, cfg.consumers
     MT = cfg.m_subtiles
     WGC = cfg.wg_cols
@@ -1095,10 +1154,18 @@ def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
     PAD = KTS * SPLIT > KT  # the last slice's last K tiles lie past K: not loaded, not multiplied
     if SPLIT > 1:
         split_sum, _ = _split_sum(M, N, SPLIT)
-    PAD_A = cfg.pad_operands and K % 4 != 0
-    PAD_B = cfg.pad_operands and N % 4 != 0
-    pad_a, KP = _pad_copy(M, K, 4, "float32") if PAD_A else (None, K)
-    pad_b, NP = _pad_copy(K, N, 4, "float32") if PAD_B else (None, N)
+    # layouts: A stored K×M (tn, tt) is transposed into an M×K workspace first (the wgmma reads
+    # it k-major from shared memory, and tf32 has no transpose bit); B stored N×K (nt, tt) is
+    # loaded k-major and its register fragments read from that layout (frag_word)
+    TA, TB = wl.trans_a, wl.trans_b
+    (b_rows, b_cols) = wl.b_shape
+    COPY_A, TRANS_COPY_A = cfg.copied(wl)[0], TA
+    PAD_B = cfg.copied(wl)[1]
+    if TRANS_COPY_A:
+        copy_a, KP = _transpose_copy(K, M, "float32")
+    else:
+        copy_a, KP = _pad_copy(M, K, 4, "float32") if COPY_A else (None, K)
+    pad_b, BP = _pad_copy(b_rows, b_cols, 4, "float32") if PAD_B else (None, b_cols)
     A_BYTES = BM * ROW_BYTES  # the A tile: BM rows of 32 fp32
     PANEL_BYTES = BK * ROW_BYTES  # one 32-column panel of B: 32 K rows of 128 bytes
     PANELS = BN // 32
@@ -1124,7 +1191,11 @@ def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
 
     def frag_word(slot_base_w, col, k):
         """uint32 index (from the ring start) of B[k0 + k, n0 + col] in a slot: panel col // 32,
-        row k of 128 bytes, 16-byte chunk (col % 32) // 4 stored at chunk ^ (k % 8)."""
+        n-major (B stored K×N): row k of 128 bytes, 16-byte chunk (col % 32) // 4 stored at
+        chunk ^ (k % 8); k-major (B stored N×K): row col % 32, chunk k // 4 at chunk ^ (col % 8)."""
+        if TB:
+            return (slot_base_w + (A_BYTES + col // 32 * PANEL_BYTES + col % 32 * ROW_BYTES) // 4
+                    + T.bitwise_xor(k // 4, col % 8) * 4 + k % 4)
         return (slot_base_w + (A_BYTES + col // 32 * PANEL_BYTES + k * ROW_BYTES) // 4
                 + T.bitwise_xor(col % 32 // 4, k % 8) * 4 + col % 4)
 
@@ -1174,25 +1245,24 @@ def _tf32_kernel(M, N, K, cfg: Tf32TmaConfig):
         for p in T.unroll(PANELS):
             if (tile_n * BN + p * 32 < N) if SKIP_PANELS else True:
                 _tma_load(B_map, ring + T.cast(slot * STAGE_BYTES + A_BYTES + p * PANEL_BYTES, "uint32"),
-                          full_u32, tile_n * BN + p * 32, kt * BK)
+                          full_u32, *((kt * BK, tile_n * BN + p * 32) if TB else (tile_n * BN + p * 32, kt * BK)))
 
     @T.prim_func
-    def main(A: T.Buffer((M, K), "float32"), B: T.Buffer((K, N), "float32"), C: T.Buffer((M, N), "float32")):
+    def main(A: T.Buffer(wl.a_shape, "float32"), B: T.Buffer(wl.b_shape, "float32"),
+             C: T.Buffer((M, N), "float32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
-        if PAD_A:  # rows a tensor map cannot describe: 16-byte-pitched copies first (pad_operands)
+        if COPY_A:  # A as M×K with a 16-byte pitch: transposed (tn, tt) or padded (pad_operands)
             A_pad = T.alloc_buffer((M, KP), "float32", scope="global")
-            pad_a(A, A_pad)
+            copy_a(A, A_pad)
         if PAD_B:
-            B_pad = T.alloc_buffer((K, NP), "float32", scope="global")
+            B_pad = T.alloc_buffer((b_rows, BP), "float32", scope="global")
             pad_b(B, B_pad)
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.tensormap_encode_tiled(A_map, (A_pad if PAD_A else A).data, KP, M, KP * 4, BK, BM, 1, 1,
-                                 descriptor_dtype="float32", rank=2, swizzle=SWIZZLE_128B, l2_promotion=L2,
-                                 force_cu_dtype=DT_CU)
+        T.evaluate(_encode_map(A_map, (A_pad if COPY_A else A).data, (KP, M), (BK, BM), 4, "float32", L2,
+                               force_cu_dtype=DT_CU))
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.tensormap_encode_tiled(B_map, (B_pad if PAD_B else B).data, NP, K, NP * 4, 32, BK, 1, 1,
-                                 descriptor_dtype="float32", rank=2, swizzle=SWIZZLE_128B, l2_promotion=L2,
-                                 force_cu_dtype=DT_CU)
+        T.evaluate(_encode_map(B_map, (B_pad if PAD_B else B).data, (BP, b_rows), (BK, 32) if TB else (32, BK), 4,
+                               "float32", L2, force_cu_dtype=DT_CU))
         if SPLIT > 1:
             # the partial products (workspace from the device's pool, see _ws_kernel)
             P = T.alloc_buffer((SPLIT, M, N), "float32", scope="global")

@@ -66,6 +66,27 @@ def test_layouts_read_through_the_transpose_bits_not_copies(layout, trans_a, tra
     assert ptx.count("cp.async.bulk.tensor.2d") * 5 == nn * boxes
 
 
+@pytest.mark.parametrize("layout, kernels", [("nn", 1), ("nt", 1), ("tn", 2), ("tt", 2)])
+def test_tf32_reads_b_in_either_order_and_transposes_a_stored_k_by_m_first(layout, kernels):
+    """tf32 wgmma has no transpose bit: B stored N×K is loaded k-major and its register fragments
+    read from that layout (no copy); A stored K×M gets a transposing copy kernel first, which the
+    dispatcher counts (one read and one write of A)."""
+    import re
+
+    from schedules import dispatch
+
+    wl = parse_workload(f"gemm:1024x512x2048:{layout}")
+    b = built("tma_tf32_gemm", str(wl))
+    assert len(b.device.kernels) == kernels and all(k.spills == 0 for k in b.device.kernels)
+    if kernels == 2:
+        # the tiled transpose reads its shared tile down a column of rows 33 apart (no bank conflicts)
+        assert re.search(r"= tile_ptr\[\(+\(int\)threadIdx\.x\) \* 33\)", b.device.cuda)
+    cfg = get("tma_tf32_gemm").config()
+    assert cfg.copied(wl) == (layout[0] == "t", False)
+    est = dispatch.estimate(wl, dispatch.Candidate("tma_tf32_gemm", cfg, "tma_tf32", "x"))
+    assert (est.terms["reduce_us"] > 0) == (layout[0] == "t")
+
+
 def test_a_bmm_walks_the_batch_with_3d_tensor_maps():
     wl = parse_workload("bmm:6x200x136x72:float16:tn")
     b = built("persistent_gemm", str(wl), block_n=128, stages=6)
