@@ -263,15 +263,32 @@ def _swap_last_two(batched: bool):
     return lambda x, y: (y, x)
 
 
-def rasterize(sch, bi, bj, group_m: int, tiles_m: int):
-    """One blockIdx for the (bi, bj) tile grid, in grouped order: ``group_m`` block-rows of one
-    column sweep before the next column (``group_m=1``: plain row-major order)."""
+def group_rows(group_m: int, tiles_m: int) -> int:
+    """Block-rows per group actually used: the largest divisor of ``tiles_m`` that is at most
+    ``group_m`` (all of them, one group, where they are that few, or where that divisor is under
+    half of ``group_m`` and they are at most ``2 · group_m``). A group size that does not divide
+    the block-rows would pad the grid with blocks past M, and the loop split that makes the groups
+    would put a test of the block's row in front of every multiply-add of the inner loop (measured
+    on an H200: 27 TFLOP/s at 1500×2500×3333, 12 block-rows in groups of 8, where 3001×1999×5003,
+    24 block-rows, runs at 40)."""
     if group_m <= 1:
+        return 1
+    if tiles_m <= group_m:
+        return tiles_m
+    d = max(d for d in range(1, group_m + 1) if tiles_m % d == 0)
+    return tiles_m if 2 * d < group_m and tiles_m <= 2 * group_m else d
+
+
+def rasterize(sch, bi, bj, group_m: int, tiles_m: int):
+    """One blockIdx for the (bi, bj) tile grid, in grouped order: :func:`group_rows` block-rows of
+    one column sweep before the next column (1: plain row-major order; all: column-major)."""
+    group = group_rows(group_m, tiles_m)
+    if group <= 1:
         return sch.fuse(bi, bj)
-    if tiles_m <= group_m:  # one group: column-major block order
+    if group == tiles_m:  # one group: column-major block order
         sch.reorder(bj, bi)
         return sch.fuse(bj, bi)
-    bio, bii = sch.split(bi, [None, group_m])
+    bio, bii = sch.split(bi, [None, group])
     sch.reorder(bio, bj, bii)
     return sch.fuse(bio, bj, bii)
 

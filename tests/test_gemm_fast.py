@@ -123,6 +123,22 @@ def test_rasterization_changes_block_order():
     assert f"blockIdx_x % {group}" in grouped or f"blockIdx_x % {group * 32}" in grouped
 
 
+@pytest.mark.parametrize("tiles_m, group", [(1, 1), (8, 8), (12, 6), (13, 13), (16, 8), (30, 6), (89, 1), (98, 7)])
+def test_groups_divide_the_block_rows(tiles_m, group):
+    assert gemm_fast.group_rows(8, tiles_m) == group
+    assert tiles_m % group == 0 and gemm_fast.group_rows(1, tiles_m) == 1
+
+
+def test_a_ragged_grid_launches_only_real_tiles_with_no_row_test_in_the_inner_loop():
+    """1500 rows are 12 block-rows: in groups of 8 the grid padded to 16 and every multiply-add
+    of the K loop sat behind a test of the block's row; in groups of 6 the grid is the 240 tiles."""
+    b = build("rasterized_gemm", "gemm:1500x2500x3333")
+    assert b.launch["blockIdx.x"] == 12 * 20
+    loop = b.device.cuda[b.device.cuda.index("for (int k_0"):]
+    block_only = [c for c in re.findall(r"if \((.*)\) \{", loop) if "threadIdx" not in c and "k_0" not in c]
+    assert block_only == []  # the loads' row and K checks remain; a test of the block alone does not
+
+
 def test_tensor_core_step_emits_mma_instructions():
     ptx = built("tensor_core_gemm", fp16(DEFAULT)).device.ptx
     assert "wmma.mma.sync" in ptx and "wmma.load.a" in ptx
