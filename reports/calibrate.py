@@ -10,8 +10,8 @@ measurements and writes :mod:`schedules.calibration`:
   ones below);
 * ``efficiency`` per configuration kind: the median, over the shapes where the model says it is
   compute-bound, of (its compute time at full efficiency) / (measured time − launch − split-K sum);
-* ``w_sat``, ``l2_factor``, ``fill_us``, ``sm_store_gbps``, ``unaligned_store``: chosen on small
-  grids, one at a time (coordinate descent, three rounds), to minimize the mean squared
+* ``w_sat``, ``l2_factor``, ``fill_us``, ``sm_store_gbps``, ``unaligned_store``, ``k_step_us``:
+  chosen on small grids, one at a time (coordinate descent, three rounds), to minimize the mean squared
   log(predicted / measured) over every measured point;
 * ``copy_factor``: for cp.async copies narrower than 16 bytes, measured against predicted.
 
@@ -50,6 +50,9 @@ CLASSES = {
                                                                (7001, 1203, 1201), (1500, 2500, 3333)),
     "few outputs, long K (deep split-K)": ((9, 7, 15000), (40, 70, 16000), (120, 100, 4000), (300, 30, 12000)),
     "thin outputs": ((7, 3000, 3000), (3000, 7, 3000), (20, 9000, 700)),
+    "small products (a K loop of dependent loads, launch and latency bound)": (
+        (160, 200, 2000), (2000, 48, 256), (600, 900, 128), (96, 96, 6000), (300, 1200, 400)),
+    "a few waves of large tiles (wave quantization against split-K)": ((3000, 600, 3000), (5000, 300, 2000)),
 }
 PARTS = ("all", "grid", "classes")
 
@@ -146,8 +149,10 @@ def _solve_unknown(wl, cand, t, gpu, cal, set_x):
     an unknown ``x`` (an efficiency or a factor; ``set_x(probe, value)`` sets it in a copy of
     ``cal``), solved at the measured time ``t`` from two estimates (x = 1, and x so large that only
     the fixed part is left). ``x`` is None where compute does not dominate the estimate (or the
-    time leaves it no room); ``terms`` are the estimate's at x = 1."""
+    time leaves it no room), or where the K loop's latency floor (``k_step_us``) and not the
+    arithmetic sets the compute term at the solved ``x``; ``terms`` are the estimate's at x = 1."""
     probe = copy.deepcopy(cal)
+    probe["k_step_us"] = 0.0  # the floor is not part of the linear form solved here
     set_x(probe, 1.0)
     terms = dispatch.estimate(wl, cand, gpu, probe).terms
     comp1 = terms.get("compute_us")
@@ -156,7 +161,16 @@ def _solve_unknown(wl, cand, t, gpu, cal, set_x):
     set_x(probe, 1e9)
     fixed = dispatch.estimate(wl, cand, gpu, probe).terms["compute_us"]
     busy = t - cal["launch_us"] - terms.get("reduce_us", 0)
-    return ((comp1 - fixed) / (busy - fixed) if busy > fixed * 1.05 and comp1 > fixed else None), terms
+    if not (busy > fixed * 1.05 and comp1 > fixed):
+        return None, terms
+    x = (comp1 - fixed) / (busy - fixed)
+    if cal.get("k_step_us"):
+        set_x(probe, x)
+        free = dispatch.estimate(wl, cand, gpu, probe).terms["compute_us"]
+        probe["k_step_us"] = cal["k_step_us"]
+        if dispatch.estimate(wl, cand, gpu, probe).terms["compute_us"] > free * 1.001:
+            return None, terms
+    return x, terms
 
 
 def _fit_efficiencies(pts, cal, gpu):
@@ -232,7 +246,7 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     grids = {"launch_us": sorted(launches),  # no kernel takes less than its launch
              "w_sat": [4, 6, 8, 12, 16, 24], "l2_factor": [2.0, 3.0, 4.0, 6.0, 8.0],
              "fill_us": [0.0, 0.5, 1.0, 2.0, 4.0], "sm_store_gbps": [15.0, 30.0, 60.0, 120.0, 240.0],
-             "unaligned_store": [0.15, 0.25, 0.5, 1.0]}
+             "unaligned_store": [0.15, 0.25, 0.5, 1.0], "k_step_us": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3]}
 
     def score(trial):
         # the per-kind efficiencies (from full-width points), the narrow-load factor, and the
@@ -245,7 +259,8 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     best_err, counts = score(cal)
     # coordinate descent over the global constants, efficiencies refitted each time; the launch
     # overhead and the L2 factor both move small kernels' times, so they are searched together
-    coordinates = [("launch_us", "l2_factor"), ("w_sat",), ("fill_us",), ("sm_store_gbps",), ("unaligned_store",)]
+    coordinates = [("launch_us", "l2_factor"), ("w_sat",), ("fill_us",), ("sm_store_gbps",), ("unaligned_store",),
+                   ("k_step_us",)]
     for _round in range(8):
         improved = False
         for names in coordinates:

@@ -281,16 +281,20 @@ def _simt_copy_factor(wl, cfg, cal) -> tuple[float, str]:
 
 
 def _waves_compute(blocks, per_sm, warps, flops_per_block, sm_tflops, eff, gpu, cal, out_bytes_per_block,
-                   store_factor=1.0):
+                   store_factor=1.0, k_steps=0):
     """(waves, µs): blocks in waves of SMs × per_sm, an SM with k resident blocks running at
     sm_tflops × eff × min(1, k·warps / w_sat); each wave also fills its pipelines (fill_us) and
-    stores its k output tiles (at sm_store_gbps per SM)."""
+    stores its k output tiles (at sm_store_gbps per SM). ``k_steps``: the K tiles a block walks
+    one after the other through a two-deep (register double-buffered) pipeline; each waits for
+    its loads at least ``k_step_us``, a latency that little arithmetic per tile cannot hide (a
+    few outputs per block, or few warps per SM), so a wave takes at least k_steps · k_step_us."""
     per_sm = max(per_sm, 1)
     waves = ceil_div(blocks, gpu.sms * per_sm)
     k = min(per_sm, ceil_div(blocks, gpu.sms))  # blocks an SM holds at once (fewer in a small grid)
     rate = sm_tflops * 1e6 * eff * min(1.0, k * warps / cal["w_sat"])  # flops per µs
     epilogue = k * out_bytes_per_block / (cal["sm_store_gbps"] * 1e3 * store_factor)
-    return waves, waves * (k * flops_per_block / rate + cal["fill_us"] + epilogue)
+    busy = max(k * flops_per_block / rate, k_steps * cal.get("k_step_us", 0.0))
+    return waves, waves * (busy + cal["fill_us"] + epilogue)
 
 
 def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None = None) -> Estimate:
@@ -317,7 +321,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         eff *= factor
         waves, comp = _waves_compute(tiles * splits, per_sm, cfg.threads // 32, 2 * cfg.block_m * cfg.block_n * kt,
                                      cal["fp32_sm_tflops"], eff, gpu, cal, 4 * cfg.block_m * cfg.block_n,
-                                     _store_factor(wl, cal, cfg))
+                                     _store_factor(wl, cal, cfg), k_steps=kt // cfg.block_k)
         dram, l2 = _memory_us(wl, cfg.block_m, cfg.block_n, splits, gpu, cal, cfg=cfg)
         reduce = _reduce_us(wl, splits, gpu, cal) + _pad_us(wl, cfg, gpu, cal)
         terms.update(blocks=tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp, dram_us=dram, l2_us=l2,
