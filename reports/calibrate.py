@@ -11,8 +11,9 @@ measurements and writes :mod:`schedules.calibration`:
 * ``efficiency`` per configuration kind: the median, over the shapes where the model says it is
   compute-bound, of (its compute time at full efficiency) / (measured time − launch − split-K sum);
 * ``w_sat``, ``l2_factor``, ``fill_us``, ``sm_store_gbps``, ``unaligned_store``, ``k_step_us``:
-  chosen on small grids, one at a time (coordinate descent, three rounds), to minimize the mean squared
-  log(predicted / measured) over every measured point;
+  chosen on small grids, one at a time (coordinate descent), to minimize the mean squared
+  log(predicted / measured) over every measured point, a move taken only if it does not raise the
+  regret (below);
 * ``copy_factor``: for cp.async copies narrower than 16 bytes, measured against predicted.
 
 It also reports how well the model ranks: for each shape of the sweep, the measured time of the
@@ -250,15 +251,17 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
 
     def score(trial):
         # the per-kind efficiencies (from full-width points), the narrow-load factor, and the
-        # efficiencies again with it
+        # efficiencies again with it; then (mean squared log error, regret geomean)
         _fit_efficiencies(pts, trial, gpu)
         _fit_simt_copy_factor(pts, trial, gpu)
         counts = _fit_efficiencies(pts, trial, gpu)
-        return float(np.mean(_errors(pts, trial, gpu) ** 2)), counts
+        return float(np.mean(_errors(pts, trial, gpu) ** 2)), regret(pts, trial, gpu)["geomean"], counts
 
-    best_err, counts = score(cal)
+    best_err, best_regret, counts = score(cal)
     # coordinate descent over the global constants, efficiencies refitted each time; the launch
-    # overhead and the L2 factor both move small kernels' times, so they are searched together
+    # overhead and the L2 factor both move small kernels' times, so they are searched together.
+    # A move must lower the squared error without raising the regret: the model is there to
+    # choose, and a constant that fits the times better but picks worse kernels is not taken
     coordinates = [("launch_us", "l2_factor"), ("w_sat",), ("fill_us",), ("sm_store_gbps",), ("unaligned_store",),
                    ("k_step_us",)]
     for _round in range(8):
@@ -267,9 +270,9 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
             for values in itertools.product(*(grids[n] for n in names)):
                 trial = copy.deepcopy(cal)
                 trial.update(zip(names, values))
-                err, c = score(trial)
-                if err < best_err * (1 - 1e-9):
-                    best_err, cal, counts, improved = err, trial, c, True
+                err, reg, c = score(trial)
+                if err < best_err * (1 - 1e-9) and reg <= best_regret * (1 + 1e-9):
+                    best_err, best_regret, cal, counts, improved = err, reg, trial, c, True
         if not improved:
             break
     _fit_cp_copy_factor(pts, cal, gpu)

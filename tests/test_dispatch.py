@@ -110,7 +110,7 @@ def test_the_fit_recovers_the_constants_it_was_given():
     from schedules.calibration import CALIBRATION
 
     truth = copy.deepcopy(CALIBRATION)
-    truth.update(launch_us=3.0, w_sat=12, l2_factor=4.0)
+    truth.update(launch_us=3.0, w_sat=12, l2_factor=4.0, k_step_us=0.8)
     truth["efficiency"].update({"simt 128x128 t8x8": 0.8, "simt 64x64 t4x4": 0.6})
     truth["simt_copy_factor"] = {"1": 1.0, "0.5": 0.8, "0.25": 0.6}  # narrow loads, on misaligned shapes
     gpu = GpuSpec()
@@ -127,11 +127,31 @@ def test_the_fit_recovers_the_constants_it_was_given():
     # each efficiency is solved exactly from the model's form, so the constants come back exactly
     # (the L2 factor excepted: no kernel here is bound by L2, it is not identifiable from these)
     assert cal["w_sat"] == 12 and cal["launch_us"] == 3.0 and cal["fill_us"] == truth["fill_us"]
+    assert cal["k_step_us"] == 0.8  # the K loop's latency floor (small blocks, few outputs, long K)
     assert cal["efficiency"]["simt 128x128 t8x8"] == pytest.approx(0.8, rel=0.01)
     assert cal["simt_copy_factor"]["0.25"] == pytest.approx(0.6, rel=0.01)
     assert report["median_abs_log_error"]["after"] < 1e-3 and report["p90_abs_log_error"]["after"] < 1e-2
     regret = report["regret"]["after"]  # the fitted model picks the fastest, or one within 10%
     assert regret["share_within_10pct"] == 1.0 and regret["geomean"] < 1.01
+
+
+def test_a_blocks_k_loop_costs_at_least_its_latency_floor():
+    """Few outputs per block over a long K: the K tiles follow one another through a two-deep
+    pipeline, each waiting at least k_step_us for its loads; with much arithmetic per tile the
+    floor does not bind."""
+    small, big = parse_workload("gemm:140x142x1491"), parse_workload("gemm:4096x4096x4096")
+    cand = next(e.candidate for e in dispatch.rank(small, "fp32") if e.candidate.step == "warp_tiled_gemm")
+    for wl, binds in ((small, True), (big, False)):
+        cal = copy.deepcopy(dispatch.CALIBRATION)
+        cal["k_step_us"] = 0.0
+        free = dispatch.estimate(wl, cand, GpuSpec(), cal).terms
+        cal["k_step_us"] = step = dispatch.CALIBRATION["k_step_us"]
+        floor = dispatch.estimate(wl, cand, GpuSpec(), cal).terms
+        k_tiles = -(-wl.K // cand.config.block_k)
+        if binds:
+            assert floor["compute_us"] >= floor["waves"] * k_tiles * step > free["compute_us"]
+        else:
+            assert floor["compute_us"] == free["compute_us"]
 
 
 def test_the_random_drawer_is_reproducible_and_covers_odd_and_tiny_shapes():
