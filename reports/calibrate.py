@@ -46,7 +46,9 @@ PRECISIONS = ("fp32", "tf32", "fp16")
 
 # shape classes the grid misses, a few shapes each (chosen by class, not taken from any benchmark)
 CLASSES = {
-    "short K, large output (storing C is the work)": ((6000, 3000, 8), (400, 16000, 3), (9000, 1500, 27)),
+    "short K, large output (storing C is the work)": ((6000, 3000, 8), (400, 16000, 3), (9000, 1500, 27),
+                                                      # rows of C not 16-byte aligned: stores narrower still
+                                                      (2000, 3001, 12), (150, 9001, 5)),
     "misaligned rows, large (narrow loads or padded copies)": ((3001, 1999, 5003), (2500, 501, 9001),
                                                                (7001, 1203, 1201), (1500, 2500, 3333)),
     "few outputs, long K (deep split-K)": ((9, 7, 15000), (40, 70, 16000), (120, 100, 4000), (300, 30, 12000)),
