@@ -176,6 +176,19 @@ def _solve_unknown(wl, cand, t, gpu, cal, set_x):
     return x, terms
 
 
+def _simt_registers(df: pd.DataFrame) -> dict:
+    """Registers per thread of each SIMT thread tile (``t{m}x{n}``): the median of what ptxas
+    reported for its kernels in the sweep, in steps of 8 (the occupancy term reads them)."""
+    seen: dict[str, list[int]] = {}
+    simt = df[(df.get("family") == "simt") & df["registers"].notna()] if "family" in df else df.iloc[0:0]
+    for _, r in simt.iterrows():
+        p = r["params"] if isinstance(r["params"], dict) else {}
+        spec = get(r["name"]).config()
+        key = f"t{p.get('thread_m', spec.thread_m)}x{p.get('thread_n', spec.thread_n)}"
+        seen.setdefault(key, []).append(int(r["registers"]))
+    return {key: int(-(-np.median(v) // 8) * 8) for key, v in seen.items()}
+
+
 def _fit_efficiencies(pts, cal, gpu):
     by_key: dict[str, list[float]] = {}
     full_width: dict[str, list[float]] = {}  # SIMT points whose loads are as wide as configured
@@ -243,6 +256,7 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
         raise ValueError("no measured kernels in these results: is it a calibration sweep (schedlab sweep --set calibration)?")
     cal = copy.deepcopy(CALIBRATION)
     before = _errors(pts, cal, gpu)
+    cal["regs"].update(_simt_registers(df))
     shortest = min(t for _, _, _, t in pts)
     launches = {round(float(x), 2) for x in np.linspace(0.25, 1.0, 7) * shortest}
     launches |= {x for x in (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0) if x <= shortest}

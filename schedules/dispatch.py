@@ -271,6 +271,17 @@ def _store_factor(wl, cal, cfg=None) -> float:
     return cal["unaligned_store"]
 
 
+def simt_registers(cfg, cal) -> int:
+    """Registers per thread of a SIMT configuration, which set how many of its blocks an SM
+    holds: the most ptxas reported for its thread tile in the calibration sweep (``regs``), or for
+    a tile the sweep did not build an estimate: the accumulators, one column of A and one row of B
+    per k, and 24 for addresses and loop counters, in steps of 8."""
+    key = f"t{cfg.thread_m}x{cfg.thread_n}"
+    if key in cal["regs"]:
+        return cal["regs"][key]
+    return ceil_div(cfg.thread_m * cfg.thread_n + cfg.thread_m + cfg.thread_n + 24, 8) * 8
+
+
 def _simt_copy_factor(wl, cfg, cal) -> tuple[float, str]:
     """(factor, key): global loads narrower than the configuration's vector (rows whose length
     does not allow it, see FastTileConfig.load_vectors) issue more instructions per byte; the
@@ -315,7 +326,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         kt = ceil_div(ceil_div(K, splits), cfg.block_k) * cfg.block_k
         # a batch multiplies the blocks, as split-K does (each product's tiles are blocks of their own)
         tiles = ceil_div(M, cfg.block_m) * ceil_div(N, cfg.block_n) * _batches(wl)
-        regs = cal["regs"].get(f"t{cfg.thread_m}x{cfg.thread_n}", 128)
+        regs = simt_registers(cfg, cal)
         per_sm = blocks_per_sm(cfg.threads, regs, 4 * cfg.shared_floats(), gpu)
         factor, width = _simt_copy_factor(wl, cfg, cal)
         eff *= factor
