@@ -180,7 +180,9 @@ def _simt_registers(df: pd.DataFrame) -> dict:
     """Registers per thread of each SIMT thread tile (``t{m}x{n}``): the median of what ptxas
     reported for its kernels in the sweep, in steps of 8 (the occupancy term reads them)."""
     seen: dict[str, list[int]] = {}
-    simt = df[(df.get("family") == "simt") & df["registers"].notna()] if "family" in df else df.iloc[0:0]
+    if "family" not in df or "registers" not in df:
+        return {}
+    simt = df[(df["family"] == "simt") & df["registers"].notna()]
     for _, r in simt.iterrows():
         p = r["params"] if isinstance(r["params"], dict) else {}
         spec = get(r["name"]).config()

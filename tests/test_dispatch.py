@@ -154,6 +154,24 @@ def test_a_blocks_k_loop_costs_at_least_its_latency_floor():
             assert floor["compute_us"] == free["compute_us"]
 
 
+def test_simt_registers_come_from_the_sweep_or_an_estimate():
+    """The occupancy term's registers per thread: the sweep's median per thread tile (one
+    outlier, a padded variant, does not move it), and for a tile the sweep never built an estimate
+    from the tile (a one-column tile had been taken for 128, a quarter of its blocks per SM)."""
+    import pandas as pd
+
+    from reports.calibrate import _simt_registers
+
+    rows = [{"family": "simt", "name": "skinny_gemm", "params": {"thread_m": 8, "thread_n": 1}, "registers": r}
+            for r in (40, 45, 206)]
+    assert _simt_registers(pd.DataFrame(rows)) == {"t8x1": 48}
+    cal = copy.deepcopy(dispatch.CALIBRATION)
+    cal["regs"] = {}
+    cfg = get("skinny_gemm").config(thread_m=8, thread_n=1, block_m=32, block_n=128, warps_m=4, warps_n=4)
+    assert dispatch.simt_registers(cfg, cal) == 48  # 8 accumulators + 9 fragment values + 24, in steps of 8
+    assert dispatch.blocks_per_sm(cfg.threads, 48, 0, GpuSpec()) == 2  # blocks of 512 threads per SM (1 at 128 registers)
+
+
 def test_the_random_drawer_is_reproducible_and_covers_odd_and_tiny_shapes():
     from reports.bench_random import draw_shapes, needed_bytes, shape_properties
 
