@@ -28,8 +28,10 @@ shape. The GPU's SM count, registers and shared memory come from the device at r
 (:func:`schedules.common.current_gpu`).
 
 Operand layouts and batches: a candidate is valid for a workload only if its step takes the
-workload's layout and batch (``layouts``/``batched`` on the step's configuration; the tf32 TMA
-kernel takes nn only), so the choice is made among the kernels that take it. A batch of products
+workload's layout and batch (``layouts``/``batched`` on the step's configuration; every GEMM
+kernel takes every layout, the tf32 TMA kernel no batch), so the choice is made among the kernels
+that take it; a kernel that copies an operand first (the tf32 TMA kernel's transpose of A stored
+K×M, padded copies) is charged the copy. A batch of products
 (``bmm:BxMxNxK``) multiplies the blocks the way split-K does: ``B`` products of ``T`` output tiles
 are ``B·T`` blocks (in waves), and each product's bytes are moved. The model has no layout term:
 the per-configuration efficiencies were calibrated on nn, and a transposed operand costs little
