@@ -169,8 +169,8 @@ def build_config(sch, cfg, target: tvm.target.Target | None = None, wl=None) -> 
 def launch_extents(lowered: str) -> dict:
     """Thread and block extents of the main kernel, from the lowered TIR's launch_thread
     statements. A PrimFunc may launch several kernels (copies of the operands first, split-K's
-    final sum after), each opening with blockIdx.x again; the main kernel is the one with the
-    most code."""
+    final sum after), each opening with a blockIdx again; the main kernel is the first, unless a
+    later one has at least twice its code (a short copy kernel runs before the product)."""
     kernels, found, start = [], {}, None
     for m in re.finditer(r'launch_thread\("((?:blockIdx|threadIdx|vthread)\.[xyz])",\s*(\d+)\)', lowered):
         tag, extent = m.group(1), int(m.group(2))
@@ -182,7 +182,13 @@ def launch_extents(lowered: str) -> dict:
         found.setdefault(tag, extent)
     if found:
         kernels.append((len(lowered) - start, found))
-    return max(kernels, key=lambda k: k[0])[1] if kernels else {}
+    if not kernels:
+        return {}
+    main = kernels[0]
+    for k in kernels[1:]:
+        if k[0] >= 2 * main[0]:
+            main = k
+    return main[1]
 
 
 ARCH_SPECS = {  # per-SM resources by compute capability, where torch cannot be asked
