@@ -154,10 +154,8 @@ def gemv_candidates(wl):
 
 
 def _misaligned(wl) -> bool:
-    """Whether A's or B's stored rows are not a whole number of 16 bytes (no tensor map can
-    describe them, no load from them can be 16 bytes wide)."""
-    item = itemsize(wl.dtype)
-    return any((shape[-1] * item) % 16 for shape in (wl.a_shape, wl.b_shape))
+    """Whether A's or B's stored rows are not a whole number of 16 bytes (Gemm.misaligned_rows)."""
+    return any(wl.misaligned_rows())
 
 
 def _pad_us(wl, cfg, gpu, cal) -> float:
@@ -275,7 +273,7 @@ def _store_factor(wl, cal, cfg=None) -> float:
 
 def simt_registers(cfg, cal) -> int:
     """Registers per thread of a SIMT configuration, which set how many of its blocks an SM
-    holds: the most ptxas reported for its thread tile in the calibration sweep (``regs``), or for
+    holds: the median of what ptxas reported for its thread tile in the calibration sweep (``regs``), or for
     a tile the sweep did not build an estimate: the accumulators, one column of A and one row of B
     per k, and 24 for addresses and loop counters, in steps of 8."""
     key = f"t{cfg.thread_m}x{cfg.thread_n}"

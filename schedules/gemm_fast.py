@@ -38,7 +38,7 @@ from .common import (aligned_vector, ceil_div, cooperative_fetch_axes, inline_pa
 from .errors import ScheduleParamError
 from .gemm import check_thread_tiles, pipeline_double_buffer
 from .registry import Launch, register
-from .workloads import LAYOUTS, Gemm, itemsize
+from .workloads import LAYOUTS, Gemm
 
 F32 = 4
 
@@ -125,10 +125,7 @@ class FastTileConfig:
     def copied(self, wl) -> tuple[bool, bool]:
         """(A, B): whether ``pad_operands`` copies the operand first, i.e. its stored rows are not a
         whole number of 16 bytes, so loads from it could not be 16 bytes wide."""
-        if not self.pad_operands:
-            return False, False
-        item = itemsize(wl.dtype)
-        return (wl.a_shape[-1] * item) % 16 != 0, (wl.b_shape[-1] * item) % 16 != 0
+        return wl.misaligned_rows() if self.pad_operands else (False, False)
 
     def load_vectors(self, wl) -> tuple[int, int]:
         """Elements per global load of A and of B: as wide as their stored row length allows (a row

@@ -257,10 +257,7 @@ class TmaConfig:
     def copied(self, wl: Gemm) -> tuple[bool, bool]:
         """(A, B): whether a copy kernel runs first for the operand: ``pad_operands`` and rows
         (of the operand as stored) that are not a whole number of 16 bytes."""
-        if not self.pad_operands:
-            return False, False
-        item = ITEMSIZE.get(wl.dtype, 4)
-        return (wl.a_shape[-1] * item) % 16 != 0, (wl.b_shape[-1] * item) % 16 != 0
+        return wl.misaligned_rows() if self.pad_operands else (False, False)
 
     @property
     def pass_config(self) -> dict:

@@ -131,6 +131,13 @@ class Gemm:
         """The stored shapes of A, B and C (see :attr:`a_shape`, :attr:`b_shape`)."""
         return [(self.a_shape, self.dtype), (self.b_shape, self.dtype), (self.c_shape, self.acc_dtype)]
 
+    def misaligned_rows(self) -> tuple[bool, bool]:
+        """(A, B): whether the operand's stored rows are not a whole number of 16 bytes: no tensor
+        map can describe them and no load from them can be 16 bytes wide (the kernels that need
+        either copy such an operand into a padded buffer first, ``pad_operands``)."""
+        item = itemsize(self.dtype)
+        return (self.a_shape[-1] * item) % 16 != 0, (self.b_shape[-1] * item) % 16 != 0
+
     def operands(self, a, b):
         """op(A), op(B) of stored operands ``a``, ``b`` (numpy arrays or torch tensors): views with
         the last two axes swapped where the layout stores one transposed (no copy)."""
