@@ -76,7 +76,7 @@ from tvm.script import tirx as T
 from .common import ceil_div, current_gpu
 from .errors import ScheduleParamError
 from .registry import Launch, register
-from .workloads import LAYOUTS, Gemm
+from .workloads import LAYOUTS, Gemm, itemsize
 
 ROW_BYTES = 128  # one K-tile row of A, one K row of a B panel: the 128-byte swizzle atom
 SWIZZLE_128B = 3  # CUtensorMapSwizzle: CU_TENSOR_MAP_SWIZZLE_128B
@@ -293,7 +293,6 @@ def tma_kernel(wl: Gemm, cfg):
     float16 and bfloat16 with a :class:`TmaConfig`, float32 (read as tf32) with a
     :class:`Tf32TmaConfig` (the configuration is checked first: :meth:`TmaConfig.check`)."""
     cfg.check(wl)
-    M, N, K, dtype = wl.M, wl.N, wl.K, wl.dtype
     if isinstance(cfg, Tf32TmaConfig):
         return _tf32_kernel(wl, cfg)
     if cfg.warp_specialized:
@@ -583,7 +582,7 @@ def _pad_copy(rows: int, cols: int, item: int, DT: str):
 TRANSPOSE_TILE = 32
 
 
-def _transpose_copy(rows: int, cols: int, DT: str):
+def _transpose_copy(rows: int, cols: int, item: int, DT: str):
     """(macro, padded rows): a kernel writing the transpose of a ``rows × cols`` row-major matrix
     into a ``cols × rows_pad`` one (``rows_pad``: rows rounded up to 16 bytes, the extra columns
     zero), for an operand a kernel can only read in the other major order (tf32 wgmma takes its
@@ -591,7 +590,7 @@ def _transpose_copy(rows: int, cols: int, DT: str):
     source rows and written along the destination rows, both coalesced, through shared memory
     padded by one column (no bank conflicts); 32×8 threads, four elements each."""
     TT = TRANSPOSE_TILE
-    V = 16 // 4 if DT == "float32" else 16 // 2
+    V = 16 // item
     rows_pad = ceil_div(rows, V) * V
     RB, CB = ceil_div(rows_pad, TT), ceil_div(cols, TT)
 
@@ -833,8 +832,7 @@ def _ws_kernel(wl: Gemm, cfg):
     # rows a tensor map cannot describe (pad_operands): copied first into 16-byte-pitched buffers
     # (every row of every product of a bmm; the rows of the operand as stored)
     (a_rows, a_cols), (b_rows, b_cols) = wl.a_shape[-2:], wl.b_shape[-2:]
-    PAD_A = cfg.pad_operands and a_cols * g.item % 16 != 0
-    PAD_B = cfg.pad_operands and b_cols * g.item % 16 != 0
+    PAD_A, PAD_B = cfg.copied(wl)
     pad_a, AP = _pad_copy(wl.batches * a_rows, a_cols, g.item, DT) if PAD_A else (None, a_cols)
     pad_b, BP = _pad_copy(wl.batches * b_rows, b_cols, g.item, DT) if PAD_B else (None, b_cols)
     batch_dims = wl.a_shape[:-2]
@@ -1091,7 +1089,8 @@ class Tf32TmaConfig:
             raise ScheduleParamError(f"{name} takes float32 inputs, not {dtype}")
         # a tensor map's row pitch must be a multiple of 16 bytes (A stored K×M is transposed into a
         # padded workspace in any case)
-        for what, dim, pitch, copied in (("A", "K", K, wl.trans_a), ("B", *(("K", K) if wl.trans_b else ("N", N)), False)):
+        for what, dim, pitch, copied in (("A", "K", K, wl.trans_a),
+                                         ("B", *(("K", K) if wl.trans_b else ("N", N)), False)):
             if pitch * 4 % 16 and not (self.pad_operands or copied):
                 raise ScheduleParamError(
                     f"{name}: the row pitch of {what} ({dim}) is {pitch * 4} bytes; TMA needs a multiple of 16 "
@@ -1156,10 +1155,9 @@ def _tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
     # loaded k-major and its register fragments read from that layout (frag_word)
     TA, TB = wl.trans_a, wl.trans_b
     (b_rows, b_cols) = wl.b_shape
-    COPY_A, TRANS_COPY_A = cfg.copied(wl)[0], TA
-    PAD_B = cfg.copied(wl)[1]
-    if TRANS_COPY_A:
-        copy_a, KP = _transpose_copy(K, M, "float32")
+    COPY_A, PAD_B = cfg.copied(wl)  # A: transposed (tn, tt) or padded
+    if TA:
+        copy_a, KP = _transpose_copy(K, M, 4, "float32")
     else:
         copy_a, KP = _pad_copy(M, K, 4, "float32") if COPY_A else (None, K)
     pad_b, BP = _pad_copy(b_rows, b_cols, 4, "float32") if PAD_B else (None, b_cols)
@@ -1377,8 +1375,8 @@ def _tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
 # the registered steps: one structure, one piece turned on at a time
 # ------------------------------------------------------------------------------------------------
 def _launch(cfg, wl: Gemm) -> Launch:
-    item = 4 if isinstance(cfg, Tf32TmaConfig) else ITEMSIZE.get(wl.dtype, 2)
-    return Launch((cfg.grid(wl.M, wl.N, wl.K, wl.batches), 1, 1), (cfg.threads, 1, 1), cfg.shared_bytes(item),
+    return Launch((cfg.grid(wl.M, wl.N, wl.K, wl.batches), 1, 1), (cfg.threads, 1, 1),
+                  cfg.shared_bytes(itemsize(wl.dtype)),
                   threads_from="128 × (consumers + producer warpgroup)", shared_from="block tiles × stages",
                   dynamic_shared=True)
 
