@@ -177,16 +177,18 @@ def _solve_unknown(wl, cand, t, gpu, cal, set_x):
 
 
 def _simt_registers(df: pd.DataFrame) -> dict:
-    """Registers per thread of each SIMT thread tile (``t{m}x{n}``): the median of what ptxas
-    reported for its kernels in the sweep, in steps of 8 (the occupancy term reads them)."""
+    """Registers per thread of each SIMT thread tile and K tile (``dispatch.simt_register_key``):
+    the median of what ptxas reported for its kernels in the sweep, in steps of 8 (the occupancy
+    term reads them)."""
     seen: dict[str, list[int]] = {}
     if "family" not in df or "registers" not in df:
         return {}
     simt = df[(df["family"] == "simt") & df["registers"].notna()]
     for _, r in simt.iterrows():
         p = r["params"] if isinstance(r["params"], dict) else {}
-        spec = get(r["name"]).config()
-        key = f"t{p.get('thread_m', spec.thread_m)}x{p.get('thread_n', spec.thread_n)}"
+        spec = get(r["name"])
+        fields = {f.name for f in dataclasses.fields(spec.config_cls)}
+        key = dispatch.simt_register_key(spec.config(**{k: v for k, v in p.items() if k in fields}))
         seen.setdefault(key, []).append(int(r["registers"]))
     return {key: int(-(-np.median(v) // 8) * 8) for key, v in seen.items()}
 

@@ -47,6 +47,8 @@ copies they allow.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -67,7 +69,11 @@ SKINNY_TILES = [(128, 16, 4, 4, 4, 1), (256, 8, 4, 4, 4, 1), (16, 128, 4, 4, 1, 
                 # a short K: little to compute per output, so what counts is storing C: one column
                 # per thread, a warp writing 32 consecutive floats of a row (whatever N's alignment)
                 (16, 128, 4, 1, 4, 4), (32, 128, 8, 1, 4, 4)]
-SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+# K tiles of a SIMT block: 8, the classic choice; deeper ones walk a short K in fewer steps, each a
+# round trip to memory that a block with little to compute cannot hide (an 8 × 8 thread tile,
+# made for long products, stays at 8 or 16: a deeper tile only stages more loads in registers)
+SIMT_BLOCK_K = (8, 16, 32)
+SPLITS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 SIMT_MOST_SPLITS = 128  # a few hundred outputs, tens of thousands deep: a slice per SM
 # tensor-core tiles (block_m, block_n, stages)
 TMA_TILES = [(128, 256, 4), (128, 128, 6), (128, 64, 8), (256, 128, 4)]
@@ -127,16 +133,30 @@ def simt_candidates(wl, general: bool = True):
     pads = (False, True) if _misaligned(wl) else (False,)
     for tiles, skinny in ((SIMT_TILES if general else [], False), (SKINNY_TILES, True)):
         for bm, bn, tm, tn, wm, wn in tiles:
-            for s in _splits(wl.K, 8, SIMT_MOST_SPLITS):
-                for pad in pads:
-                    fields = dict(block_m=bm, block_n=bn, block_k=8, thread_m=tm, thread_n=tn, warps_m=wm,
+            for bk in SIMT_BLOCK_K if tm * tn < 64 else SIMT_BLOCK_K[:2]:
+                for s, pad in itertools.product(_splits(wl.K, bk, SIMT_MOST_SPLITS), pads):
+                    fields = dict(block_m=bm, block_n=bn, block_k=bk, thread_m=tm, thread_n=tn, warps_m=wm,
                                   warps_n=wn, stages=2, split_k=s, group_m=8, vector=min(4, tm, tn), pad_operands=pad)
                     if skinny:
                         step, cfg = "skinny_gemm", SkinnyConfig(**fields)
                     else:
                         step, cfg = ("split_k_gemm" if s > 1 else "warp_tiled_gemm"), WarpTileConfig(**fields)
-                    out.append(Candidate(step, cfg, "simt", f"simt {bm}x{bn} t{tm}x{tn}"))
+                    out.append(Candidate(step, cfg, "simt", simt_key(cfg)))
     return [c for c in out if _valid(c.step, wl, c.config)]
+
+
+def simt_key(cfg) -> str:
+    """The calibration's name for a SIMT configuration's efficiency: its block and thread tiles, and
+    its K tile where it is not the classic 8."""
+    deep = f" k{cfg.block_k}" if cfg.block_k != 8 else ""
+    return f"simt {cfg.block_m}x{cfg.block_n} t{cfg.thread_m}x{cfg.thread_n}{deep}"
+
+
+def simt_register_key(cfg) -> str:
+    """The calibration's name for a SIMT configuration's registers per thread: its thread tile, and
+    its K tile where it is not 8 (a deeper tile stages more loads in registers)."""
+    deep = f" k{cfg.block_k}" if cfg.block_k != 8 else ""
+    return f"t{cfg.thread_m}x{cfg.thread_n}{deep}"
 
 
 def gemv_candidates(wl):
@@ -275,11 +295,13 @@ def simt_registers(cfg, cal) -> int:
     """Registers per thread of a SIMT configuration, which set how many of its blocks an SM
     holds: the median of what ptxas reported for its thread tile in the calibration sweep (``regs``), or for
     a tile the sweep did not build an estimate: the accumulators, one column of A and one row of B
-    per k, and 24 for addresses and loop counters, in steps of 8."""
-    key = f"t{cfg.thread_m}x{cfg.thread_n}"
+    per k, the K tile's loads a thread stages in registers, and 24 for addresses and loop counters,
+    in steps of 8."""
+    key = simt_register_key(cfg)
     if key in cal["regs"]:
         return cal["regs"][key]
-    return ceil_div(cfg.thread_m * cfg.thread_n + cfg.thread_m + cfg.thread_n + 24, 8) * 8
+    staged = cfg.block_k * (cfg.block_m + cfg.block_n) // cfg.threads
+    return ceil_div(cfg.thread_m * cfg.thread_n + cfg.thread_m + cfg.thread_n + staged + 24, 8) * 8
 
 
 def _simt_copy_factor(wl, cfg, cal) -> tuple[float, str]:
@@ -308,10 +330,22 @@ def _waves_compute(blocks, per_sm, warps, flops_per_block, sm_tflops, eff, gpu, 
     return waves, waves * (busy + cal["fill_us"] + epilogue)
 
 
+def _efficiency(cand: Candidate, cal: dict) -> float:
+    """The configuration's calibrated efficiency; a SIMT one with a K tile the sweep did not measure
+    takes its tiles' efficiency at the classic K tile of 8, and a kind never measured its family's
+    default."""
+    eff = cal["efficiency"]
+    if cand.key in eff:
+        return eff[cand.key]
+    if cand.family == "simt" and cand.config.block_k != 8:
+        return eff.get(simt_key(dataclasses.replace(cand.config, block_k=8)), cal["default_efficiency"]["simt"])
+    return cal["default_efficiency"][cand.family]
+
+
 def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None = None) -> Estimate:
     gpu, cal = gpu or current_gpu(), cal or CALIBRATION
     fam = cand.family
-    eff = cal["efficiency"].get(cand.key, cal["default_efficiency"][fam])
+    eff = _efficiency(cand, cal)
     cfg = cand.config
     M, N, K = wl.M, wl.N, wl.K
     terms = {"family": fam, "efficiency": eff}

@@ -140,7 +140,8 @@ def test_a_blocks_k_loop_costs_at_least_its_latency_floor():
     pipeline, each waiting at least k_step_us for its loads; with much arithmetic per tile the
     floor does not bind."""
     small, big = parse_workload("gemm:140x142x1491"), parse_workload("gemm:4096x4096x4096")
-    cand = next(e.candidate for e in dispatch.rank(small, "fp32") if e.candidate.step == "warp_tiled_gemm")
+    cand = next(e.candidate for e in dispatch.rank(small, "fp32")
+                if e.candidate.step == "warp_tiled_gemm" and e.candidate.config.block_k == 8)
     for wl, binds in ((small, True), (big, False)):
         cal = copy.deepcopy(dispatch.CALIBRATION)
         cal["k_step_us"] = 0.0
@@ -170,6 +171,33 @@ def test_simt_registers_come_from_the_sweep_or_an_estimate():
     cfg = get("skinny_gemm").config(thread_m=8, thread_n=1, block_m=32, block_n=128, warps_m=4, warps_n=4)
     assert dispatch.simt_registers(cfg, cal) == 48  # 8 accumulators + 9 fragment values + 24, in steps of 8
     assert dispatch.blocks_per_sm(cfg.threads, 48, 0, GpuSpec()) == 2  # blocks of 512 threads per SM (1 at 128 registers)
+
+
+def test_deeper_k_tiles_have_their_own_keys_and_fall_back_to_the_classic_tile():
+    """A K tile of 16 or 32 is a kind of its own for the fit (its efficiency and its registers);
+    until a sweep has measured it, it takes the 8-deep tile's efficiency and an estimate of its
+    registers that counts the loads it stages; its latency floor counts its fewer K steps."""
+    wl = parse_workload("gemm:9954x21x61")
+    cands = {(c.config.block_m, c.config.block_n, c.config.block_k, c.config.splits(wl), c.config.pad_operands): c
+             for c in dispatch.candidates(wl, "fp32")}
+    c8, c32 = cands[(256, 8, 8, 1, False)], cands[(256, 8, 32, 1, False)]
+    assert (c8.key, c32.key) == ("simt 256x8 t4x4", "simt 256x8 t4x4 k32")
+    assert dispatch.simt_register_key(c32.config) == "t4x4 k32"
+    cal = copy.deepcopy(dispatch.CALIBRATION)
+    cal["efficiency"].pop(c32.key, None)
+    cal["regs"].pop("t4x4 k32", None)
+    cal["efficiency"][c8.key] = 0.123
+    assert dispatch._efficiency(c32, cal) == 0.123
+    # 16 accumulators, 8 fragment values, 32 × (256 + 8) / 128 = 66 staged loads, 24: 114 → 120
+    assert dispatch.simt_registers(c32.config, cal) == 120
+    cal["efficiency"][c8.key] = 1.0  # the arithmetic quick, so that the K steps count
+    cal["fill_us"], cal["sm_store_gbps"], cal["k_step_us"] = 0.0, 1e9, 1.0
+    t8, t32 = (dispatch.estimate(wl, c, GpuSpec(), cal).terms["compute_us"] for c in (c8, c32))
+    assert t8 >= 8 and 2 <= t32 < t8  # 61 deep: 8 tiles of 8, 2 of 32
+    # an 8 × 8 thread tile goes to 16 deep at most
+    big = parse_workload("gemm:2048x2048x2048")
+    deep = {(c.config.thread_m * c.config.thread_n, c.config.block_k) for c in dispatch.candidates(big, "fp32")}
+    assert (64, 16) in deep and (64, 32) not in deep and (16, 32) in deep
 
 
 def test_the_random_drawer_is_reproducible_and_covers_odd_and_tiny_shapes():

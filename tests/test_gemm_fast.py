@@ -230,6 +230,25 @@ def test_padded_copies_are_right(harness, name, workload, params):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("block_k", [16, 32])
+@pytest.mark.parametrize("name,workload,params", [
+    ("skinny_gemm", "gemm:9954x21x61", dict(block_m=256, block_n=8, warps_m=4, warps_n=1)),
+    ("skinny_gemm", "gemm:432x838x158", dict(block_m=32, block_n=128, thread_m=8, thread_n=1, warps_m=4, warps_n=4,
+                                             vector=1, split_k=2)),
+    ("skinny_gemm", "gemm:7x3001x1001:float16", dict(block_m=8, block_n=256, warps_m=1, warps_n=4, split_k=3)),
+    ("warp_tiled_gemm", "gemm:1000x503x2001", dict(block_m=64, block_n=64, thread_m=4, thread_n=4, warps_m=4,
+                                                  warps_n=2, pad_operands=True)),
+    ("split_k_gemm", "gemm:777x1000x3000", dict(block_m=128, block_n=64, warps_m=4, warps_n=1, split_k=5)),
+])
+def test_deeper_k_tiles_are_right(harness, name, workload, params, block_k):
+    """A K tile of 16 or 32 (the dispatcher's choice for a short K): the tail of K, split-K
+    slices and padded copies still line up with the deeper tile."""
+    if block_k == 32 and params.get("thread_m", 8) * params.get("thread_n", 8) >= 64:
+        block_k = 16  # an 8 × 8 thread tile goes to 16 at most (dispatch.SIMT_BLOCK_K)
+    assert _run(harness, name, workload, block_k=block_k, **params) < 1e-5
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("workload", [DEFAULT] + ODD)
 @pytest.mark.parametrize("intrinsics", ["wmma", "mma"])
 def test_tensor_core_step_is_correct(harness, workload, intrinsics):
