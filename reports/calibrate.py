@@ -78,8 +78,9 @@ def params_of(step: str, cfg) -> dict:
 
 def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min_points: int = 5, part: str = "all"):
     """For each shape and precision: the ``per_shape`` best-estimated configuration kinds (each
-    with its best-estimated split-K), the variant without split-K of the best two, and cuBLAS of
-    the precision; then every kind measured on fewer than ``min_points`` shapes is added where
+    with its best-estimated split-K), the variant without split-K of the best two, their best
+    variants with the other padding choice and (SIMT) the other K tiles, and cuBLAS of the
+    precision; then every kind measured on fewer than ``min_points`` shapes is added where
     the model ranks it highest, so that each kind's efficiency can be fitted."""
     picked: dict[tuple, list] = {}
     ranked_all: dict[tuple, list] = {}
@@ -103,6 +104,11 @@ def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min
                              None)
                 if other is not None and other not in chosen:
                     chosen.append(other)
+                for depth in dispatch.SIMT_BLOCK_K:  # and of each other K tile (SIMT kinds)
+                    deeper = next((c for c in ranked if c.key == key and first is not None and c.family == "simt"
+                                   and c.config.block_k == depth != first.config.block_k), None)
+                    if deeper is not None and deeper not in chosen:
+                        chosen.append(deeper)
             picked[(str(wl), prec)] = chosen
     counts: dict[str, int] = {}
     for chosen in picked.values():
@@ -128,7 +134,9 @@ def candidate_of(row) -> dispatch.Candidate:
     spec = get(row["name"])
     cfg = spec.config(**{k: v for k, v in (row.get("params") or {}).items()
                          if k in {f.name for f in dataclasses.fields(spec.config_cls)}})
-    return dispatch.Candidate(row["name"], cfg, row["family"], row["key"])
+    # a SIMT kind's key from its configuration (sweeps before the K tile was a choice named it the same way)
+    key = dispatch.simt_key(cfg) if row["family"] == "simt" else row["key"]
+    return dispatch.Candidate(row["name"], cfg, row["family"], key)
 
 
 def points(df: pd.DataFrame):

@@ -47,7 +47,6 @@ copies they allow.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -146,10 +145,11 @@ def simt_candidates(wl, general: bool = True):
 
 
 def simt_key(cfg) -> str:
-    """The calibration's name for a SIMT configuration's efficiency: its block and thread tiles, and
-    its K tile where it is not the classic 8."""
-    deep = f" k{cfg.block_k}" if cfg.block_k != 8 else ""
-    return f"simt {cfg.block_m}x{cfg.block_n} t{cfg.thread_m}x{cfg.thread_n}{deep}"
+    """The calibration's name for a SIMT configuration's efficiency: its block and thread tiles. The
+    K tile is not part of it: the inner loop (a column of A and a row of B per k into the thread's
+    accumulators) is the same at any depth; what a deeper tile changes, the model counts apart
+    (fewer K steps against the latency floor, more registers and shared memory per block)."""
+    return f"simt {cfg.block_m}x{cfg.block_n} t{cfg.thread_m}x{cfg.thread_n}"
 
 
 def simt_register_key(cfg) -> str:
@@ -330,22 +330,10 @@ def _waves_compute(blocks, per_sm, warps, flops_per_block, sm_tflops, eff, gpu, 
     return waves, waves * (busy + cal["fill_us"] + epilogue)
 
 
-def _efficiency(cand: Candidate, cal: dict) -> float:
-    """The configuration's calibrated efficiency; a SIMT one with a K tile the sweep did not measure
-    takes its tiles' efficiency at the classic K tile of 8, and a kind never measured its family's
-    default."""
-    eff = cal["efficiency"]
-    if cand.key in eff:
-        return eff[cand.key]
-    if cand.family == "simt" and cand.config.block_k != 8:
-        return eff.get(simt_key(dataclasses.replace(cand.config, block_k=8)), cal["default_efficiency"]["simt"])
-    return cal["default_efficiency"][cand.family]
-
-
 def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None = None) -> Estimate:
     gpu, cal = gpu or current_gpu(), cal or CALIBRATION
     fam = cand.family
-    eff = _efficiency(cand, cal)
+    eff = cal["efficiency"].get(cand.key, cal["default_efficiency"][fam])
     cfg = cand.config
     M, N, K = wl.M, wl.N, wl.K
     terms = {"family": fam, "efficiency": eff}
@@ -430,6 +418,8 @@ def describe(cand: Candidate) -> str:
         extra += ", padded copies of A/B"
     if cand.family == "cp":
         extra += f", stages {cfg.stages}"
+    if cand.family == "simt" and cfg.block_k != 8:
+        extra += f", K tile {cfg.block_k}"
     return f"{cand.step} [{cand.key}{extra}]"
 
 

@@ -173,27 +173,27 @@ def test_simt_registers_come_from_the_sweep_or_an_estimate():
     assert dispatch.blocks_per_sm(cfg.threads, 48, 0, GpuSpec()) == 2  # blocks of 512 threads per SM (1 at 128 registers)
 
 
-def test_deeper_k_tiles_have_their_own_keys_and_fall_back_to_the_classic_tile():
-    """A K tile of 16 or 32 is a kind of its own for the fit (its efficiency and its registers);
-    until a sweep has measured it, it takes the 8-deep tile's efficiency and an estimate of its
-    registers that counts the loads it stages; its latency floor counts its fewer K steps."""
+def test_a_deeper_k_tile_shares_its_tiles_efficiency_and_counts_its_steps_and_registers():
+    """A K tile of 16 or 32 runs the same inner loop as 8: it shares the tiles' efficiency (one
+    kind for the fit), and differs where the model says why: fewer K steps against the latency
+    floor, and registers of its own (the sweep's, or an estimate counting the loads it stages),
+    hence its occupancy."""
     wl = parse_workload("gemm:9954x21x61")
     cands = {(c.config.block_m, c.config.block_n, c.config.block_k, c.config.splits(wl), c.config.pad_operands): c
              for c in dispatch.candidates(wl, "fp32")}
     c8, c32 = cands[(256, 8, 8, 1, False)], cands[(256, 8, 32, 1, False)]
-    assert (c8.key, c32.key) == ("simt 256x8 t4x4", "simt 256x8 t4x4 k32")
-    assert dispatch.simt_register_key(c32.config) == "t4x4 k32"
+    assert c8.key == c32.key == "simt 256x8 t4x4"
+    assert (dispatch.simt_register_key(c8.config), dispatch.simt_register_key(c32.config)) == ("t4x4", "t4x4 k32")
+    assert "K tile 32" in dispatch.describe(c32) and "K tile" not in dispatch.describe(c8)
     cal = copy.deepcopy(dispatch.CALIBRATION)
-    cal["efficiency"].pop(c32.key, None)
     cal["regs"].pop("t4x4 k32", None)
-    cal["efficiency"][c8.key] = 0.123
-    assert dispatch._efficiency(c32, cal) == 0.123
     # 16 accumulators, 8 fragment values, 32 × (256 + 8) / 128 = 66 staged loads, 24: 114 → 120
     assert dispatch.simt_registers(c32.config, cal) == 120
     cal["efficiency"][c8.key] = 1.0  # the arithmetic quick, so that the K steps count
     cal["fill_us"], cal["sm_store_gbps"], cal["k_step_us"] = 0.0, 1e9, 1.0
-    t8, t32 = (dispatch.estimate(wl, c, GpuSpec(), cal).terms["compute_us"] for c in (c8, c32))
-    assert t8 >= 8 and 2 <= t32 < t8  # 61 deep: 8 tiles of 8, 2 of 32
+    t8, t32 = (dispatch.estimate(wl, c, GpuSpec(), cal).terms for c in (c8, c32))
+    assert t8["compute_us"] >= 8 and 2 <= t32["compute_us"] < t8["compute_us"]  # 61 deep: 8 tiles of 8, 2 of 32
+    assert t32["per_sm"] < t8["per_sm"]  # more registers and shared memory per block
     # an 8 × 8 thread tile goes to 16 deep at most
     big = parse_workload("gemm:2048x2048x2048")
     deep = {(c.config.thread_m * c.config.thread_n, c.config.block_k) for c in dispatch.candidates(big, "fp32")}
@@ -224,3 +224,20 @@ def test_every_choice_is_right_on_the_gpu(workload, precision):
     name = {"fp32": "best_gemm", "fp16": "best_fp16_gemm", "tf32": "best_tf32_gemm"}[precision]
     row = check_in_process(name, workload + (":float16" if precision == "fp16" else ""))
     assert row["status"] == "ok", row.get("error")
+
+
+def test_the_calibration_sweep_measures_each_kind_at_its_other_k_tiles():
+    """The sweep's jobs: for the two best SIMT kinds of a shape, besides their best variant, one
+    at each other K tile (they share the kind's efficiency, so the fit needs them side by side);
+    a stored row names its kind as the dispatcher does now."""
+    from reports.calibrate import calibration_jobs, candidate_of
+
+    jobs = calibration_jobs(shapes=[(1500, 700, 300)], precisions=("fp32",))
+    simt = [j for j in jobs if j.get("extra", {}).get("family") == "simt"]
+    best_two = list(dict.fromkeys(j["extra"]["key"] for j in simt))[:2]
+    for key in best_two:
+        depths = {j["params"].get("block_k", 8) for j in simt if j["extra"]["key"] == key}
+        assert depths == set(dispatch.SIMT_BLOCK_K) or (depths == {8, 16} and " t8x8" in key), (key, depths)
+    row = {"name": "skinny_gemm", "family": "simt", "key": "simt 256x8 t4x4 k32",
+           "params": {"block_m": 256, "block_n": 8, "block_k": 32, "warps_m": 4, "warps_n": 1}}
+    assert candidate_of(row).key == "simt 256x8 t4x4"
