@@ -100,25 +100,27 @@ def test_ctrl_c_during_a_run_leaves_a_readable_partial_result_and_no_processes(t
     proc = subprocess.Popen([sys.executable, "-m", "scripts.schedlab", "run", "--workload", "gemm:96x80x40",
                              "--schedules", names, "--baselines", "numpy_cpu", "--out", str(out), "--quiet",
                              "--workers", "1"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    def workers():
-        # the run's build worker (reports.isolate); not any short-lived child of an import (a compiler
-        # probe), which can come first, so that Ctrl-C would land before the run has begun
-        found = []
-        for c in psutil.Process(proc.pid).children(recursive=True):
-            try:
-                if "reports.isolate" in " ".join(c.cmdline()):
-                    found.append(c)
-            except psutil.Error:
-                continue
-        return found
+                            stderr=subprocess.PIPE, text=True,
+                            # Ctrl-C's default disposition, as a terminal gives it, whatever the test runner's
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
-    deadline = time.time() + 60
-    while time.time() < deadline and not workers():
-        time.sleep(0.2)
-    time.sleep(1.0)  # the worker is building
+    def building():
+        # the run's build worker (reports.isolate) compiling a kernel (nvcc or ptxas under it): the
+        # run is then waiting on its worker. Not any short-lived child of an import (a compiler probe),
+        # which can come first, so that Ctrl-C would land before the run has begun
+        try:
+            kids = psutil.Process(proc.pid).children(recursive=True)
+            lines = [" ".join(c.cmdline()) for c in kids]
+        except psutil.Error:
+            return False
+        return any("reports.isolate" in x for x in lines) and any("nvcc" in x or "ptxas" in x for x in lines)
+
+    deadline, started = time.time() + 60, False
+    while time.time() < deadline and not started:
+        started = building()
+        time.sleep(0.1)
     children = psutil.Process(proc.pid).children(recursive=True)
-    assert workers(), "no worker process started"
+    assert started, "no worker process started"
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr[-2000:]
