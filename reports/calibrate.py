@@ -104,10 +104,11 @@ def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min
                              None)
                 if other is not None and other not in chosen:
                     chosen.append(other)
+                if first is None or first.family != "simt":
+                    continue
                 for depth in dispatch.SIMT_BLOCK_K:  # and of each other K tile (SIMT kinds)
-                    deeper = next((c for c in ranked if c.key == key and first is not None and c.family == "simt"
-                                   and c.config.block_k == depth != first.config.block_k), None)
-                    if deeper is not None and deeper not in chosen:
+                    deeper = next((c for c in ranked if c.key == key and c.config.block_k == depth), None)
+                    if depth != first.config.block_k and deeper is not None and deeper not in chosen:
                         chosen.append(deeper)
             picked[(str(wl), prec)] = chosen
     counts: dict[str, int] = {}
@@ -130,10 +131,17 @@ def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min
 
 
 # --- the fit -------------------------------------------------------------------------------------------
-def candidate_of(row) -> dispatch.Candidate:
+def config_of(row):
+    """A sweep row's configuration: its step's config with the row's parameters (those the step
+    still has)."""
     spec = get(row["name"])
-    cfg = spec.config(**{k: v for k, v in (row.get("params") or {}).items()
-                         if k in {f.name for f in dataclasses.fields(spec.config_cls)}})
+    params = row.get("params")
+    fields = {f.name for f in dataclasses.fields(spec.config_cls)}
+    return spec.config(**{k: v for k, v in (params if isinstance(params, dict) else {}).items() if k in fields})
+
+
+def candidate_of(row) -> dispatch.Candidate:
+    cfg = config_of(row)
     # a SIMT kind's key from its configuration (sweeps before the K tile was a choice named it the same way)
     key = dispatch.simt_key(cfg) if row["family"] == "simt" else row["key"]
     return dispatch.Candidate(row["name"], cfg, row["family"], key)
@@ -193,11 +201,7 @@ def _simt_registers(df: pd.DataFrame) -> dict:
         return {}
     simt = df[(df["family"] == "simt") & df["registers"].notna()]
     for _, r in simt.iterrows():
-        p = r["params"] if isinstance(r["params"], dict) else {}
-        spec = get(r["name"])
-        fields = {f.name for f in dataclasses.fields(spec.config_cls)}
-        key = dispatch.simt_register_key(spec.config(**{k: v for k, v in p.items() if k in fields}))
-        seen.setdefault(key, []).append(int(r["registers"]))
+        seen.setdefault(dispatch.simt_register_key(config_of(r)), []).append(int(r["registers"]))
     return {key: int(-(-np.median(v) // 8) * 8) for key, v in seen.items()}
 
 

@@ -132,7 +132,7 @@ def simt_candidates(wl, general: bool = True):
     pads = (False, True) if _misaligned(wl) else (False,)
     for tiles, skinny in ((SIMT_TILES if general else [], False), (SKINNY_TILES, True)):
         for bm, bn, tm, tn, wm, wn in tiles:
-            for bk in SIMT_BLOCK_K if tm * tn < 64 else SIMT_BLOCK_K[:2]:
+            for bk in simt_depths(tm, tn):
                 for s, pad in itertools.product(_splits(wl.K, bk, SIMT_MOST_SPLITS), pads):
                     fields = dict(block_m=bm, block_n=bn, block_k=bk, thread_m=tm, thread_n=tn, warps_m=wm,
                                   warps_n=wn, stages=2, split_k=s, group_m=8, vector=min(4, tm, tn), pad_operands=pad)
@@ -142,6 +142,13 @@ def simt_candidates(wl, general: bool = True):
                         step, cfg = ("split_k_gemm" if s > 1 else "warp_tiled_gemm"), WarpTileConfig(**fields)
                     out.append(Candidate(step, cfg, "simt", simt_key(cfg)))
     return [c for c in out if _valid(c.step, wl, c.config)]
+
+
+def simt_depths(thread_m: int, thread_n: int) -> tuple[int, ...]:
+    """The K tiles a SIMT thread tile is offered at (SIMT_BLOCK_K): an 8 × 8 tile (64 outputs per
+    thread, made for long products) at 8 and 16 only, where 32 only stages more loads in registers
+    (168 per thread at 64 × 64)."""
+    return SIMT_BLOCK_K if thread_m * thread_n < 64 else SIMT_BLOCK_K[:2]
 
 
 def simt_key(cfg) -> str:
@@ -293,8 +300,8 @@ def _store_factor(wl, cal, cfg=None) -> float:
 
 def simt_registers(cfg, cal) -> int:
     """Registers per thread of a SIMT configuration, which set how many of its blocks an SM
-    holds: the median of what ptxas reported for its thread tile in the calibration sweep (``regs``), or for
-    a tile the sweep did not build an estimate: the accumulators, one column of A and one row of B
+    holds: the median of what ptxas reported for its thread tile and K tile in the calibration
+    sweep (``regs``, :func:`simt_register_key`), or for one the sweep did not build an estimate: the accumulators, one column of A and one row of B
     per k, the K tile's loads a thread stages in registers, and 24 for addresses and loop counters,
     in steps of 8."""
     key = simt_register_key(cfg)

@@ -14,7 +14,7 @@ if ROOT not in sys.path:
 
 from reports import build as B  # noqa: E402
 from schedules import ScheduleParamError, get, parse_workload  # noqa: E402
-from schedules import gemm_fast  # noqa: E402
+from schedules import dispatch, gemm_fast  # noqa: E402
 from tests.helpers import run_on_gpu  # noqa: E402
 
 FP32_STEPS = ["vectorized_shared_gemm", "warp_tiled_gemm", "async_pipeline_gemm", "split_k_gemm",
@@ -229,9 +229,7 @@ def test_padded_copies_are_right(harness, name, workload, params):
     assert _run(harness, name, workload, **params) < 1e-5
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("block_k", [16, 32])
-@pytest.mark.parametrize("name,workload,params", [
+DEEPER_K_CASES = [
     ("skinny_gemm", "gemm:9954x21x61", dict(block_m=256, block_n=8, warps_m=4, warps_n=1)),
     ("skinny_gemm", "gemm:432x838x158", dict(block_m=32, block_n=128, thread_m=8, thread_n=1, warps_m=4, warps_n=4,
                                              vector=1, split_k=2)),
@@ -239,12 +237,23 @@ def test_padded_copies_are_right(harness, name, workload, params):
     ("warp_tiled_gemm", "gemm:1000x503x2001", dict(block_m=64, block_n=64, thread_m=4, thread_n=4, warps_m=4,
                                                   warps_n=2, pad_operands=True)),
     ("split_k_gemm", "gemm:777x1000x3000", dict(block_m=128, block_n=64, warps_m=4, warps_n=1, split_k=5)),
-])
+]
+
+
+def _deeper_k_cases():
+    """Each case at each K tile past 8 that the dispatcher offers its thread tile."""
+    for name, wl, params in DEEPER_K_CASES:
+        cfg = get(name).config(**params)
+        for bk in dispatch.simt_depths(cfg.thread_m, cfg.thread_n):
+            if bk > 8:
+                yield name, wl, params, bk
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,workload,params,block_k", list(_deeper_k_cases()))
 def test_deeper_k_tiles_are_right(harness, name, workload, params, block_k):
-    """A K tile of 16 or 32 (the dispatcher's choice for a short K): the tail of K, split-K
-    slices and padded copies still line up with the deeper tile."""
-    if block_k == 32 and params.get("thread_m", 8) * params.get("thread_n", 8) >= 64:
-        block_k = 16  # an 8 × 8 thread tile goes to 16 at most (dispatch.SIMT_BLOCK_K)
+    """A K tile of 16 or 32 (the dispatcher's choice for a short K), each the dispatcher offers
+    the thread tile: the tail of K, split-K slices and padded copies still line up with it."""
     assert _run(harness, name, workload, block_k=block_k, **params) < 1e-5
 
 
