@@ -14,6 +14,8 @@ measurements and writes :mod:`schedules.calibration`:
   chosen on small grids, one at a time (coordinate descent), to minimize the mean squared
   log(predicted / measured) over every measured point, a move taken only if it does not raise the
   regret (below);
+* ``simt_copy_factor``, ``simt_async_factor``: SIMT loads narrower than configured, and SIMT
+  kernels with a cp.async ring, against their kind's efficiency;
 * ``copy_factor``: for cp.async copies narrower than 16 bytes, measured against predicted.
 
 It also reports how well the model ranks: for each shape of the sweep, the measured time of the
@@ -76,40 +78,51 @@ def params_of(step: str, cfg) -> dict:
             if getattr(cfg, f.name) != getattr(default, f.name, None)}
 
 
-def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min_points: int = 5, part: str = "all"):
+def _pad(c) -> bool:
+    return getattr(c.config, "pad_operands", False)
+
+
+def _pipeline(c) -> tuple:
+    return c.config.stages, c.config.async_copy
+
+
+def _variants(first):
+    """Tests for the variants of ``first``'s kind a calibration sweep measures beside it: without
+    split-K, with the other padding choice (copies or none), and (SIMT) at each other K tile and
+    with each other K pipeline."""
+    tests = [lambda c: getattr(c.config, "split_k", 1) == 1, lambda c: _pad(c) != _pad(first)]
+    if first.family == "simt":
+        tests += [lambda c, d=d: c.config.block_k == d for d in dispatch.SIMT_BLOCK_K if d != first.config.block_k]
+        tests += [lambda c, p=p: _pipeline(c) == p for p in dispatch.SIMT_PIPELINES if p != _pipeline(first)]
+    return tests
+
+
+def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min_points: int = 5, part: str = "all",
+                     gpu=None, cal=None):
     """For each shape and precision: the ``per_shape`` best-estimated configuration kinds (each
-    with its best-estimated split-K), the variant without split-K of the best two, their best
-    variants with the other padding choice and (SIMT) the other K tiles, and cuBLAS of the
-    precision; then every kind measured on fewer than ``min_points`` shapes is added where
+    with its best-estimated split-K), the best two kinds' best variants without split-K, with the
+    other padding choice and (SIMT) at the other K tiles and with the other K pipelines
+    (:func:`_variants`), and cuBLAS of the precision; then every kind measured on fewer than ``min_points`` shapes is added where
     the model ranks it highest, so that each kind's efficiency can be fitted."""
     picked: dict[tuple, list] = {}
     ranked_all: dict[tuple, list] = {}
     for m, n, k in shapes or calibration_shapes(part):
         for prec in precisions:
             wl = parse_workload(f"gemm:{m}x{n}x{k}" + ("" if prec in ("fp32", "tf32") else ":float16"))
-            ranked = [e.candidate for e in dispatch.rank(wl, prec)]
+            ranked = [e.candidate for e in dispatch.rank(wl, prec, gpu, cal)]
             ranked_all[(str(wl), prec)] = ranked
             chosen, keys = [], []
             for c in ranked:
                 if c.key not in keys and len(keys) < per_shape:
                     keys.append(c.key)
                     chosen.append(c)
-            for c in ranked:  # the variant without split-K of the two best kinds
-                if c.key in keys[:2] and getattr(c.config, "split_k", 1) == 1 and c not in chosen:
-                    chosen.append(c)
-            for key in keys[:2]:  # and the best variant of the other padding choice (copies or none)
-                first = next((c for c in chosen if c.key == key), None)
-                other = next((c for c in ranked if c.key == key and first is not None and
-                              getattr(c.config, "pad_operands", False) != getattr(first.config, "pad_operands", False)),
-                             None)
-                if other is not None and other not in chosen:
-                    chosen.append(other)
-                if first is None or first.family != "simt":
-                    continue
-                for depth in dispatch.SIMT_BLOCK_K:  # and of each other K tile (SIMT kinds)
-                    deeper = next((c for c in ranked if c.key == key and c.config.block_k == depth), None)
-                    if depth != first.config.block_k and deeper is not None and deeper not in chosen:
-                        chosen.append(deeper)
+            for key in keys[:2]:  # the best two kinds' best variant of each other choice
+                first = next(c for c in chosen if c.key == key)
+                of_key = [c for c in ranked if c.key == key]
+                for test in _variants(first):
+                    other = next((c for c in of_key if test(c)), None)
+                    if other is not None and other not in chosen:
+                        chosen.append(other)
             picked[(str(wl), prec)] = chosen
     counts: dict[str, int] = {}
     for chosen in picked.values():
@@ -213,11 +226,12 @@ def _fit_efficiencies(pts, cal, gpu):
         if value is None:
             continue
         by_key.setdefault(c.key, []).append(value)
-        if terms.get("load_width") == "1":
+        if terms.get("load_width") == "1" and terms.get("pipeline") != "async":
             full_width.setdefault(c.key, []).append(value)
     for key, vals in by_key.items():
-        # a SIMT kind's efficiency from its full-width points where there are some: narrower loads
-        # have their own factor (simt_copy_factor, fitted after)
+        # a SIMT kind's efficiency from its full-width points with the register double buffer
+        # where there are some: narrower loads and cp.async rings have their own factors
+        # (simt_copy_factor, simt_async_factor, fitted after)
         vals = full_width.get(key) if len(full_width.get(key, [])) >= 2 else vals
         cal["efficiency"][key] = round(float(np.clip(np.median(vals), 0.02, 1.1)), 3)  # ≤ 1.1 × the measured peak
     return {k: len(v) for k, v in by_key.items()}
@@ -241,6 +255,20 @@ def _fit_simt_copy_factor(pts, cal, gpu):
     for width in ("0.5", "0.25"):
         _fit_factor(pts, cal, gpu, "simt_copy_factor", width,
                     lambda wl, c: c.family == "simt" and dispatch._simt_copy_factor(wl, c.config, cal)[1] == width)
+
+
+def _fit_simt_async_factor(pts, cal, gpu):
+    """SIMT kernels with a cp.async ring against their kind's efficiency (one factor: the 4-byte
+    copies of a tile transposed on its way in cost issue slots), on the points where the
+    arithmetic, not the wait for loads, sets the time."""
+    ratios = []
+    for wl, _, c, t in pts:
+        if c.family == "simt" and c.config.async_copy:
+            value, _ = _solve_unknown(wl, c, t, gpu, cal, lambda probe, x: probe.update(simt_async_factor=x))
+            if value is not None:
+                ratios.append(value)
+    if ratios:
+        cal["simt_async_factor"] = round(float(np.clip(np.median(ratios), 0.05, 1.1)), 3)
 
 
 def _fit_cp_copy_factor(pts, cal, gpu):
@@ -286,6 +314,7 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
         # efficiencies again with it; then (mean squared log error, regret geomean)
         _fit_efficiencies(pts, trial, gpu)
         _fit_simt_copy_factor(pts, trial, gpu)
+        _fit_simt_async_factor(pts, trial, gpu)
         counts = _fit_efficiencies(pts, trial, gpu)
         return float(np.mean(_errors(pts, trial, gpu) ** 2)), regret(pts, trial, gpu)["geomean"], counts
 

@@ -1,10 +1,13 @@
 """``schedlab sweep``: configurations of the GEMM steps beside dlight and cuBLAS, on a GPU.
 
     schedlab sweep --out out/sweep [--set calibration|fp32|fp16|all|round2|wgmma|tf32] [--part all|grid|classes]
+                   [--where PARAM=VALUE ...]
 
 ``--set calibration`` (the default) is the dispatcher's calibration sweep (reports/calibrate.py):
 ``schedlab calibrate out/sweep --write`` fits the model to it. The other sets are the sweeps the
-steps' default configurations were chosen from.
+steps' default configurations were chosen from. ``--where`` keeps the configurations whose
+parameters have those values (``--where async_copy=true``: the cp.async variants only, e.g. to add
+a new kind of kernel to a calibration measured before), with cuBLAS beside them.
 
 Builds every configuration in parallel, checks and times each through the lab's one measurement
 path (reports.harness), prints one table per workload sorted by speed, and writes results.json.
@@ -162,6 +165,27 @@ def make_jobs(shapes, which, part="all"):
     return jobs
 
 
+def where(jobs, conditions):
+    """The jobs whose parameters match every ``PARAM=VALUE`` of ``conditions`` (values read as JSON:
+    true, 16, "k_major"; else as text), and the cuBLAS jobs of the workloads they leave."""
+    import json
+
+    wanted = {}
+    for cond in conditions:
+        name, sep, text = cond.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--where takes PARAM=VALUE, not {cond!r}")
+        try:
+            wanted[name] = json.loads(text)
+        except ValueError:
+            wanted[name] = text
+    kept = [j for j in jobs if not j["name"].startswith("cublas")
+            and all((j.get("params") or {}).get(k) == v for k, v in wanted.items())]
+    workloads = {(j["workload"], (j.get("extra") or {}).get("sweep_precision")) for j in kept}
+    return [j for j in jobs if j in kept or (j["name"].startswith("cublas") and
+                                             (j["workload"], (j.get("extra") or {}).get("sweep_precision")) in workloads)]
+
+
 def main(argv=None):
     from .bench import add_common_args, run_bench, write_bench
 
@@ -171,8 +195,13 @@ def main(argv=None):
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--part", default="all", choices=("all", "grid", "classes"),
                     help="with --set calibration: the shape grid, the shape classes, or both")
+    ap.add_argument("--where", nargs="+", default=[], metavar="PARAM=VALUE",
+                    help="only the configurations whose parameters have these values (and cuBLAS beside them)")
     args = ap.parse_args(argv)
-    df = run_bench(make_jobs(args.shapes.split(","), args.set, args.part), args.out, f"sweep-{args.set}", workers=args.workers,
+    jobs = make_jobs(args.shapes.split(","), args.set, args.part)
+    if args.where:
+        jobs = where(jobs, args.where)
+    df = run_bench(jobs, args.out, f"sweep-{args.set}", workers=args.workers,
                    timeout=args.timeout, budget_s=args.budget, progress=not args.quiet)
     text = tables(df)
     write_bench(df, args.out, text)

@@ -72,6 +72,12 @@ SKINNY_TILES = [(128, 16, 4, 4, 4, 1), (256, 8, 4, 4, 4, 1), (16, 128, 4, 4, 1, 
 # round trip to memory that a block with little to compute cannot hide (an 8 × 8 thread tile,
 # made for long products, stays at 8 or 16: a deeper tile only stages more loads in registers)
 SIMT_BLOCK_K = (8, 16, 32)
+# K pipelines of a SIMT block, (stages, cp.async): step 9's register-staged double buffer keeps one
+# K tile in flight while one is computed; a cp.async ring of 3 or 4 shared buffers keeps 2 or 3 in
+# flight, so a block with little arithmetic per tile waits for its loads a half or a third as often
+# (at the price of shared memory, hence occupancy, and of 4-byte copies for a tile transposed on its
+# way in). cp.async copies 4, 8 or 16 bytes: fp32 inputs only
+SIMT_PIPELINES = ((2, False), (3, True), (4, True))
 SPLITS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 SIMT_MOST_SPLITS = 128  # a few hundred outputs, tens of thousands deep: a slice per SM
 # tensor-core tiles (block_m, block_n, stages)
@@ -130,12 +136,14 @@ def simt_candidates(wl, general: bool = True):
     out = []
     # rows that are not whole 16 bytes: also each configuration with padded copies of A and B
     pads = (False, True) if _misaligned(wl) else (False,)
+    pipelines = SIMT_PIPELINES if itemsize(wl.dtype) == 4 else SIMT_PIPELINES[:1]
     for tiles, skinny in ((SIMT_TILES if general else [], False), (SKINNY_TILES, True)):
         for bm, bn, tm, tn, wm, wn in tiles:
             for bk in simt_depths(tm, tn):
-                for s, pad in itertools.product(_splits(wl.K, bk, SIMT_MOST_SPLITS), pads):
+                for s, pad, (stages, ring) in itertools.product(_splits(wl.K, bk, SIMT_MOST_SPLITS), pads, pipelines):
                     fields = dict(block_m=bm, block_n=bn, block_k=bk, thread_m=tm, thread_n=tn, warps_m=wm,
-                                  warps_n=wn, stages=2, split_k=s, group_m=8, vector=min(4, tm, tn), pad_operands=pad)
+                                  warps_n=wn, stages=stages, async_copy=ring, split_k=s, group_m=8,
+                                  vector=min(4, tm, tn), pad_operands=pad)
                     if skinny:
                         step, cfg = "skinny_gemm", SkinnyConfig(**fields)
                     else:
@@ -160,10 +168,18 @@ def simt_key(cfg) -> str:
 
 
 def simt_register_key(cfg) -> str:
-    """The calibration's name for a SIMT configuration's registers per thread: its thread tile, and
-    its K tile where it is not 8 (a deeper tile stages more loads in registers)."""
+    """The calibration's name for a SIMT configuration's registers per thread: its thread tile, its
+    K tile where it is not 8 (a deeper tile stages more loads in registers), and " async" for a
+    cp.async ring (whose copies stage nothing in registers)."""
     deep = f" k{cfg.block_k}" if cfg.block_k != 8 else ""
-    return f"t{cfg.thread_m}x{cfg.thread_n}{deep}"
+    ring = " async" if cfg.async_copy else ""
+    return f"t{cfg.thread_m}x{cfg.thread_n}{deep}{ring}"
+
+
+def tiles_in_flight(cfg) -> int:
+    """K tiles a SIMT block has in flight while it computes one: 1 for the register-staged double
+    buffer, ``stages - 1`` for a cp.async ring."""
+    return max(cfg.stages - 1, 1) if cfg.async_copy else 1
 
 
 def gemv_candidates(wl):
@@ -307,7 +323,7 @@ def simt_registers(cfg, cal) -> int:
     key = simt_register_key(cfg)
     if key in cal["regs"]:
         return cal["regs"][key]
-    staged = cfg.block_k * (cfg.block_m + cfg.block_n) // cfg.threads
+    staged = 0 if cfg.async_copy else cfg.block_k * (cfg.block_m + cfg.block_n) // cfg.threads
     return ceil_div(cfg.thread_m * cfg.thread_n + cfg.thread_m + cfg.thread_n + staged + 24, 8) * 8
 
 
@@ -321,19 +337,22 @@ def _simt_copy_factor(wl, cfg, cal) -> tuple[float, str]:
 
 
 def _waves_compute(blocks, per_sm, warps, flops_per_block, sm_tflops, eff, gpu, cal, out_bytes_per_block,
-                   store_factor=1.0, k_steps=0):
+                   store_factor=1.0, k_steps=0, in_flight=1):
     """(waves, µs): blocks in waves of SMs × per_sm, an SM with k resident blocks running at
     sm_tflops × eff × min(1, k·warps / w_sat); each wave also fills its pipelines (fill_us) and
     stores its k output tiles (at sm_store_gbps per SM). ``k_steps``: the K tiles a block walks
-    one after the other through a two-deep (register double-buffered) pipeline; each waits for
-    its loads at least ``k_step_us``, a latency that little arithmetic per tile cannot hide (a
-    few outputs per block, or few warps per SM), so a wave takes at least k_steps · k_step_us."""
+    one after the other; with ``in_flight`` tiles loading while one is computed (1: the register
+    double buffer; stages - 1: a cp.async ring), a load's latency ``k_step_us``, which little
+    arithmetic per tile cannot hide (a few outputs per block, or few warps per SM), is paid once
+    per ``in_flight`` tiles: a wave takes at least (k_steps + in_flight - 1) / in_flight ·
+    k_step_us."""
     per_sm = max(per_sm, 1)
     waves = ceil_div(blocks, gpu.sms * per_sm)
     k = min(per_sm, ceil_div(blocks, gpu.sms))  # blocks an SM holds at once (fewer in a small grid)
     rate = sm_tflops * 1e6 * eff * min(1.0, k * warps / cal["w_sat"])  # flops per µs
     epilogue = k * out_bytes_per_block / (cal["sm_store_gbps"] * 1e3 * store_factor)
-    busy = max(k * flops_per_block / rate, k_steps * cal.get("k_step_us", 0.0))
+    floor = (k_steps + in_flight - 1) / in_flight * cal.get("k_step_us", 0.0) if k_steps else 0.0
+    busy = max(k * flops_per_block / rate, floor)
     return waves, waves * (busy + cal["fill_us"] + epilogue)
 
 
@@ -358,14 +377,15 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         regs = simt_registers(cfg, cal)
         per_sm = blocks_per_sm(cfg.threads, regs, 4 * cfg.shared_floats(), gpu)
         factor, width = _simt_copy_factor(wl, cfg, cal)
-        eff *= factor
+        eff *= factor * (cal.get("simt_async_factor", 1.0) if cfg.async_copy else 1.0)
         waves, comp = _waves_compute(tiles * splits, per_sm, cfg.threads // 32, 2 * cfg.block_m * cfg.block_n * kt,
                                      cal["fp32_sm_tflops"], eff, gpu, cal, 4 * cfg.block_m * cfg.block_n,
-                                     _store_factor(wl, cal, cfg), k_steps=kt // cfg.block_k)
+                                     _store_factor(wl, cal, cfg), k_steps=kt // cfg.block_k, in_flight=tiles_in_flight(cfg))
         dram, l2 = _memory_us(wl, cfg.block_m, cfg.block_n, splits, gpu, cal, cfg=cfg)
         reduce = _reduce_us(wl, splits, gpu, cal) + _pad_us(wl, cfg, gpu, cal)
         terms.update(blocks=tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp, dram_us=dram, l2_us=l2,
-                     reduce_us=reduce, splits=splits, efficiency=eff, load_width=width)
+                     reduce_us=reduce, splits=splits, efficiency=eff, load_width=width,
+                     pipeline="async" if cfg.async_copy else "registers")
         return Estimate(cand, cal["launch_us"] + max(comp, dram, l2) + reduce, terms)
     # tensor cores
     tf32 = fam in ("tma_tf32", "cp_tf32")
@@ -427,6 +447,8 @@ def describe(cand: Candidate) -> str:
         extra += f", stages {cfg.stages}"
     if cand.family == "simt" and cfg.block_k != 8:
         extra += f", K tile {cfg.block_k}"
+    if cand.family == "simt" and cfg.async_copy:
+        extra += f", cp.async ring of {cfg.stages}"
     return f"{cand.step} [{cand.key}{extra}]"
 
 

@@ -110,6 +110,9 @@ class FastTileConfig:
             raise ScheduleParamError(f"a_layout must be 'm_major' or 'k_major', got {self.a_layout!r}")
         if self.async_copy and self.stages < 2:
             raise ScheduleParamError("async_copy needs stages >= 2 (a buffer to copy into while one is read)")
+        if self.async_copy and wl.dtype != "float32":
+            raise ScheduleParamError(f"async_copy takes float32 inputs: cp.async copies 4, 8 or 16 bytes, and a "
+                                     f"{wl.dtype} tile transposed on its way in would need single-element copies")
         if self.block_k % self.vector and self.a_layout == "m_major":
             raise ScheduleParamError(f"vector={self.vector} must divide block_k={self.block_k} for m_major A")
 

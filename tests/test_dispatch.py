@@ -106,21 +106,21 @@ def test_the_fit_recovers_the_constants_it_was_given():
     import pandas as pd
 
     from reports import calibrate
-    from reports.calibrate import calibration_shapes, params_of
+    from reports.calibrate import calibration_jobs
     from schedules.calibration import CALIBRATION
 
     truth = copy.deepcopy(CALIBRATION)
-    truth.update(launch_us=3.0, w_sat=12, l2_factor=4.0, k_step_us=0.8)
+    truth.update(launch_us=3.0, w_sat=12, l2_factor=4.0, k_step_us=0.8, simt_async_factor=0.9)
     truth["efficiency"].update({"simt 128x128 t8x8": 0.8, "simt 64x64 t4x4": 0.6})
     truth["simt_copy_factor"] = {"1": 1.0, "0.5": 0.8, "0.25": 0.6}  # narrow loads, on misaligned shapes
     gpu = GpuSpec()
     rows = []
-    for m, n, k in calibration_shapes():
-        wl = parse_workload(f"gemm:{m}x{n}x{k}")
-        for e in dispatch.rank(wl, "fp32", gpu, truth)[:6]:
-            c = e.candidate
-            rows.append({"workload": str(wl), "name": c.step, "params": params_of(c.step, c.config), "status": "ok",
-                         "time_ms": e.time_us / 1e3, "key": c.key, "family": c.family, "sweep_precision": "fp32"})
+    for job in calibration_jobs(precisions=("fp32",), gpu=gpu, cal=truth):  # the sweep's own choice of kernels
+        if job["name"] == "cublas":
+            continue
+        wl, extra = parse_workload(job["workload"]), job["extra"]
+        cand = dispatch.Candidate(job["name"], get(job["name"]).config(**job["params"]), extra["family"], extra["key"])
+        rows.append(dict(job, **extra, status="ok", time_ms=dispatch.estimate(wl, cand, gpu, truth).time_us / 1e3))
     df = pd.DataFrame(rows)
     df.attrs.update(gpu_spec=gpu.__dict__, ceilings={"copy_gbps": gpu.memory_gbps}, provenance={})
     cal, report = calibrate.fit(df, gpu)
@@ -130,6 +130,7 @@ def test_the_fit_recovers_the_constants_it_was_given():
     assert cal["k_step_us"] == 0.8  # the K loop's latency floor (small blocks, few outputs, long K)
     assert cal["efficiency"]["simt 128x128 t8x8"] == pytest.approx(0.8, rel=0.01)
     assert cal["simt_copy_factor"]["0.25"] == pytest.approx(0.6, rel=0.01)
+    assert cal["simt_async_factor"] == pytest.approx(0.9, rel=0.01)  # cp.async rings against their kind
     assert report["median_abs_log_error"]["after"] < 1e-3 and report["p90_abs_log_error"]["after"] < 1e-2
     regret = report["regret"]["after"]  # the fitted model picks the fastest, or one within 10%
     assert regret["share_within_10pct"] == 1.0 and regret["geomean"] < 1.01

@@ -257,6 +257,35 @@ def test_deeper_k_tiles_are_right(harness, name, workload, params, block_k):
     assert _run(harness, name, workload, block_k=block_k, **params) < 1e-5
 
 
+ASYNC_RING_CASES = [  # the dispatcher's cp.async rings on its SIMT tiles: K tails, split-K, padded copies, layouts
+    ("skinny_gemm", "gemm:3078x53x207", dict(block_m=32, block_n=128, thread_m=8, thread_n=1, warps_m=4, warps_n=4,
+                                             vector=1, block_k=16)),
+    ("skinny_gemm", "gemm:9954x21x61", dict(block_m=256, block_n=8, warps_m=4, warps_n=1, split_k=2)),
+    ("skinny_gemm", "gemm:45x3001x1001", dict(block_m=16, block_n=128, warps_m=1, warps_n=4, block_k=32,
+                                              split_k=3, pad_operands=True)),
+    ("skinny_gemm", "gemm:300x77x9001", dict(block_m=16, block_n=128, thread_n=1, warps_m=4, warps_n=4, vector=1,
+                                             split_k=16)),
+    ("warp_tiled_gemm", "gemm:1000x503x2001", dict(block_m=64, block_n=64, thread_m=4, thread_n=4, warps_m=4,
+                                                  warps_n=2, block_k=16, pad_operands=True)),
+    ("warp_tiled_gemm", "gemm:1000x503x2001", dict(block_m=64, block_n=64, thread_m=4, thread_n=4, warps_m=4,
+                                                  warps_n=2, block_k=32)),  # narrow cp.async copies
+    ("split_k_gemm", "gemm:777x1000x3000", dict(block_m=128, block_n=64, warps_m=4, warps_n=1, split_k=5, block_k=16)),
+    ("warp_tiled_gemm", "gemm:1000x500x2001:tn", dict(block_m=128, block_n=128, block_k=16)),
+    ("skinny_gemm", "gemm:2000x24x3000:nt", dict(split_k=4)),
+    ("skinny_gemm", "bmm:3x500x40x700:tt", dict(block_k=32)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", [3, 4])
+@pytest.mark.parametrize("name,workload,params", ASYNC_RING_CASES)
+def test_async_rings_are_right(harness, name, workload, params, stages):
+    """A cp.async ring of 3 or 4 shared buffers (the dispatcher's choice where a block waits on its
+    loads): predicated copies of the K tail and of rows past M or N, split-K slices, padded
+    copies, transposed operands (single-float copies) and batches."""
+    assert _run(harness, name, workload, stages=stages, async_copy=True, **params) < 1e-5
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("workload", [DEFAULT] + ODD)
 @pytest.mark.parametrize("intrinsics", ["wmma", "mma"])
