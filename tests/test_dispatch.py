@@ -8,6 +8,7 @@ import pytest
 
 from schedules import dispatch, get, parse_workload
 from schedules.common import GpuSpec
+from schedules.errors import ScheduleParamError
 
 TABLE = ["gemm:4096x4096x4096", "gemm:1024x512x2048", "gemm:3000x1000x2500", "gemm:5000x1x3000",
          "gemm:1x5000x3000", "gemm:8000x3x6000", "gemm:3x8000x6000", "gemm:256x256x16384", "gemm:3000x4000x5",
@@ -142,7 +143,8 @@ def test_a_blocks_k_loop_costs_at_least_its_latency_floor():
     floor does not bind."""
     small, big = parse_workload("gemm:140x142x1491"), parse_workload("gemm:4096x4096x4096")
     cand = next(e.candidate for e in dispatch.rank(small, "fp32")
-                if e.candidate.step == "warp_tiled_gemm" and e.candidate.config.block_k == 8)
+                if e.candidate.step == "warp_tiled_gemm" and e.candidate.config.block_k == 8
+                and not e.candidate.config.async_copy)
     for wl, binds in ((small, True), (big, False)):
         cal = copy.deepcopy(dispatch.CALIBRATION)
         cal["k_step_us"] = 0.0
@@ -154,6 +156,37 @@ def test_a_blocks_k_loop_costs_at_least_its_latency_floor():
             assert floor["compute_us"] >= floor["waves"] * k_tiles * step > free["compute_us"]
         else:
             assert floor["compute_us"] == free["compute_us"]
+
+
+def test_a_cp_async_ring_waits_for_its_loads_less_often():
+    """A cp.async ring of S shared buffers keeps S - 1 K tiles in flight: where the latency floor
+    binds, it is paid a half or a third as often as with the register double buffer; the ring
+    stages nothing in registers (registers of its own, an estimate without staged loads), costs
+    shared memory per stage, and its kind's efficiency times one fitted factor. 16-bit inputs get
+    no ring (cp.async copies at least 4 bytes; a transposed tile would need 2-byte copies)."""
+    wl = parse_workload("gemm:140x142x1491")
+    rings = {(c.config.stages, c.config.async_copy): c for c in dispatch.candidates(wl, "fp32")
+             if c.key == "simt 64x64 t4x4" and c.config.block_k == 8 and c.config.split_k == 1}
+    assert set(rings) == set(dispatch.SIMT_PIPELINES)
+    cal = copy.deepcopy(dispatch.CALIBRATION)
+    cal["efficiency"]["simt 64x64 t4x4"] = 1.0  # the arithmetic quick, so that the K steps count
+    cal["fill_us"], cal["sm_store_gbps"], cal["k_step_us"], cal["simt_async_factor"] = 0.0, 1e9, 1.0, 0.9
+    regs, three, four = (dispatch.estimate(wl, rings[p], GpuSpec(), cal).terms for p in dispatch.SIMT_PIPELINES)
+    k_tiles = -(-wl.K // 8)
+    assert regs["compute_us"] >= k_tiles  # one round trip per K tile
+    assert three["compute_us"] == pytest.approx((k_tiles + 1) / 2, rel=0.01)
+    assert four["compute_us"] == pytest.approx((k_tiles + 2) / 3, rel=0.01)
+    assert four["efficiency"] == pytest.approx(0.9 * regs["efficiency"]) and four["pipeline"] == "async"
+    ring = rings[(4, True)].config
+    assert dispatch.simt_register_key(ring) == "t4x4 async" and "cp.async ring of 4" in dispatch.describe(rings[(4, True)])
+    cal["regs"] = {}
+    assert dispatch.simt_registers(ring, cal) < dispatch.simt_registers(rings[(2, False)].config, cal)
+    assert ring.shared_floats() == 2 * rings[(2, False)].config.shared_floats()
+    half = parse_workload("gemm:2000x13x3001:float16")
+    assert dispatch.candidates(half, "fp16") and not any(getattr(c.config, "async_copy", False)
+                                                         for c in dispatch.candidates(half, "fp16"))
+    with pytest.raises(ScheduleParamError, match="cp.async"):
+        get("skinny_gemm").validate(half, get("skinny_gemm").config(stages=3, async_copy=True))
 
 
 def test_simt_registers_come_from_the_sweep_or_an_estimate():
@@ -180,9 +213,9 @@ def test_a_deeper_k_tile_shares_its_tiles_efficiency_and_counts_its_steps_and_re
     floor, and registers of its own (the sweep's, or an estimate counting the loads it stages),
     hence its occupancy."""
     wl = parse_workload("gemm:9954x21x61")
-    cands = {(c.config.block_m, c.config.block_n, c.config.block_k, c.config.splits(wl), c.config.pad_operands): c
-             for c in dispatch.candidates(wl, "fp32")}
-    c8, c32 = cands[(256, 8, 8, 1, False)], cands[(256, 8, 32, 1, False)]
+    cands = {(c.config.block_m, c.config.block_n, c.config.block_k, c.config.splits(wl), c.config.pad_operands,
+              c.config.async_copy): c for c in dispatch.candidates(wl, "fp32")}
+    c8, c32 = cands[(256, 8, 8, 1, False, False)], cands[(256, 8, 32, 1, False, False)]
     assert c8.key == c32.key == "simt 256x8 t4x4"
     assert (dispatch.simt_register_key(c8.config), dispatch.simt_register_key(c32.config)) == ("t4x4", "t4x4 k32")
     assert "K tile 32" in dispatch.describe(c32) and "K tile" not in dispatch.describe(c8)
