@@ -166,8 +166,9 @@ def make_jobs(shapes, which, part="all"):
 
 
 def where(jobs, conditions):
-    """The jobs whose parameters match every ``PARAM=VALUE`` of ``conditions`` (values read as JSON:
-    true, 16, "k_major"; else as text), and the cuBLAS jobs of the workloads they leave."""
+    """The jobs whose configurations match every ``PARAM=VALUE`` of ``conditions`` (values read as
+    JSON: true, 16, "k_major"; else as text; a parameter left at the step's default has the
+    default's value), and the cuBLAS jobs of the workloads they leave."""
     import json
 
     wanted = {}
@@ -179,8 +180,16 @@ def where(jobs, conditions):
             wanted[name] = json.loads(text)
         except ValueError:
             wanted[name] = text
+    def value(job, name):  # the configuration's value: a parameter left at its default is not in params
+        params = job.get("params") or {}
+        if name in params:
+            return params[name]
+        from schedules import get
+
+        return getattr(get(job["name"]).config(**params), name, None)
+
     kept = [j for j in jobs if not j["name"].startswith("cublas")
-            and all((j.get("params") or {}).get(k) == v for k, v in wanted.items())]
+            and all(value(j, k) == v for k, v in wanted.items())]
     workloads = {(j["workload"], (j.get("extra") or {}).get("sweep_precision")) for j in kept}
     return [j for j in jobs if j in kept or (j["name"].startswith("cublas") and
                                              (j["workload"], (j.get("extra") or {}).get("sweep_precision")) in workloads)]

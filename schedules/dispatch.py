@@ -11,8 +11,10 @@ Every candidate is one of the lab's kernels with one configuration. Its time is 
   ⌈blocks / (SMs · blocks per SM)⌉ (wave quantization: a last wave of a few blocks costs a whole
   wave). An SM with ``k`` resident blocks computes at ``peak per SM × efficiency × min(1, warps /
   w_sat)``: ``efficiency`` is the configuration's measured share of the SM's peak once the SM is
-  full, ``w_sat`` the warps it takes to hide the latencies. Persistent kernels walk ⌈units / SMs⌉
-  tiles per block instead.
+  full, ``w_sat`` the warps it takes to hide the latencies. A SIMT block's K loop also costs at
+  least ``k_step_us`` per K tile it waits for: every tile with the register double buffer, one in
+  ``stages - 1`` with a cp.async ring (whose efficiency carries a fitted ``simt_async_factor``).
+  Persistent kernels walk ⌈units / SMs⌉ tiles per block instead.
 * **memory**: every input byte from DRAM once, the output once, plus each block's panels of A and B
   from L2 (A is read once per column of blocks, B once per row of blocks), at the measured DRAM
   bandwidth and ``l2_factor`` times it; split-K adds its partial sums, written and read once more.

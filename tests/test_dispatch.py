@@ -272,6 +272,31 @@ def test_the_calibration_sweep_measures_each_kind_at_its_other_k_tiles():
     for key in best_two:
         depths = {j["params"].get("block_k", 8) for j in simt if j["extra"]["key"] == key}
         assert depths == set(dispatch.SIMT_BLOCK_K) or (depths == {8, 16} and " t8x8" in key), (key, depths)
+        pipelines = {(j["params"].get("stages", 2), j["params"].get("async_copy", False)) for j in simt
+                     if j["extra"]["key"] == key}
+        assert pipelines == set(dispatch.SIMT_PIPELINES), (key, pipelines)  # and with each K pipeline
     row = {"name": "skinny_gemm", "family": "simt", "key": "simt 256x8 t4x4 k32",
            "params": {"block_m": 256, "block_n": 8, "block_k": 32, "warps_m": 4, "warps_n": 1}}
     assert candidate_of(row).key == "simt 256x8 t4x4"
+
+
+def test_a_sweep_can_measure_only_some_kernels():
+    """``schedlab sweep --where async_copy=true``: the configurations with those parameters, with
+    cuBLAS beside them on their own workloads only; a condition that is not PARAM=VALUE stops it."""
+    from reports.calibrate import calibration_jobs
+    from reports.sweep import where
+
+    jobs = calibration_jobs(shapes=[(1500, 700, 300), (2000, 3, 4000)], precisions=("fp32", "fp16"))
+    kept = where(jobs, ["async_copy=true"])
+    kernels = [j for j in kept if not j["name"].startswith("cublas")]
+    assert kernels and all(j["params"]["async_copy"] is True for j in kernels)
+    assert len(kernels) == sum(1 for j in jobs if (j.get("params") or {}).get("async_copy"))
+    assert not any(j["workload"].endswith("float16") for j in kept)  # fp16 inputs get no cp.async ring
+    blas = {(j["workload"], j["extra"]["sweep_precision"]) for j in kept if j["name"].startswith("cublas")}
+    assert blas == {(j["workload"], j["extra"]["sweep_precision"]) for j in kernels}
+    eights = [j for j in where(jobs, ["block_k=8", "async_copy=true"]) if not j["name"].startswith("cublas")]
+    assert eights and all("block_k" not in j["params"] for j in eights)  # the default's value matches too
+    assert len(eights) == sum(1 for j in kernels if j["params"].get("block_k", 8) == 8)
+    assert not where(jobs, ["block_k=7"])
+    with pytest.raises(SystemExit):
+        where(jobs, ["async_copy"])
