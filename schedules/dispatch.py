@@ -69,7 +69,9 @@ SIMT_TILES = [(128, 128, 8, 8, 4, 2), (128, 64, 8, 8, 4, 1), (64, 128, 8, 8, 1, 
 SKINNY_TILES = [(128, 16, 4, 4, 4, 1), (256, 8, 4, 4, 4, 1), (16, 128, 4, 4, 1, 4), (8, 256, 4, 4, 1, 4),
                 # a short K: little to compute per output, so what counts is storing C: one column
                 # per thread, a warp writing 32 consecutive floats of a row (whatever N's alignment)
-                (16, 128, 4, 1, 4, 4), (32, 128, 8, 1, 4, 4)]
+                (16, 128, 4, 1, 4, 4), (32, 128, 8, 1, 4, 4),
+                # the same, half as wide: an output a few dozen columns wide (33-64) wastes less of it
+                (32, 64, 8, 1, 4, 2)]
 # K tiles of a SIMT block: 8, the classic choice; deeper ones walk a short K in fewer steps, each a
 # round trip to memory that a block with little to compute cannot hide (an 8 × 8 thread tile,
 # made for long products, stays at 8 or 16: a deeper tile only stages more loads in registers)

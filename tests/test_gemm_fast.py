@@ -233,6 +233,8 @@ DEEPER_K_CASES = [
     ("skinny_gemm", "gemm:9954x21x61", dict(block_m=256, block_n=8, warps_m=4, warps_n=1)),
     ("skinny_gemm", "gemm:432x838x158", dict(block_m=32, block_n=128, thread_m=8, thread_n=1, warps_m=4, warps_n=4,
                                              vector=1, split_k=2)),
+    ("skinny_gemm", "gemm:2001x53x207", dict(block_m=32, block_n=64, thread_m=8, thread_n=1, warps_m=4, warps_n=2,
+                                             vector=1, split_k=3, pad_operands=True)),
     ("skinny_gemm", "gemm:7x3001x1001:float16", dict(block_m=8, block_n=256, warps_m=1, warps_n=4, split_k=3)),
     ("warp_tiled_gemm", "gemm:1000x503x2001", dict(block_m=64, block_n=64, thread_m=4, thread_n=4, warps_m=4,
                                                   warps_n=2, pad_operands=True)),
@@ -258,9 +260,11 @@ def test_deeper_k_tiles_are_right(harness, name, workload, params, block_k):
 
 
 ASYNC_RING_CASES = [  # the dispatcher's cp.async rings on its SIMT tiles: K tails, split-K, padded copies, layouts
-    ("skinny_gemm", "gemm:3078x53x207", dict(block_m=32, block_n=128, thread_m=8, thread_n=1, warps_m=4, warps_n=4,
+    ("skinny_gemm", "gemm:3001x53x211", dict(block_m=32, block_n=128, thread_m=8, thread_n=1, warps_m=4, warps_n=4,
                                              vector=1, block_k=16)),
     ("skinny_gemm", "gemm:9954x21x61", dict(block_m=256, block_n=8, warps_m=4, warps_n=1, split_k=2)),
+    ("skinny_gemm", "gemm:3001x53x211:nt", dict(block_m=32, block_n=64, thread_m=8, thread_n=1, warps_m=4, warps_n=2,
+                                                vector=1, block_k=32)),
     ("skinny_gemm", "gemm:45x3001x1001", dict(block_m=16, block_n=128, warps_m=1, warps_n=4, block_k=32,
                                               split_k=3, pad_operands=True)),
     ("skinny_gemm", "gemm:300x77x9001", dict(block_m=16, block_n=128, thread_n=1, warps_m=4, warps_n=4, vector=1,
