@@ -44,6 +44,10 @@ K_SIZES = (128, 4096)
 IRREGULAR = ((1001, 777, 3001), (5000, 33, 4000), (33, 5000, 4000), (2999, 4001, 17), (250, 250, 20000),
              (4096, 1, 4096), (1, 4096, 4096), (8192, 4, 2048), (4, 8192, 2048), (12, 12, 12), (200, 3, 9000))
 PRECISIONS = ("fp32", "tf32", "fp16")
+# an efficiency or factor is solved only on points where the term it scales is at least this share of
+# the compute term: where the fixed part (pipeline fill, storing C) is most of it, as with a short K,
+# a small error in that part moves the solved value a lot
+SOLVE_SHARE = 0.5
 
 
 # shape classes the grid misses, a few shapes each (chosen by class, not taken from any benchmark)
@@ -181,7 +185,7 @@ def _solve_unknown(wl, cand, t, gpu, cal, set_x):
     an unknown ``x`` (an efficiency or a factor; ``set_x(probe, value)`` sets it in a copy of
     ``cal``), solved at the measured time ``t`` from two estimates (x = 1, and x so large that only
     the fixed part is left). ``x`` is None where compute does not dominate the estimate (or the
-    time leaves it no room), or where the K loop's latency floor (``k_step_us``) and not the
+    time leaves it no room, or the fixed part is more than ``1 - SOLVE_SHARE`` of it), or where the K loop's latency floor (``k_step_us``) and not the
     arithmetic sets the compute term at the solved ``x``; ``terms`` are the estimate's at x = 1."""
     probe = copy.deepcopy(cal)
     probe["k_step_us"] = 0.0  # the floor is not part of the linear form solved here
@@ -194,6 +198,8 @@ def _solve_unknown(wl, cand, t, gpu, cal, set_x):
     fixed = dispatch.estimate(wl, cand, gpu, probe).terms["compute_us"]
     busy = t - cal["launch_us"] - terms.get("reduce_us", 0)
     if not (busy > fixed * 1.05 and comp1 > fixed):
+        return None, terms
+    if comp1 - fixed < SOLVE_SHARE * comp1:  # ill-conditioned: the fixed part's error would move x most
         return None, terms
     x = (comp1 - fixed) / (busy - fixed)
     if cal.get("k_step_us"):
