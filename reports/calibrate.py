@@ -10,7 +10,8 @@ measurements and writes :mod:`schedules.calibration`:
   ones below);
 * ``efficiency`` per configuration kind: the median, over the shapes where the model says it is
   compute-bound, of (its compute time at full efficiency) / (measured time − launch − split-K sum);
-* ``w_sat``, ``l2_factor``, ``fill_us``, ``sm_store_gbps``, ``unaligned_store``, ``k_step_us``:
+* ``w_sat``, ``l2_factor``, ``fill_us``, ``sm_store_gbps``, ``unaligned_store``, ``k_step_us``,
+  ``scalar_store_factor`` (the cp.async wgmma kernels' float-at-a-time stores of C):
   chosen on small grids, one at a time (coordinate descent), to minimize the mean squared
   log(predicted / measured) over every measured point, a move taken only if it does not raise the
   regret (below);
@@ -313,7 +314,8 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     grids = {"launch_us": sorted(launches),  # no kernel takes less than its launch
              "w_sat": [4, 6, 8, 12, 16, 24], "l2_factor": [2.0, 3.0, 4.0, 6.0, 8.0],
              "fill_us": [0.0, 0.5, 1.0, 2.0, 4.0], "sm_store_gbps": [15.0, 30.0, 60.0, 120.0, 240.0],
-             "unaligned_store": [0.15, 0.25, 0.5, 1.0], "k_step_us": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3]}
+             "unaligned_store": [0.15, 0.25, 0.5, 1.0], "k_step_us": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3],
+             "scalar_store_factor": [0.25, 0.35, 0.5, 0.7, 1.0]}
 
     def score(trial):
         # the per-kind efficiencies (from full-width points), the narrow-load factor, and the
@@ -330,7 +332,7 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     # A move must lower the squared error without raising the regret: the model is there to
     # choose, and a constant that fits the times better but picks worse kernels is not taken
     coordinates = [("launch_us", "l2_factor"), ("w_sat",), ("fill_us",), ("sm_store_gbps",), ("unaligned_store",),
-                   ("k_step_us",)]
+                   ("k_step_us",), ("scalar_store_factor",)]
     for _round in range(8):
         improved = False
         for names in coordinates:

@@ -391,7 +391,10 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
                      reduce_us=reduce, splits=splits, efficiency=eff, load_width=width,
                      pipeline="async" if cfg.async_copy else "registers")
         return Estimate(cand, cal["launch_us"] + max(comp, dram, l2) + reduce, terms)
-    # tensor cores
+    # tensor cores. The cp.async wgmma kernels (steps 19 and 25) store C from the accumulator
+    # fragments a float at a time, each store bounds-checked (the TMA kernels store pairs): their
+    # epilogue runs at a fitted share of the store rate, which a short K makes most of their time
+    scalar_store = cal.get("scalar_store_factor", 1.0) if fam in ("cp", "cp_tf32") else 1.0
     tf32 = fam in ("tma_tf32", "cp_tf32")
     peak = cal["tf32_sm_tflops"] if tf32 else cal["tc16_sm_tflops"]
     bk = 32 if tf32 else 64
@@ -417,7 +420,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         smem = cfg.shared_bytes() if not hasattr(cfg, "stage_bytes") else cfg.shared_bytes(itemsize(wl.dtype))
         per_sm = blocks_per_sm(threads, cal["regs"].get(fam, 168), smem, gpu)
         waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal,
-                                     4 * bm * bn, _store_factor(wl, cal))
+                                     4 * bm * bn, _store_factor(wl, cal) * scalar_store)
     dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal)
     reduce = _reduce_us(wl, splits, gpu, cal) + _pad_us(wl, cfg, gpu, cal)  # the extra kernels
     terms.update(blocks=tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp, dram_us=dram, l2_us=l2,
