@@ -300,3 +300,44 @@ def test_a_sweep_can_measure_only_some_kernels():
     assert not where(jobs, ["block_k=7"])
     with pytest.raises(SystemExit):
         where(jobs, ["async_copy"])
+
+
+def test_the_cp_async_wgmma_kernels_store_c_slower():
+    """Steps 19 and 25 store C a float at a time from the fragments: their epilogue runs at
+    scalar_store_factor of the store rate (a short K makes it their whole time); the TMA kernels,
+    which store pairs, do not pay it."""
+    wl = parse_workload("gemm:6000x3000x8:float16")
+    by_family = {}
+    for c in dispatch.candidates(wl, "fp16"):
+        by_family.setdefault(c.family, c)
+    cal = copy.deepcopy(dispatch.CALIBRATION)
+    times = {}
+    for factor in (1.0, 0.25):
+        cal["scalar_store_factor"] = factor
+        times[factor] = {f: dispatch.estimate(wl, c, GpuSpec(), cal).time_us for f, c in by_family.items()}
+    assert times[0.25]["cp"] > 1.5 * times[1.0]["cp"]  # the store is most of a one-K-tile kernel
+    assert times[0.25]["tma"] == times[1.0]["tma"]
+
+
+def test_an_efficiency_is_solved_only_where_the_arithmetic_weighs(monkeypatch):
+    """The fit solves an efficiency from a measured time only where the arithmetic is at least
+    SOLVE_SHARE of the compute term; with a K of 8 the pipeline fill and the stores are most of it,
+    and a small error in them would move the solved value a lot."""
+    from reports import calibrate
+
+    cal = copy.deepcopy(dispatch.CALIBRATION)
+    gpu = GpuSpec()
+
+    def solve(shape, share):
+        wl = parse_workload(f"gemm:{shape}")
+        cand = next(c for c in dispatch.candidates(wl, "fp32") if c.key == "simt 32x128 t8x1"
+                    and c.config.split_k == 1 and not c.config.async_copy and c.config.block_k == 8)
+        t = dispatch.estimate(wl, cand, gpu, cal).time_us * 1.2
+        monkeypatch.setattr(calibrate, "SOLVE_SHARE", share)
+        return calibrate._solve_unknown(wl, cand, t, gpu, cal, lambda p, v: p["efficiency"].update({cand.key: v}))[0]
+
+    share = calibrate.SOLVE_SHARE
+    assert 0 < share < 1
+    assert solve("2048x2048x2048", share) is not None  # the K loop is the work: solved
+    assert solve("2000x3001x12", share) is None  # storing C is: not solved,
+    assert solve("2000x3001x12", 0.0) is not None  # though the time alone would have allowed it
