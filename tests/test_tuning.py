@@ -457,16 +457,19 @@ def test_the_tuner_builds_cuda_with_the_labs_compiler(monkeypatch):
     assert C.PTXAS_FLAGS == ("-v", "-O3") and "register-usage-level" not in " ".join(C.PTXAS_FLAGS)
 
 
-@pytest.mark.parametrize("shape", ["1024x512x2048", "4096x4096x4096"])
+@pytest.mark.parametrize("shape", ["1024x512x2048", "4096x4096x4096", "100x300x150"])
 def test_the_fast_spaces_seed_is_best_gemms_own_kernel(shape):
     """The search starts from the dispatcher's choice: the first seed's CUDA is best_gemm's to the
     byte (the unroll knob is annotated where the hand step puts its own), so the tuner's final
-    choice in the harness cannot be a look-alike that is slower than best_gemm."""
+    choice in the harness cannot be a look-alike that is slower than best_gemm. At 100×300×150 the
+    choice keeps its K tiles in a cp.async ring, which the tuner's builder injects as the harness
+    does (tuning.measure.module_pass_config)."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
     from reports import build as B
-    from schedules import get, parse_workload
+    from schedules import dispatch, get, parse_workload
+    from tuning.measure import module_pass_config
     from tuning.spaces import get_space, sample_insts
     from tuning.tuner import candidate_from_decisions, make_target
 
@@ -486,4 +489,18 @@ def test_the_fast_spaces_seed_is_best_gemms_own_kernel(shape):
     assert failed is None
     spec = get("best_gemm")
     hand = B.build_config(spec.build(wl, spec.config()), spec.config(), target, wl)
-    assert B.build(cand.sch.mod, target).device.cuda == hand.device.cuda
+    seed = B.build(cand.sch.mod, target, pass_config=module_pass_config(cand.sch.mod))
+    assert seed.device.cuda == hand.device.cuda
+    ring = dispatch.choose(wl, "fp32")[1].async_copy
+    copies = re.compile(r"cp\.async\.c[ag]\.shared")  # the copy instruction (not only commit/wait groups)
+    assert bool(copies.search(seed.device.cuda)) == ring and ring == (shape == "100x300x150")
+    if ring:  # and the tuner's own builder injects the copies too
+        import tvm_ffi
+
+        from tuning.measure import build_in_target_scope
+
+        try:
+            built = build_in_target_scope(cand.sch.mod, target, None)
+        finally:  # this process's later builds report through the harness's hook again
+            tvm_ffi.register_global_func("tvm_callback_cuda_compile", B._HOOK, override=True)
+        assert copies.search(built.imports[0].inspect_source())

@@ -34,9 +34,21 @@ class WrongResult(RuntimeError):
     pass
 
 
+def module_pass_config(mod) -> dict:
+    """The PassContext options a scheduled module needs beyond the defaults: a K loop pipelined
+    with async stages (a cp.async ring, FastTileConfig.async_copy) needs the async copies injected
+    and the shared tiles kept float-typed (FastTileConfig.pass_config), as the harness builds it."""
+    from schedules.gemm_fast import FastTileConfig
+
+    if "software_pipeline_async_stages" not in mod.script():
+        return {}
+    return {"tirx.use_async_copy": True, **FastTileConfig(stages=3, async_copy=True).pass_config}
+
+
 def build_in_target_scope(mod, target, _params):
     """Build a candidate as the harness builds kernels: inside ``with target:``, CUDA compiled by
-    the lab's compiler (tuning.cuda_compile), not TVM's default flags."""
+    the lab's compiler (tuning.cuda_compile), not TVM's default flags, with the pass options the
+    module needs (:func:`module_pass_config`)."""
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
@@ -44,7 +56,13 @@ def build_in_target_scope(mod, target, _params):
 
     use_lab_compiler()
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    with target:
+    extra = module_pass_config(mod)
+    if not extra:
+        with target:
+            return tvm.compile(mod, target=target).mod
+    current = tvm.transform.PassContext.current()
+    config = {**{str(k): v for k, v in current.config.items()}, **extra}
+    with tvm.transform.PassContext(opt_level=current.opt_level, config=config), target:
         return tvm.compile(mod, target=target).mod
 
 

@@ -123,7 +123,9 @@ SEEDS = 3  # the dispatcher's best few fp32 tile configurations start every fast
 
 def model_seeds(wl, k: int = SEEDS):
     """The dispatcher's (schedules.dispatch) top ``k`` warp-tiled configurations for ``wl``, its
-    choice first: the search starts where best_gemm would, and can only improve on it."""
+    choice first: the search starts where best_gemm would, and can only improve on it. A seed may
+    keep its K tiles in a cp.async ring (the builder then injects the async copies,
+    tuning.measure.module_pass_config)."""
     from schedules import dispatch
 
     return [e.config for e in dispatch.rank(wl, "fp32") if e.candidate.family == "simt"][:k]
@@ -173,8 +175,9 @@ def fast_template(sch):
 
 
 def fast_config_text(cfg) -> str:
+    ring = " async_copy=true" if cfg.async_copy else ""  # a seed of the dispatcher's: a cp.async ring
     return (f"block={cfg.block_m}x{cfg.block_n} thread={cfg.thread_m}x{cfg.thread_n} "
-            f"warps={cfg.warps_m}x{cfg.warps_n} block_k={cfg.block_k} stages={cfg.stages} split_k={cfg.split_k}")
+            f"warps={cfg.warps_m}x{cfg.warps_n} block_k={cfg.block_k} stages={cfg.stages} split_k={cfg.split_k}{ring}")
 
 
 def fast_seeds(wl):
