@@ -107,8 +107,9 @@ def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min
     """For each shape and precision: the ``per_shape`` best-estimated configuration kinds (each
     with its best-estimated split-K), the best two kinds' best variants without split-K, with the
     other padding choice and (SIMT) at the other K tiles and with the other K pipelines
-    (:func:`_variants`), and cuBLAS of the precision; then every kind measured on fewer than ``min_points`` shapes is added where
-    the model ranks it highest, so that each kind's efficiency can be fitted."""
+    (:func:`_variants`), and cuBLAS of the precision; then every kind measured on fewer than
+    ``min_points`` shapes is added where the model ranks it highest, so that each kind's
+    efficiency can be fitted."""
     picked: dict[tuple, list] = {}
     ranked_all: dict[tuple, list] = {}
     for m, n, k in shapes or calibration_shapes(part):
@@ -186,8 +187,8 @@ def _solve_unknown(wl, cand, t, gpu, cal, set_x):
     an unknown ``x`` (an efficiency or a factor; ``set_x(probe, value)`` sets it in a copy of
     ``cal``), solved at the measured time ``t`` from two estimates (x = 1, and x so large that only
     the fixed part is left). ``x`` is None where compute does not dominate the estimate (or the
-    time leaves it no room, or the fixed part is more than ``1 - SOLVE_SHARE`` of it), or where the K loop's latency floor (``k_step_us``) and not the
-    arithmetic sets the compute term at the solved ``x``; ``terms`` are the estimate's at x = 1."""
+    time leaves it no room, or the fixed part is more than ``1 - SOLVE_SHARE`` of it), or where the
+    K loop's latency floor (``k_step_us``) and not the arithmetic sets the compute term at the solved ``x``; ``terms`` are the estimate's at x = 1."""
     probe = copy.deepcopy(cal)
     probe["k_step_us"] = 0.0  # the floor is not part of the linear form solved here
     set_x(probe, 1.0)
@@ -244,17 +245,26 @@ def _fit_efficiencies(pts, cal, gpu):
     return {k: len(v) for k, v in by_key.items()}
 
 
-def _fit_factor(pts, cal, gpu, table: str, width: str, applies):
-    """One entry of a load-width factor table (``copy_factor`` or ``simt_copy_factor``), solved on
-    the points ``applies`` selects, with the kinds' efficiencies as fitted."""
+def _solved_median(pts, cal, gpu, applies, set_x, low: float, high: float):
+    """A factor on the efficiency: the median of its value solved (:func:`_solve_unknown`) on the
+    points ``applies`` selects, with the kinds' efficiencies as fitted, within [low, high]; None
+    where no point could be solved."""
     ratios = []
     for wl, _, c, t in pts:
         if applies(wl, c):
-            value, _ = _solve_unknown(wl, c, t, gpu, cal, lambda probe, x: probe.setdefault(table, {}).update({width: x}))
+            value, _ = _solve_unknown(wl, c, t, gpu, cal, set_x)
             if value is not None:
                 ratios.append(value)
-    if ratios:
-        cal.setdefault(table, {})[width] = round(float(np.clip(np.median(ratios), 0.05, 1.0)), 3)
+    return round(float(np.clip(np.median(ratios), low, high)), 3) if ratios else None
+
+
+def _fit_factor(pts, cal, gpu, table: str, width: str, applies):
+    """One entry of a load-width factor table (``copy_factor`` or ``simt_copy_factor``), solved on
+    the points ``applies`` selects."""
+    value = _solved_median(pts, cal, gpu, applies, lambda probe, x: probe.setdefault(table, {}).update({width: x}),
+                           0.05, 1.0)
+    if value is not None:
+        cal.setdefault(table, {})[width] = value
 
 
 def _fit_simt_copy_factor(pts, cal, gpu):
@@ -268,14 +278,10 @@ def _fit_simt_async_factor(pts, cal, gpu):
     """SIMT kernels with a cp.async ring against their kind's efficiency (one factor: the 4-byte
     copies of a tile transposed on its way in cost issue slots), on the points where the
     arithmetic, not the wait for loads, sets the time."""
-    ratios = []
-    for wl, _, c, t in pts:
-        if c.family == "simt" and c.config.async_copy:
-            value, _ = _solve_unknown(wl, c, t, gpu, cal, lambda probe, x: probe.update(simt_async_factor=x))
-            if value is not None:
-                ratios.append(value)
-    if ratios:
-        cal["simt_async_factor"] = round(float(np.clip(np.median(ratios), 0.05, 1.1)), 3)
+    value = _solved_median(pts, cal, gpu, lambda wl, c: c.family == "simt" and c.config.async_copy,
+                           lambda probe, x: probe.update(simt_async_factor=x), 0.05, 1.1)
+    if value is not None:
+        cal["simt_async_factor"] = value
 
 
 def _fit_cp_copy_factor(pts, cal, gpu):

@@ -180,19 +180,21 @@ def where(jobs, conditions):
             wanted[name] = json.loads(text)
         except ValueError:
             wanted[name] = text
-    def value(job, name):  # the configuration's value: a parameter left at its default is not in params
-        params = job.get("params") or {}
-        if name in params:
-            return params[name]
-        from schedules import get
+    from .calibrate import config_of
 
-        return getattr(get(job["name"]).config(**params), name, None)
+    def blas(job):
+        return job["name"].startswith("cublas")
 
-    kept = [j for j in jobs if not j["name"].startswith("cublas")
-            and all(value(j, k) == v for k, v in wanted.items())]
-    workloads = {(j["workload"], (j.get("extra") or {}).get("sweep_precision")) for j in kept}
-    return [j for j in jobs if j in kept or (j["name"].startswith("cublas") and
-                                             (j["workload"], (j.get("extra") or {}).get("sweep_precision")) in workloads)]
+    def group(job):
+        return job["workload"], (job.get("extra") or {}).get("sweep_precision")
+
+    def matches(job):  # the configuration's values: a parameter left at its default is not in params
+        cfg = config_of(job)
+        return all(getattr(cfg, k, None) == v for k, v in wanted.items())
+
+    kept = [not blas(j) and matches(j) for j in jobs]
+    groups = {group(j) for j, keep in zip(jobs, kept) if keep}
+    return [j for j, keep in zip(jobs, kept) if keep or (blas(j) and group(j) in groups)]
 
 
 def main(argv=None):
