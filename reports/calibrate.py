@@ -10,7 +10,7 @@ measurements and writes :mod:`schedules.calibration`:
   ones below);
 * ``efficiency`` per configuration kind: the median, over the shapes where the model says it is
   compute-bound, of (its compute time at full efficiency) / (measured time − launch − split-K sum);
-* ``w_sat``, ``l2_factor``, ``fill_us``, ``sm_store_gbps``, ``unaligned_store``, ``k_step_us``,
+* ``w_sat`` and ``warp_gamma`` (together), ``l2_factor``, ``fill_us``, ``sm_store_gbps``, ``unaligned_store``, ``k_step_us``,
   ``scalar_store_factor`` (the cp.async wgmma kernels' float-at-a-time stores of C):
   chosen on small grids, one at a time (coordinate descent), to minimize the mean squared
   log(predicted / measured) over every measured point, a move taken only if it does not raise the
@@ -30,6 +30,7 @@ import copy
 import itertools
 import dataclasses
 import json
+import math
 import os
 import pprint
 
@@ -318,7 +319,7 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     launches = {round(float(x), 2) for x in np.linspace(0.25, 1.0, 7) * shortest}
     launches |= {x for x in (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0) if x <= shortest}
     grids = {"launch_us": sorted(launches),  # no kernel takes less than its launch
-             "w_sat": [4, 6, 8, 12, 16, 24], "l2_factor": [2.0, 3.0, 4.0, 6.0, 8.0],
+             "w_sat": [4, 6, 8, 12, 16, 24], "warp_gamma": [0.4, 0.5, 0.6, 0.7, 0.8, 1.0], "l2_factor": [2.0, 3.0, 4.0, 6.0, 8.0],
              "fill_us": [0.0, 0.5, 1.0, 2.0, 4.0], "sm_store_gbps": [15.0, 30.0, 60.0, 120.0, 240.0],
              "unaligned_store": [0.15, 0.25, 0.5, 1.0], "k_step_us": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3],
              "scalar_store_factor": [0.25, 0.35, 0.5, 0.7, 1.0]}
@@ -337,7 +338,7 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     # overhead and the L2 factor both move small kernels' times, so they are searched together.
     # A move must lower the squared error without raising the regret: the model is there to
     # choose, and a constant that fits the times better but picks worse kernels is not taken
-    coordinates = [("launch_us", "l2_factor"), ("w_sat",), ("fill_us",), ("sm_store_gbps",), ("unaligned_store",),
+    coordinates = [("launch_us", "l2_factor"), ("w_sat", "warp_gamma"), ("fill_us",), ("sm_store_gbps",), ("unaligned_store",),
                    ("k_step_us",), ("scalar_store_factor",)]
     for _round in range(8):
         improved = False
@@ -367,7 +368,9 @@ def regret(pts, cal, gpu) -> dict:
     """Over the sweep's shapes: measured time of the model's pick / best measured time."""
     groups: dict = {}
     for wl, prec, c, t in pts:
-        groups.setdefault((str(wl), prec), []).append((dispatch.estimate(wl, c, gpu, cal).time_us, t))
+        est = dispatch.estimate(wl, c, gpu, cal)
+        # a kernel the dispatcher would not offer (split-K partials beyond L2) is never its pick
+        groups.setdefault((str(wl), prec), []).append((est.time_us if dispatch.partials_fit(wl, est, gpu) else math.inf, t))
     ratios = [min(g, key=lambda x: x[0])[1] / min(x[1] for x in g) for g in groups.values() if len(g) > 1]
     r = np.array(ratios)
     return {"shapes": len(r), "median": float(np.median(r)), "geomean": float(np.exp(np.log(r).mean())),

@@ -10,14 +10,17 @@ Every candidate is one of the lab's kernels with one configuration. Its time is 
   registers and shared memory against the GPU's per-SM limits (occupancy); ``waves`` =
   ⌈blocks / (SMs · blocks per SM)⌉ (wave quantization: a last wave of a few blocks costs a whole
   wave). An SM with ``k`` resident blocks computes at ``peak per SM × efficiency × min(1, warps /
-  w_sat)``: ``efficiency`` is the configuration's measured share of the SM's peak once the SM is
-  full, ``w_sat`` the warps it takes to hide the latencies. A SIMT block's K loop also costs at
+  w_sat)^γ``: ``efficiency`` is the configuration's measured share of the SM's peak once the SM is
+  full, ``w_sat`` the warps it takes to hide the latencies, ``γ`` (``warp_gamma``) how soft that
+  knee is (a few warps already keep much of the SM busy: each has several independent FMAs or
+  tensor-core instructions in flight). A SIMT block's K loop also costs at
   least ``k_step_us`` per K tile it waits for: every tile with the register double buffer, one in
   ``stages - 1`` with a cp.async ring (whose efficiency carries a fitted ``simt_async_factor``).
   Persistent kernels walk ⌈units / SMs⌉ tiles per block instead.
 * **memory**: every input byte from DRAM once, the output once, plus each block's panels of A and B
   from L2 (A is read once per column of blocks, B once per row of blocks), at the measured DRAM
-  bandwidth and ``l2_factor`` times it; split-K adds its partial sums, written and read once more.
+  bandwidth and ``l2_factor`` times it; split-K adds its partial sums, written and read once more
+  (split-K is a candidate only where they fit in L2).
 * **launch**: a kernel's fixed cost, per kernel (split-K's sum is a second kernel); and per wave of
   blocks, the time to fill their pipelines (``fill_us``) and to store their output tiles
   (``sm_store_gbps`` per SM; rows of C that are not 16-byte aligned store at ``unaligned_store`` of
@@ -343,7 +346,7 @@ def _simt_copy_factor(wl, cfg, cal) -> tuple[float, str]:
 def _waves_compute(blocks, per_sm, warps, flops_per_block, sm_tflops, eff, gpu, cal, out_bytes_per_block,
                    store_factor=1.0, k_steps=0, in_flight=1):
     """(waves, µs): blocks in waves of SMs × per_sm, an SM with k resident blocks running at
-    sm_tflops × eff × min(1, k·warps / w_sat); each wave also fills its pipelines (fill_us) and
+    sm_tflops × eff × min(1, k·warps / w_sat)^warp_gamma; each wave also fills its pipelines (fill_us) and
     stores its k output tiles (at sm_store_gbps per SM). ``k_steps``: the K tiles a block walks
     one after the other; with ``in_flight`` tiles loading while one is computed (1: the register
     double buffer; stages - 1: a cp.async ring), a load's latency ``k_step_us``, which little
@@ -353,7 +356,7 @@ def _waves_compute(blocks, per_sm, warps, flops_per_block, sm_tflops, eff, gpu, 
     per_sm = max(per_sm, 1)
     waves = ceil_div(blocks, gpu.sms * per_sm)
     k = min(per_sm, ceil_div(blocks, gpu.sms))  # blocks an SM holds at once (fewer in a small grid)
-    rate = sm_tflops * 1e6 * eff * min(1.0, k * warps / cal["w_sat"])  # flops per µs
+    rate = sm_tflops * 1e6 * eff * min(1.0, k * warps / cal["w_sat"]) ** cal.get("warp_gamma", 1.0)  # flops per µs
     epilogue = k * out_bytes_per_block / (cal["sm_store_gbps"] * 1e3 * store_factor)
     floor = (k_steps + in_flight - 1) / in_flight * cal.get("k_step_us", 0.0) if k_steps else 0.0
     busy = max(k * flops_per_block / rate, floor)
@@ -428,9 +431,19 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     return Estimate(cand, cal["launch_us"] + max(comp, dram, l2) + reduce, terms)
 
 
+def partials_fit(wl, est: Estimate, gpu: GpuSpec) -> bool:
+    """Split-K only where its partial sums fit in L2: the sum kernel then reads back what the main
+    kernel has just written from there. An output with more partials than that is large enough to
+    fill the GPU with whole tiles (split-K would only trim its last wave), and its workspace would
+    grow with the output (805 MB of partials for split-K 3 at 8192³ in fp32)."""
+    splits = est.terms.get("splits", 1)
+    return splits <= 1 or 4 * splits * wl.M * wl.N * _batches(wl) <= gpu.l2_bytes
+
+
 def rank(wl, precision: str, gpu: GpuSpec | None = None, cal: dict | None = None) -> list[Estimate]:
     """Every valid candidate for ``wl`` with its estimated time, fastest first."""
-    ests = [estimate(wl, c, gpu, cal) for c in candidates(wl, precision)]
+    gpu = gpu or current_gpu()
+    ests = [e for e in (estimate(wl, c, gpu, cal) for c in candidates(wl, precision)) if partials_fit(wl, e, gpu)]
     if not ests:
         raise ScheduleParamError(f"no {precision} kernel of the lab takes {wl}")
     return sorted(ests, key=lambda e: e.time_us)
