@@ -64,14 +64,22 @@ CLASSES = {
     "small products (a K loop of dependent loads, launch and latency bound)": (
         (160, 200, 2000), (2000, 48, 256), (600, 900, 128), (96, 96, 6000), (300, 1200, 400)),
     "a few waves of large tiles (wave quantization against split-K)": ((3000, 600, 3000), (5000, 300, 2000)),
+    "thin and wide (a few rows across thousands of columns: how far to split a skinny tile)": (
+        (3, 12000, 1500), (12000, 3, 1500), (6, 5000, 600), (5000, 6, 600), (48, 8000, 400), (8000, 48, 400),
+        (16, 16000, 2500)),
 }
 PARTS = ("all", "grid", "classes")
 
 
 def calibration_shapes(part: str = "all"):
-    """The sweep's shapes: the grid (SIZES × SIZES × K_SIZES and IRREGULAR), the CLASSES, or both."""
+    """The sweep's shapes: the grid (SIZES × SIZES × K_SIZES and IRREGULAR), the CLASSES, both, or
+    the one class whose name starts with ``part``."""
+    named = [shapes for name, shapes in CLASSES.items() if name.startswith(part)]
+    if part not in PARTS and len(named) == 1:
+        return list(named[0])
     if part not in PARTS:
-        raise ValueError(f"calibration part {part!r} is not one of {', '.join(PARTS)}")
+        raise ValueError(f"calibration part {part!r} is not one of {', '.join(PARTS)} or the start of one class's name "
+                         f"({'; '.join(CLASSES)})")
     grid = [(m, n, k) for m in SIZES for n in SIZES for k in K_SIZES] + list(IRREGULAR)
     classes = [shape for shapes in CLASSES.values() for shape in shapes]
     return {"all": grid + classes, "grid": grid, "classes": classes}[part]
@@ -94,9 +102,11 @@ def _pipeline(c) -> tuple:
 
 def _variants(first):
     """Tests for the variants of ``first``'s kind a calibration sweep measures beside it: without
-    split-K, with the other padding choice (copies or none), and (SIMT) at each other K tile and
-    with each other K pipeline."""
-    tests = [lambda c: getattr(c.config, "split_k", 1) == 1, lambda c: _pad(c) != _pad(first)]
+    split-K, with another split-K factor, with the other padding choice (copies or none), and
+    (SIMT) at each other K tile and with each other K pipeline."""
+    split = getattr(first.config, "split_k", 1)
+    tests = [lambda c: getattr(c.config, "split_k", 1) == 1,
+             lambda c: getattr(c.config, "split_k", 1) not in (1, split), lambda c: _pad(c) != _pad(first)]
     if first.family == "simt":
         tests += [lambda c, d=d: c.config.block_k == d for d in dispatch.SIMT_BLOCK_K if d != first.config.block_k]
         tests += [lambda c, p=p: _pipeline(c) == p for p in dispatch.SIMT_PIPELINES if p != _pipeline(first)]

@@ -204,8 +204,9 @@ def main(argv=None):
     add_common_args(ap, "out/sweep")
     ap.add_argument("--set", default="calibration", choices=("calibration", "fp32", "fp16", "all", "round2", "wgmma", "tf32"))
     ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--part", default="all", choices=("all", "grid", "classes"),
-                    help="with --set calibration: the shape grid, the shape classes, or both")
+    ap.add_argument("--part", default="all",
+                    help="with --set calibration: the shape grid (grid), the shape classes (classes), both (all), "
+                         "or the one class whose name starts with PART (reports.calibrate.CLASSES)")
     ap.add_argument("--where", nargs="+", default=[], metavar="PARAM=VALUE",
                     help="only the configurations whose parameters have these values (and cuBLAS beside them)")
     args = ap.parse_args(argv)
