@@ -111,7 +111,7 @@ def test_the_fit_recovers_the_constants_it_was_given():
     from schedules.calibration import CALIBRATION
 
     truth = copy.deepcopy(CALIBRATION)
-    truth.update(launch_us=3.0, w_sat=12, l2_factor=4.0, k_step_us=0.8, simt_async_factor=0.9)
+    truth.update(launch_us=3.0, w_sat=12, warp_gamma=0.7, l2_factor=4.0, k_step_us=0.8, simt_async_factor=0.9)
     truth["efficiency"].update({"simt 128x128 t8x8": 0.8, "simt 64x64 t4x4": 0.6})
     truth["simt_copy_factor"] = {"1": 1.0, "0.5": 0.8, "0.25": 0.6}  # narrow loads, on misaligned shapes
     gpu = GpuSpec()
@@ -128,6 +128,7 @@ def test_the_fit_recovers_the_constants_it_was_given():
     # each efficiency is solved exactly from the model's form, so the constants come back exactly
     # (the L2 factor excepted: no kernel here is bound by L2, it is not identifiable from these)
     assert cal["w_sat"] == 12 and cal["launch_us"] == 3.0 and cal["fill_us"] == truth["fill_us"]
+    assert cal["warp_gamma"] == 0.7  # how soft the occupancy knee is, found with w_sat
     assert cal["k_step_us"] == 0.8  # the K loop's latency floor (small blocks, few outputs, long K)
     assert cal["efficiency"]["simt 128x128 t8x8"] == pytest.approx(0.8, rel=0.01)
     assert cal["simt_copy_factor"]["0.25"] == pytest.approx(0.6, rel=0.01)
@@ -341,3 +342,56 @@ def test_an_efficiency_is_solved_only_where_the_arithmetic_weighs(monkeypatch):
     assert solve("2048x2048x2048", share) is not None  # the K loop is the work: solved
     assert solve("2000x3001x12", share) is None  # storing C is: not solved,
     assert solve("2000x3001x12", 0.0) is not None  # though the time alone would have allowed it
+
+
+def test_an_sm_with_few_warps_runs_at_a_power_of_its_share_of_w_sat():
+    """The occupancy knee: an SM holding half the warps it takes to hide the latencies computes at
+    0.5^warp_gamma of its full rate (0.5 with the hard knee, warp_gamma = 1); at or past w_sat, at
+    its full rate either way."""
+    cal = copy.deepcopy(dispatch.CALIBRATION)
+    cal.update(w_sat=16, fill_us=0.0, sm_store_gbps=1e12)
+    gpu = GpuSpec()
+    busy = {}
+    for gamma in (1.0, 0.6):
+        cal["warp_gamma"] = gamma
+        for warps in (8, 16, 32):  # one block per SM, 132 blocks
+            busy[gamma, warps] = dispatch._waves_compute(gpu.sms, 1, warps, 1e6, 1.0, 1.0, gpu, cal, 0)[1]
+    assert busy[1.0, 8] == pytest.approx(2 * busy[1.0, 16])
+    assert busy[0.6, 8] == pytest.approx(busy[0.6, 16] / 0.5 ** 0.6)
+    assert busy[0.6, 16] == busy[1.0, 16] == busy[0.6, 32] == busy[1.0, 32]
+    assert 0 < dispatch.CALIBRATION["warp_gamma"] <= 1  # a fitted knee is softer than linear, never harder
+
+
+def test_split_k_is_offered_only_where_its_partial_sums_fit_in_l2():
+    """A large output fills the GPU with whole tiles: split-K's partials (4 bytes × splits × M × N)
+    would not fit in L2, and the dispatcher does not offer it (8192³: 805 MB for split-K 3); a few
+    hundred outputs over a long K keep every split factor. The calibration's regret judges the
+    model's pick among the same kernels."""
+    gpu = GpuSpec()
+    big, small = parse_workload("gemm:8192x8192x8192"), parse_workload("gemm:300x200x20000")
+    every = [dispatch.estimate(big, c, gpu) for c in dispatch.candidates(big, "fp32")]
+    assert any(e.terms["splits"] > 1 for e in every)  # the candidates exist; the filter removes them
+    ranked = dispatch.rank(big, "fp32", gpu)
+    assert ranked and all(e.terms["splits"] == 1 for e in ranked if e.candidate.family == "simt")
+    assert all(4 * e.terms["splits"] * big.M * big.N <= gpu.l2_bytes or e.terms["splits"] == 1 for e in ranked)
+    assert dispatch.choose(big, "fp32", gpu)[1].split_k == 1
+    assert max(e.terms["splits"] for e in dispatch.rank(small, "fp32", gpu)) >= 32
+    roomy = GpuSpec(name="a GPU with a 2 GB L2", l2_bytes=2 << 30)  # read from the device at run time
+    assert any(e.terms["splits"] > 1 for e in dispatch.rank(big, "fp32", roomy))
+
+
+def test_a_calibration_sweep_can_take_one_class_and_measures_another_split():
+    """``schedlab sweep --set calibration --part "thin and wide"``: that class's shapes alone; the
+    best two kinds of a shape are also measured at a second split-K factor."""
+    from reports.calibrate import CLASSES, calibration_jobs, calibration_shapes
+
+    name = next(n for n in CLASSES if n.startswith("thin and wide"))
+    assert calibration_shapes("thin and wide") == list(CLASSES[name])
+    assert set(calibration_shapes("thin and wide")) < set(calibration_shapes("classes"))
+    with pytest.raises(ValueError):
+        calibration_shapes("no such class")
+    jobs = calibration_jobs(shapes=[(300, 200, 20000)], precisions=("fp32",))
+    simt = [j for j in jobs if j.get("extra", {}).get("family") == "simt"]
+    best = simt[0]["extra"]["key"]
+    splits = {j["params"].get("split_k", 1) for j in simt if j["extra"]["key"] == best}
+    assert 1 in splits and len(splits - {1}) >= 2, splits
