@@ -207,7 +207,9 @@ def test_fast_space_spans_the_fast_steps_with_the_models_choices_first():
     assert [(c.block_m, c.block_n, c.split_k) for c in cfgs[:SEEDS]] == \
         [(c.block_m, c.block_n, c.split_k) for c in model_seeds(wl)]
     assert len(cfgs) >= 100 and len(set(cfgs)) == len(cfgs)
-    assert {1, 2, 4, 8} <= {c.split_k for c in cfgs} and {c.stages for c in cfgs} == {1, 2}
+    assert {1, 2, 4, 8} <= {c.split_k for c in cfgs} and {c.stages for c in cfgs[SEEDS:]} == {1, 2}
+    # a model seed may be a cp.async ring (3 or 4 shared buffers), which the grid itself does not span
+    assert {c.stages for c in cfgs[:SEEDS]} <= {1, 2} | {s for s, ring in dispatch.SIMT_PIPELINES if ring}
     assert {(c.block_m, c.block_n) for c in cfgs} >= {(128, 128), (64, 64), (128, 64)}
 
     B.setup_cuda_env()
