@@ -18,6 +18,7 @@ import tvm_ffi
 # the target and the compiler are shared with the tuner's build processes (one definition each)
 from tuning.cuda_compile import (DEFAULT_ARCH, compile_to_cubin, cuda_available,  # noqa: F401
                                  cuda_target, device_arch, setup_cuda_env)
+from schedules.common import pass_config_of
 
 
 @dataclass
@@ -122,20 +123,17 @@ class _CaptureLowered:
             self.text = mod.script()  # now: the module is mutated in place later
 
 
-def build(sch, target: tvm.target.Target | None = None, async_copy: bool = False,
-          pass_config: dict | None = None) -> Built:
+def build(sch, target: tvm.target.Target | None = None, pass_config: dict | None = None) -> Built:
     """Compile a schedule (or a scheduled IRModule) for CUDA, keeping every stage's text and the
-    compiler's report. ``pass_config``: extra PassContext options a schedule needs (its config's
-    ``pass_config`` attribute, see :func:`pass_config_of`)."""
+    compiler's report. ``pass_config``: extra PassContext options a schedule needs (those of its
+    config: :func:`schedules.common.pass_config_of`)."""
     mod = getattr(sch, "mod", sch)
     setup_cuda_env()
     target = target or cuda_target()
     _HOOK.arch = str(target.arch)
     _HOOK.last = None
     capture = _CaptureLowered()
-    config = {"tirx.use_async_copy": True} if async_copy else {}
-    config.update(pass_config or {})
-    with tvm.transform.PassContext(opt_level=3, config=config, instruments=[capture]), target:
+    with tvm.transform.PassContext(opt_level=3, config=dict(pass_config or {}), instruments=[capture]), target:
         ex = tvm.compile(mod, target=target)
     device = _HOOK.last
     if device is None:  # no driver: TVM kept the source; compile it ourselves
@@ -143,11 +141,6 @@ def build(sch, target: tvm.target.Target | None = None, async_copy: bool = False
         device = compile_cuda_source(source, _HOOK.arch)
     launch = launch_extents(capture.text or "")
     return Built(ex, mod.script(), capture.text or "", device, launch)
-
-
-def pass_config_of(cfg) -> dict:
-    """The PassContext options a schedule's config asks for (optional ``pass_config`` attribute)."""
-    return dict(getattr(cfg, "pass_config", None) or {})
 
 
 def built_config(cfg, wl=None):
@@ -162,8 +155,7 @@ def built_config(cfg, wl=None):
 def build_config(sch, cfg, target: tvm.target.Target | None = None, wl=None) -> Built:
     """:func:`build` with the async-copy switch and pass options that ``cfg`` carries (for a
     ``best_*`` step: those of its choice for ``wl``)."""
-    cfg = built_config(cfg, wl)
-    return build(sch, target, async_copy=getattr(cfg, "async_copy", False), pass_config=pass_config_of(cfg))
+    return build(sch, target, pass_config=pass_config_of(built_config(cfg, wl)))
 
 
 def launch_extents(lowered: str) -> dict:

@@ -74,12 +74,12 @@ PARTS = ("all", "grid", "classes")
 def calibration_shapes(part: str = "all"):
     """The sweep's shapes: the grid (SIZES × SIZES × K_SIZES and IRREGULAR), the CLASSES, both, or
     the one class whose name starts with ``part``."""
-    named = [shapes for name, shapes in CLASSES.items() if name.startswith(part)]
-    if part not in PARTS and len(named) == 1:
-        return list(named[0])
     if part not in PARTS:
-        raise ValueError(f"calibration part {part!r} is not one of {', '.join(PARTS)} or the start of one class's name "
-                         f"({'; '.join(CLASSES)})")
+        named = [shapes for name, shapes in CLASSES.items() if name.startswith(part)]
+        if len(named) != 1:
+            raise ValueError(f"calibration part {part!r} is not one of {', '.join(PARTS)} or the start of one class's "
+                             f"name ({'; '.join(CLASSES)})")
+        return list(named[0])
     grid = [(m, n, k) for m in SIZES for n in SIZES for k in K_SIZES] + list(IRREGULAR)
     classes = [shape for shapes in CLASSES.values() for shape in shapes]
     return {"all": grid + classes, "grid": grid, "classes": classes}[part]

@@ -54,6 +54,15 @@ def use_gpu(spec: GpuSpec | dict | None):
     return _CURRENT_GPU[0]
 
 
+def pass_config_of(cfg) -> dict:
+    """The PassContext options a schedule's config needs when it is compiled: a config with
+    ``async_copy`` has its global → shared copies injected as cp.async (``tirx.use_async_copy``),
+    plus whatever its optional ``pass_config`` attribute asks for."""
+    config = {"tirx.use_async_copy": True} if getattr(cfg, "async_copy", False) else {}
+    config.update(getattr(cfg, "pass_config", None) or {})
+    return config
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

@@ -294,7 +294,7 @@ def _memory_us(wl, bm, bn, splits, gpu, cal, out_bytes=4, cfg=None) -> tuple[flo
     M, N, K = wl.M, wl.N, wl.K
     dram = item * (M * K + K * N) + out_bytes * M * N / _store_factor(wl, cal, cfg)
     if splits > 1:
-        dram += 4 * splits * M * N  # partials written by the main kernel
+        dram += _partial_bytes(wl, splits)  # partials written by the main kernel
     l2 = item * (M * K * ceil_div(N, bn) + K * N * ceil_div(M, bm))
     bw = gpu.memory_gbps * 1e3  # bytes per µs
     return _batches(wl) * dram / bw, _batches(wl) * l2 / (bw * cal["l2_factor"])
@@ -304,11 +304,16 @@ def _batches(wl) -> int:
     return getattr(wl, "batches", 1)
 
 
+def _partial_bytes(wl, splits) -> int:
+    """Split-K's partial sums of one product: an fp32 output per K slice."""
+    return 4 * splits * wl.M * wl.N
+
+
 def _reduce_us(wl, splits, gpu, cal) -> float:
     """Split-K's second kernel: every partial read once, C written once."""
     if splits <= 1:
         return 0.0
-    return cal["launch_us"] + 4 * (splits + 1) * wl.M * wl.N * _batches(wl) / (gpu.memory_gbps * 1e3)
+    return cal["launch_us"] + _partial_bytes(wl, splits + 1) * _batches(wl) / (gpu.memory_gbps * 1e3)
 
 
 def _store_factor(wl, cal, cfg=None) -> float:
@@ -437,7 +442,7 @@ def partials_fit(wl, est: Estimate, gpu: GpuSpec) -> bool:
     fill the GPU with whole tiles (split-K would only trim its last wave), and its workspace would
     grow with the output (805 MB of partials for split-K 3 at 8192³ in fp32)."""
     splits = est.terms.get("splits", 1)
-    return splits <= 1 or 4 * splits * wl.M * wl.N * _batches(wl) <= gpu.l2_bytes
+    return splits <= 1 or _partial_bytes(wl, splits) * _batches(wl) <= gpu.l2_bytes
 
 
 def rank(wl, precision: str, gpu: GpuSpec | None = None, cal: dict | None = None) -> list[Estimate]:

@@ -38,11 +38,12 @@ def module_pass_config(mod) -> dict:
     """The PassContext options a scheduled module needs beyond the defaults: a K loop pipelined
     with async stages (a cp.async ring, FastTileConfig.async_copy) needs the async copies injected
     and the shared tiles kept float-typed (FastTileConfig.pass_config), as the harness builds it."""
+    from schedules.common import pass_config_of
     from schedules.gemm_fast import FastTileConfig
 
     if "software_pipeline_async_stages" not in mod.script():
         return {}
-    return {"tirx.use_async_copy": True, **FastTileConfig(stages=3, async_copy=True).pass_config}
+    return pass_config_of(FastTileConfig(stages=3, async_copy=True))
 
 
 def build_in_target_scope(mod, target, _params):
