@@ -146,16 +146,20 @@ def build(sch, target: tvm.target.Target | None = None, pass_config: dict | None
 def built_config(cfg, wl=None):
     """The configuration whose build options apply to ``wl``: a ``best_*`` step's is that of the
     step and configuration it chose for the workload (its own has none)."""
-    chosen = getattr(cfg, "chosen", None)
-    if wl is not None and callable(chosen):
-        return chosen(wl)[1]
-    return cfg
+    choice = cfg.choose(wl) if wl is not None else None
+    return choice.config if choice is not None else cfg
 
 
 def build_config(sch, cfg, target: tvm.target.Target | None = None, wl=None) -> Built:
     """:func:`build` with the async-copy switch and pass options that ``cfg`` carries (for a
     ``best_*`` step: those of its choice for ``wl``)."""
     return build(sch, target, pass_config=pass_config_of(built_config(cfg, wl)))
+
+
+def build_resolved(resolved, wl, target: tvm.target.Target | None = None) -> Built:
+    """Build a step resolved for ``wl`` (:meth:`schedules.registry.ScheduleSpec.resolve`): the
+    schedule and the build options of the step that builds it, the choice made once."""
+    return build(resolved.schedule(wl), target, pass_config=pass_config_of(resolved.step_config))
 
 
 def launch_extents(lowered: str) -> dict:
@@ -245,5 +249,6 @@ def build_named(schedule: str, workload: str, params: dict | None = None, arch: 
 
     spec, wl = get(schedule), parse_workload(workload)
     cfg = spec.config(**(params or {}))
-    spec.validate(wl, cfg)
-    return spec, wl, cfg, build_config(spec.build(wl, cfg), cfg, cuda_target(arch), wl)
+    resolved = spec.resolve(wl, cfg)
+    spec.validate(wl, cfg, resolved=resolved)
+    return spec, wl, cfg, build_resolved(resolved, wl, cuda_target(arch))

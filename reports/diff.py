@@ -27,7 +27,6 @@ def previous_step(name: str):
 
 def resolve(a: str, b: str | None, shape: str | None, default_shapes: dict):
     """(spec A, spec B, workload) after the checks that make a diff meaningful (one-line errors)."""
-    import tuning.tuned  # noqa: F401
 
     spec_a, spec_b = (get(a), get(b)) if b else (previous_step(a), get(a))
     if spec_a.kind != spec_b.kind:

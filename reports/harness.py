@@ -105,7 +105,6 @@ def ir_dir(out_dir: str, workload: str) -> str:
 
 def build_kernel(job: dict):
     """(row, Built) for a kernel job (a step or tvm_dlight), built as everything in the lab is."""
-    import tuning.tuned  # noqa: F401  (registers tuned_gemm)
     from schedules import get, parse_workload
     from schedules.common import use_gpu
 
@@ -121,13 +120,13 @@ def build_kernel(job: dict):
     else:
         spec = get(job["name"])
         cfg = spec.config(**(job.get("params") or {}))
-        spec.validate(wl, cfg)
+        resolved = spec.resolve(wl, cfg)  # a best_* step's choice, made once
+        spec.validate(wl, cfg, resolved=resolved)
         row.update(role="schedule", device="gpu", step=spec.step, ladder=spec.label, params=_asdict(cfg),
                    tolerance=spec.tolerance_for(wl))
-        chosen = getattr(cfg, "chosen_text", None)  # a best_* step: what it chose for the shape
-        if chosen is not None:
-            row["chosen"] = chosen(wl)
-        built = B.build_config(spec.builder(wl, cfg), cfg, target, wl)
+        if resolved.chosen is not None:  # a best_* step: what it chose for the shape
+            row["chosen"] = resolved.chosen
+        built = B.build_resolved(resolved, wl, target)
     row.update(kernel_fields(built))
     return row, built
 

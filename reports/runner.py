@@ -32,7 +32,6 @@ def plan(workloads, schedule_names=None, baseline_names=None, params=None, gpu=T
     """``(jobs, left_out)``: for each workload its steps (every step of its kind that takes its input
     type, unless names are given) and baselines; ``left_out[workload]`` names the steps of its kind
     left out because they do not take its input type."""
-    import tuning.tuned  # noqa: F401  (registers tuned_gemm)
 
     jobs, left_out = [], {}
     for text in workloads:

@@ -10,12 +10,13 @@ from dataclasses import dataclass
 
 from . import dispatch
 from .errors import ScheduleParamError
-from .registry import Launch, get, register
+from .registry import get, register
+from .step_config import Choice, Launch, StepConfig
 from .workloads import LAYOUTS, Gemm
 
 
 @dataclass(frozen=True)
-class BestConfig:
+class BestConfig(StepConfig):
     """No parameters: the configuration is chosen per workload (and GPU) by the dispatcher, among
     the kernels that take the workload's operand layout and batch."""
 
@@ -28,12 +29,10 @@ class BestConfig:
     def precision_of(self, wl) -> str:
         return self.precision_name if self.precision_name != "fp16" else {"bfloat16": "bf16"}.get(wl.dtype, "fp16")
 
-    def chosen(self, wl: Gemm):
-        """``(step name, configuration)`` the model picks for ``wl``."""
-        return dispatch.choose(wl, self.precision_of(wl))
-
-    def chosen_text(self, wl: Gemm) -> str:
-        return dispatch.describe(dispatch.rank(wl, self.precision_of(wl))[0].candidate)
+    def choose(self, wl: Gemm) -> Choice:
+        """The step and configuration the model ranks fastest for ``wl`` (one ranking)."""
+        best = dispatch.rank(wl, self.precision_of(wl))[0]
+        return Choice(best.step, best.config, dispatch.describe(best.candidate))
 
     def explain(self, wl: Gemm) -> str:
         return dispatch.explain(wl, self.precision_of(wl))
@@ -41,17 +40,15 @@ class BestConfig:
     def check(self, wl: Gemm):
         if wl.dtype not in self.dtypes:
             raise ScheduleParamError(f"{self.step_name} takes {' or '.join(self.dtypes)} inputs, not {wl.dtype}")
-        step, cfg = self.chosen(wl)
-        get(step).validate(wl, cfg)
 
     def launch(self, wl: Gemm) -> Launch:
-        step, cfg = self.chosen(wl)
-        return cfg.launch(wl)
+        choice = self.choose(wl)
+        return choice.config.launch(wl)
 
 
 def _build(wl, cfg: BestConfig):
-    step, chosen = cfg.chosen(wl)
-    return get(step).builder(wl, chosen)
+    choice = cfg.choose(wl)
+    return get(choice.step).builder(wl, choice.config)
 
 
 @register("best_gemm", "gemm", BestConfig, aliases=("best",))

@@ -57,9 +57,9 @@ def use_gpu(spec: GpuSpec | dict | None):
 def pass_config_of(cfg) -> dict:
     """The PassContext options a schedule's config needs when it is compiled: a config with
     ``async_copy`` has its global → shared copies injected as cp.async (``tirx.use_async_copy``),
-    plus whatever its optional ``pass_config`` attribute asks for."""
-    config = {"tirx.use_async_copy": True} if getattr(cfg, "async_copy", False) else {}
-    config.update(getattr(cfg, "pass_config", None) or {})
+    plus whatever its ``pass_config`` asks for (:class:`schedules.step_config.StepConfig`)."""
+    config = {"tirx.use_async_copy": True} if cfg.async_copy else {}
+    config.update(cfg.pass_config)
     return config
 
 

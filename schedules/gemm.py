@@ -14,6 +14,7 @@ from .common import (ceil_div, cooperative_fetch, inline_padding, new_schedule, 
                      shared_tiles, tile_and_bind_2d)
 from .errors import ScheduleParamError
 from .registry import Launch, register
+from .step_config import StepConfig
 from .workloads import LAYOUTS, Gemm
 
 F32 = 4
@@ -21,7 +22,7 @@ F32 = 4
 
 # --- 1 -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class NaiveConfig:
+class NaiveConfig(StepConfig):
     layouts = LAYOUTS  # any operand layout: the loops index the stored operands (nothing adapts)
 
     def launch(self, wl: Gemm) -> Launch:
@@ -47,7 +48,7 @@ def naive_gemm(wl: Gemm, cfg: NaiveConfig = NaiveConfig()):
 
 # --- 2 -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Thread1DConfig:
+class Thread1DConfig(StepConfig):
     layouts = LAYOUTS
     rows_per_block: int = 32
 
@@ -79,7 +80,7 @@ def thread_1d_gemm(wl: Gemm, cfg: Thread1DConfig = Thread1DConfig()):
 
 # --- 3 and 6 -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Thread2DConfig:
+class Thread2DConfig(StepConfig):
     layouts = LAYOUTS
     tile_m: int = 32
     tile_n: int = 32
@@ -120,7 +121,7 @@ def uncoalesced_gemm(wl: Gemm, cfg: Thread2DConfig = Thread2DConfig()):
 
 # --- 4, 5 and 7: shared-memory tiles -----------------------------------------------------------
 @dataclass(frozen=True)
-class SharedTileConfig:
+class SharedTileConfig(StepConfig):
     layouts = LAYOUTS  # the copies follow the stored operand: fetched along its contiguous axis
     tile_m: int = 16
     tile_n: int = 16
@@ -210,7 +211,7 @@ def check_thread_tiles(cfg):
 
 
 @dataclass(frozen=True)
-class ThreadTileConfig:
+class ThreadTileConfig(StepConfig):
     layouts = LAYOUTS  # the shared tiles end up k-major whatever the layout (see register_tiled_gemm)
     block_m: int = 128
     block_n: int = 128

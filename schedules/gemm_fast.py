@@ -38,6 +38,7 @@ from .common import (aligned_vector, ceil_div, cooperative_fetch_axes, inline_pa
 from .errors import ScheduleParamError
 from .gemm import check_thread_tiles, pipeline_double_buffer
 from .registry import Launch, register
+from .step_config import StepConfig
 from .workloads import LAYOUTS, Gemm
 
 F32 = 4
@@ -45,7 +46,7 @@ F32 = 4
 
 # --- the fp32 body -----------------------------------------------------------------------------
 @dataclass(frozen=True)
-class FastTileConfig:
+class FastTileConfig(StepConfig):
     """Tile sizes and switches of :func:`fast_tiled` (defaults: vectorized_shared_gemm)."""
 
     dtypes = ("float32",)  # input types the step takes (a class attribute, not a parameter)
@@ -331,7 +332,7 @@ def _sum_partials(sch, final):
 
 # --- tensor cores ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class TensorCoreConfig:
+class TensorCoreConfig(StepConfig):
     """WMMA tiles: a warp owns frags_m × frags_n 16×16 accumulators; a block warps_m × warps_n
     warps; K advances by chunk_k × 16 per shared-memory stage."""
 

@@ -76,6 +76,7 @@ from tvm.script import tirx as T
 from .common import ceil_div, current_gpu
 from .errors import ScheduleParamError
 from .registry import Launch, register
+from .step_config import StepConfig
 from .workloads import LAYOUTS, Gemm, itemsize
 
 ROW_BYTES = 128  # one K-tile row of A, one K row of a B panel: the 128-byte swizzle atom
@@ -87,7 +88,7 @@ PTX_TYPE = {"float16": "f16", "bfloat16": "bf16"}
 
 
 @dataclass(frozen=True)
-class TmaConfig:
+class TmaConfig(StepConfig):
     """``block_m × block_n`` output tile per block, split over ``consumers`` warpgroups along M
     (``block_m / consumers`` rows each, a multiple of 64: one or two m64 wgmmas); K tiles of
     ``block_k`` = 64 (one 128-byte swizzle row); ``stages`` ring slots; ``group_m`` block-rows per
@@ -1004,7 +1005,7 @@ def _release(bars, index, CL):
 # step 5b: tf32 (fp32 inputs) as C^T = B^T · A^T
 # ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Tf32TmaConfig:
+class Tf32TmaConfig(StepConfig):
     """TF32 wgmma reads both shared-memory operands k-major only (no transpose immediates). A
     (M×K row-major) is k-major; B (K×N row-major) is not. So the kernel computes the transposed
     product C^T = B^T · A^T: the wgmma's A operand is B^T, taken from *registers* (the ``rs`` form,

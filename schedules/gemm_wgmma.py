@@ -32,6 +32,7 @@ from tvm.script import tirx as T
 from .common import ceil_div
 from .errors import ScheduleParamError
 from .registry import Launch, register
+from .step_config import StepConfig
 from .workloads import LAYOUTS, Gemm
 
 ROW_BYTES = 128  # one K tile row: exactly the 128-byte swizzle atom (64 fp16 or 32 tf32)
@@ -42,7 +43,7 @@ ITEMSIZE = {"float16": 2, "float32": 4}
 
 
 @dataclass(frozen=True)
-class WgmmaConfig:
+class WgmmaConfig(StepConfig):
     """``block_m`` rows per block (64 per warpgroup), ``block_n`` columns (the wgmma's N, up to
     256), ``stages`` K tiles in the shared-memory ring (a tile is one 128-byte row deep: 64 fp16 or
     32 tf32 values), ``group_m`` block-rows per group of the grouped block order; ``mma_overlap``

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from .common import aligned_vector, ceil_div, inline_padding, new_schedule, register_accumulator, register_fragments
 from .errors import ScheduleParamError
 from .registry import Launch, register
+from .step_config import StepConfig
 from .workloads import LAYOUTS, Gemm, Gemv, GemvT, itemsize
 
 VECTOR_BYTES = 16  # the widest load a CUDA thread issues: 128 bits (float4, or 8 halves)
@@ -140,7 +141,7 @@ def row_gemv(wl: Gemv, *, lanes: int, rows_per_warp: int, rows_per_block: int, v
 
 
 @dataclass(frozen=True)
-class WarpRowConfig:
+class WarpRowConfig(StepConfig):
     also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
     layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
     lanes: int = 32           # threads that share one row (a warp, or part of one)
@@ -223,7 +224,7 @@ def multi_row_gemv(wl: Gemv, cfg: MultiRowGemvConfig = MultiRowGemvConfig()):
 
 
 @dataclass(frozen=True)
-class MultiWarpGemvConfig:
+class MultiWarpGemvConfig(StepConfig):
     also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
     layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
     warps_per_row: int = 4    # lanes on one row = 32 × warps_per_row
@@ -261,7 +262,7 @@ def multi_warp_gemv(wl: Gemv, cfg: MultiWarpGemvConfig = MultiWarpGemvConfig()):
 
 
 @dataclass(frozen=True)
-class SplitKGemvConfig:
+class SplitKGemvConfig(StepConfig):
     also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
     layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
     splits: int | None = None     # chunks each row is cut into (blockIdx.y); None: enough for resident_warps
@@ -344,7 +345,7 @@ def _pow2_at_least(n: int) -> int:
 
 
 @dataclass(frozen=True)
-class GemvDispatchConfig:
+class GemvDispatchConfig(StepConfig):
     """Shape thresholds the dispatcher uses; row bytes = N × element size.
 
     Each threshold is a crossover measured on an NVIDIA H200 (copy bandwidth 4250 GB/s) with
@@ -379,7 +380,8 @@ class GemvDispatchConfig:
     warps_per_block: int = 4   # warp/row: 2, 4, 8 warps per block within 1 % at 16384×4096
     max_unroll: int = 4        # loads in flight per lane: unroll 1–8 of float4 within 1 % at N ≥ 1024
 
-    def choose(self, wl: Gemv):
+    def pick(self, wl: Gemv):
+        """(builder, configuration) of the GEMV step this shape goes to (the thresholds above)."""
         wl = gemv_shape(wl)
         item = itemsize(wl.dtype)
         vector = aligned_vector(wl.N, widest_vector(wl))
@@ -407,7 +409,7 @@ class GemvDispatchConfig:
         return warp_gemv, WarpRowConfig(warps_per_block=self.warps_per_block, unroll=unroll)
 
     def launch(self, wl: Gemv) -> Launch:
-        _, cfg = self.choose(wl)
+        _, cfg = self.pick(wl)
         return cfg.launch(wl)
 
 
@@ -420,14 +422,14 @@ def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
     otherwise one warp per row, 128-bit loads where N allows, unrolled by the row length.
     Thresholds are measured crossovers (see GemvDispatchConfig).
     """
-    builder, chosen = cfg.choose(wl)
+    builder, chosen = cfg.pick(wl)
     return builder(wl, chosen)
 
 
 # --- the transposed form -------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class ColumnGemvConfig:
+class ColumnGemvConfig(StepConfig):
     also_takes = staticmethod(_column_form)  # a GEMM that is a matrix-vector product
     layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
     threads: int = 256          # threads per block: columns (threadIdx.x) × rows (threadIdx.y)

@@ -16,24 +16,7 @@ from typing import Callable
 
 from .common import GpuLimits
 from .errors import ScheduleParamError
-
-
-@dataclass(frozen=True)
-class Launch:
-    """The launch a configuration implies for a workload, checked against GpuLimits before any
-    build. ``threads_from``/``shared_from`` say which parameters set the figures, for error text."""
-
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared_bytes: int = 0
-    threads_from: str = "threads"
-    shared_from: str = "tiles"
-    dynamic_shared: bool = False  # shared memory allocated at launch ("shared.dyn"): the opt-in limit applies
-
-    @property
-    def threads(self) -> int:
-        x, y, z = self.block
-        return x * y * z
+from .step_config import Choice, Launch, StepConfig  # noqa: F401  (Launch: re-exported for the steps)
 
 
 # Each ladder in teaching order: a step's number is its position here (1-based).
@@ -103,7 +86,7 @@ class ScheduleSpec:
         (1e-5 for fp32 sums of fp32 products; 1e-4 for fp16/bf16 inputs, whose products are exact
         but whose K-long sums the tensor cores round in fp32), or the step's own where larger
         (``tolerance`` on the config: tf32 steps round their inputs to 10 mantissa bits)."""
-        return max(TOLERANCE[workload.dtype], getattr(self.config_cls, "tolerance", 0.0))
+        return max(TOLERANCE[workload.dtype], self.config_cls.tolerance)
 
     def precision(self, dtype: str) -> str:
         """What the step computes in, for comparisons with cuBLAS: tf32 for the tf32 steps, else
@@ -112,7 +95,7 @@ class ScheduleSpec:
 
     @property
     def input_dtypes(self) -> tuple[str, ...]:
-        return getattr(self.config_cls, "dtypes", ("float32", "float16"))
+        return self.config_cls.dtypes
 
     def accepts_dtype(self, workload) -> bool:
         """Whether the step takes the workload's input type (``dtypes`` on its config; fp32 and
@@ -123,12 +106,12 @@ class ScheduleSpec:
     def layouts(self) -> tuple[str, ...]:
         """The GEMM operand layouts the step takes (``layouts`` on its config; nn only where the
         config does not say: a step takes a transposed operand only once it has been taught to)."""
-        return getattr(self.config_cls, "layouts", ("nn",))
+        return self.config_cls.layouts
 
     @property
     def batched(self) -> bool:
         """Whether the step takes a batch of products (``bmm:...``; ``batched`` on its config)."""
-        return bool(getattr(self.config_cls, "batched", False))
+        return bool(self.config_cls.batched)
 
     def accepts(self, workload) -> bool:
         """Whether the step takes the workload's input type, operand layout and batch
@@ -139,11 +122,11 @@ class ScheduleSpec:
         """Why the step does not take ``workload``'s layout or batch (one line), or None."""
         src = cfg if cfg is not None else self.config_cls
         layout = getattr(workload, "layout", "nn")
-        layouts = getattr(src, "layouts", ("nn",))
+        layouts = src.layouts
         if layout not in layouts:
             return (f"{self.name} takes the {', '.join(layouts)} layout{'s' if len(layouts) > 1 else ''} "
                     f"only, not {layout} ({workload})")
-        if getattr(workload, "batched", False) and not getattr(src, "batched", False):
+        if getattr(workload, "batched", False) and not src.batched:
             return f"{self.name} does not take a batch of products (bmm): {workload}"
         return None
 
@@ -156,11 +139,22 @@ class ScheduleSpec:
                     f"{self.name}: unknown parameter {key!r} (parameters: {', '.join(sorted(names)) or 'none'})")
         return self.config_cls(**overrides)
 
-    def validate(self, workload, cfg=None, limits: GpuLimits = GpuLimits()):
-        """Raise ScheduleParamError, naming the parameter, if ``cfg`` cannot run ``workload``."""
+    def resolve(self, workload, cfg=None) -> "Resolved":
+        """The step and configuration that build ``workload``: this step's own, or for a
+        shape-driven step (``best_*``) the choice it makes, asked for once here and carried on
+        (validation, build options, the results row)."""
         cfg = cfg if cfg is not None else self.config()
-        also = getattr(cfg, "also_takes", None)  # e.g. a GEMV step on a GEMM with one output column
-        if workload.kind != self.kind and not (also and also(workload)):
+        choice = cfg.choose(workload)
+        if choice is None:
+            return Resolved(self, cfg, self, cfg, None)
+        return Resolved(self, cfg, get(choice.step), choice.config, choice.text)
+
+    def validate(self, workload, cfg=None, limits: GpuLimits = GpuLimits(), resolved: "Resolved | None" = None):
+        """Raise ScheduleParamError, naming the parameter, if ``cfg`` cannot run ``workload``;
+        else return the launch. ``resolved``: this step's :meth:`resolve` for the workload, where
+        the caller has it already."""
+        cfg = cfg if cfg is not None else self.config()
+        if workload.kind != self.kind and not cfg.also_takes(workload):  # a GEMV step on a GEMM with one column
             raise ScheduleParamError(f"schedule {self.name} is for {self.kind}, not {workload.kind} ({workload})")
         refusal = self.layout_refusal(workload, cfg)
         if refusal:
@@ -171,13 +165,14 @@ class ScheduleSpec:
             if default is not None and type(value) is not type(default):  # e.g. --param tile_m=big
                 raise ScheduleParamError(f"{self.name}: {f.name} must be {type(default).__name__} "
                                          f"(like its default {default!r}), got {value!r}")
-            auto = value == 0 and f.name in getattr(cfg, "zero_means_auto", ())
+            auto = value == 0 and f.name in cfg.zero_means_auto
             if isinstance(value, int) and not isinstance(value, bool) and value <= 0 and not auto:
                 raise ScheduleParamError(f"{self.name}: {f.name} must be positive, got {value}")
-        check = getattr(cfg, "check", None)
-        if check is not None:
-            check(workload)
-        launch = cfg.launch(workload)
+        cfg.check(workload)
+        res = resolved if resolved is not None else self.resolve(workload, cfg)
+        if res.step is not self:  # a best_* step: its choice must run the workload, at these limits
+            res.step.validate(workload, res.step_config)
+        launch = res.step_config.launch(workload)
         if launch.threads > limits.max_threads_per_block:
             raise ScheduleParamError(
                 f"{self.name}: {launch.threads_from} = {launch.threads} threads per block exceeds the "
@@ -197,8 +192,26 @@ class ScheduleSpec:
     def build(self, workload, cfg=None, limits: GpuLimits = GpuLimits(), **overrides):
         """Validate, then return the scheduled ``tvm.s_tir.Schedule``."""
         cfg = cfg if cfg is not None else self.config(**overrides)
-        self.validate(workload, cfg, limits)
-        return self.builder(workload, cfg)
+        res = self.resolve(workload, cfg)
+        self.validate(workload, cfg, limits, resolved=res)
+        return res.schedule(workload)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A step resolved for one workload: the step asked for (``spec``, ``config``) and the step
+    that builds it (``step``, ``step_config``: the same, except for a ``best_*`` step, whose
+    choice they are; ``chosen`` is then its one-line description)."""
+
+    spec: ScheduleSpec
+    config: object
+    step: ScheduleSpec
+    step_config: object
+    chosen: str | None = None
+
+    def schedule(self, workload):
+        """The scheduled ``tvm.s_tir.Schedule`` (built by the step that builds it)."""
+        return self.step.builder(workload, self.step_config)
 
 
 _REGISTRY: dict[str, ScheduleSpec] = {}

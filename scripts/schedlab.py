@@ -34,7 +34,6 @@ def _params(items):
 
 
 def cmd_list(args):
-    import tuning.tuned  # noqa: F401  (registers tuned_gemm)
     from schedules import all_schedules
     from schedules.registry import LADDERS
 
@@ -60,7 +59,6 @@ def _workload_for(spec, shape):
 
 
 def cmd_show(args):
-    import tuning.tuned  # noqa: F401  (registers tuned_gemm)
     from schedules import get
 
     if args.stage not in STAGES:
@@ -68,14 +66,15 @@ def cmd_show(args):
     spec = get(args.schedule)
     wl = _workload_for(spec, args.shape)
     cfg = spec.config(**_params(args.param))
-    spec.validate(wl, cfg)
+    resolved = spec.resolve(wl, cfg)
+    spec.validate(wl, cfg, resolved=resolved)
     if args.explain:
-        explain = getattr(cfg, "explain", None)
+        explain = cfg.explain(wl)
         if explain is None:
             raise CliError(f"{spec.name} makes no shape-driven choice to explain (--explain is for the best_* steps)")
-        print(explain(wl))
+        print(explain)
         return
-    sch = spec.builder(wl, cfg)
+    sch = resolved.schedule(wl)
     if args.stage == "scheduled":
         print(f"# {spec.label} {spec.name} on {wl}: {spec.summary}\n# {cfg}")
         print(sch.mod.script())
@@ -83,8 +82,9 @@ def cmd_show(args):
         print(sch.trace)
         return
     from reports import build as B
+    from schedules.common import pass_config_of
 
-    built = B.build_config(sch, cfg, B.cuda_target(args.arch), wl)
+    built = B.build(sch, B.cuda_target(args.arch), pass_config=pass_config_of(resolved.step_config))
     if args.stage == "lowered":
         print(built.lowered)
     elif args.stage == "cuda":

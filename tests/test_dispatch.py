@@ -83,7 +83,8 @@ def test_a_best_step_builds_exactly_what_it_chose(workload, precision):
     name = {"fp32": "best_gemm", "fp16": "best_fp16_gemm", "tf32": "best_tf32_gemm"}[precision]
     wl = parse_workload(workload)
     best = get(name).config()
-    step, chosen = best.chosen(wl)
+    choice = best.choose(wl)
+    step, chosen = choice.step, choice.config
     assert B.built_config(best, wl) == chosen and B.built_config(best) == best
     a, b = build_spec(get(name), workload), build_spec(get(step), workload, **chosen.__dict__)
     assert a.device.cuda == b.device.cuda and a.lowered == b.lowered

@@ -121,7 +121,7 @@ def test_workload_strings():
                                    (16, 65536), (7, 65537)])
 def test_dispatch_choices_are_valid(shape):
     wl = Gemv(*shape)
-    builder, cfg = GemvDispatchConfig().choose(wl)
+    builder, cfg = GemvDispatchConfig().pick(wl)
     spec = get(builder.__name__)
     spec.validate(wl, cfg)
     vector = cfg.vector_for(wl) if hasattr(cfg, "vector_for") else cfg.vector

@@ -390,7 +390,8 @@ def test_the_best_steps_take_a_bmm_and_every_layout(name):
         w = parse_workload(text)
         wl = Gemm(w.M, w.N, w.K, spec.input_dtypes[0], layout=w.layout, batch=w.batch)
         spec.validate(wl)
-        step, cfg = spec.config().chosen(wl)
+        choice = spec.config().choose(wl)
+        step, cfg = choice.step, choice.config
         get(step).validate(wl, cfg)
 
 

@@ -15,7 +15,6 @@ CLASSIC = [s for s in all_schedules(ladder="gemm") if s.step <= 9] + \
 
 
 def test_two_ladders_numbered_in_teaching_order_without_gaps():
-    import tuning.tuned  # noqa: F401
     from schedules.registry import LADDERS
 
     for ladder, names in LADDERS.items():

@@ -255,7 +255,6 @@ def test_tuned_gemm_replays_the_saved_best(tmp_path, monkeypatch):
                  "launch": {"blockIdx.x": 2, "threadIdx.x": 4096, "threadIdx.y": 8},
                  "trace": R.plain(sch.trace.as_json())})
     monkeypatch.setenv("SCHEDLAB_TUNED", str(tmp_path))
-    import tuning.tuned  # noqa: F401
 
     spec = get("tuned_gemm")
     launch = spec.validate(wl)

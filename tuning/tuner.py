@@ -31,6 +31,7 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
 from schedules import parse_workload
+from schedules.tuned import launch_of
 
 from . import records as R
 from .cost_models import make_cost_model
@@ -651,24 +652,6 @@ def save_best(db_dir, wl, target, run, space, best: dict):
         "target": str(target), "tvm": tvm.__version__, "launch": launch_of(sch),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "trace": best["trace"]})
     return path
-
-
-def launch_of(sch) -> dict:
-    """Thread/block extents of the first (main) kernel of a scheduled module, from its loop bindings
-    in program order; a second kernel (split-K's summing kernel) starts where a blockIdx repeats."""
-    import re
-
-    text = sch.mod.script()
-    found: dict[str, int] = {}
-    for args, tag in re.findall(r'T\.thread_binding\(([^)]*?),?\s*thread="((?:blockIdx|threadIdx|vthread)\.[xyz])"', text):
-        nums = [int(x) for x in re.findall(r"\d+", args)]
-        if not nums:
-            continue
-        if tag in found and tag.startswith("blockIdx"):
-            break
-        extent = nums[-1] - (nums[0] if len(nums) == 2 else 0)
-        found[tag] = max(found.get(tag, 1), extent)
-    return found
 
 
 def log(msg: str):

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from schedules.errors import ScheduleParamError
-from schedules.registry import Launch, ScheduleSpec, register_spec
+from .errors import ScheduleParamError
+from .registry import Launch, ScheduleSpec, register_spec
+from .step_config import StepConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "SCHEDLAB_TUNED"
@@ -53,7 +54,7 @@ def load_best(wl, source: str = "") -> dict:
 
 
 @dataclass(frozen=True)
-class TunedConfig:
+class TunedConfig(StepConfig):
     """``source``: a tuning directory or one ``best_*.json`` (default: $SCHEDLAB_TUNED, else out/tune);
     the configuration itself is the saved trace."""
 
@@ -63,14 +64,28 @@ class TunedConfig:
         load_best(wl, self.source)
 
     def launch(self, wl) -> Launch:
-        from .tuner import launch_of
-
         la = launch_of(tuned_gemm(wl, self))  # from the trace itself, not a figure saved beside it
         grid = tuple(int(la.get(f"blockIdx.{a}", 1)) for a in "xyz")
         block = tuple(int(la.get(f"threadIdx.{a}", 1)) for a in "xyz")
         # shared memory is not known before the build (the saved record carries none); ptxas reports it
         return Launch(grid=grid, block=block, shared_bytes=0,
                       threads_from="the tuned configuration", shared_from="the tuned configuration")
+
+
+def launch_of(sch) -> dict:
+    """Thread/block extents of the first (main) kernel of a scheduled module, from its loop bindings
+    in program order; a second kernel (split-K's summing kernel) starts where a blockIdx repeats."""
+    text = sch.mod.script()
+    found: dict[str, int] = {}
+    for args, tag in re.findall(r'T\.thread_binding\(([^)]*?),?\s*thread="((?:blockIdx|threadIdx|vthread)\.[xyz])"', text):
+        nums = [int(x) for x in re.findall(r"\d+", args)]
+        if not nums:
+            continue
+        if tag in found and tag.startswith("blockIdx"):
+            break
+        extent = nums[-1] - (nums[0] if len(nums) == 2 else 0)
+        found[tag] = max(found.get(tag, 1), extent)
+    return found
 
 
 def tuned_gemm(wl, cfg: TunedConfig = TunedConfig()):

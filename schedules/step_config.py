@@ -1,0 +1,105 @@
+"""The contract of a step's configuration: one base class that declares everything the lab may ask
+of a configuration, each with its default and what it means.
+
+A step is a builder ``fn(workload, config) -> tvm.s_tir.Schedule`` and a frozen dataclass derived
+from :class:`StepConfig`. The dataclass fields are the step's parameters (``--param NAME=VALUE``,
+the tuner's knobs), with the classic write-ups' values as defaults. The class attributes and
+methods below are its capabilities: the registry, the measurement engine, the CLI and the tuner
+read them and nothing else, so a step says what it takes by overriding them::
+
+    @dataclass(frozen=True)
+    class MyConfig(StepConfig):
+        tile: int = 32                       # a parameter
+        dtypes = ("float32",)                # a capability: fp32 inputs only
+
+        def launch(self, wl) -> Launch:      # required: the grid, block and shared memory
+            ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The launch a configuration implies for a workload, checked against GpuLimits before any
+    build. ``threads_from``/``shared_from`` say which parameters set the figures, for error text."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0
+    threads_from: str = "threads"
+    shared_from: str = "tiles"
+    dynamic_shared: bool = False  # shared memory allocated at launch ("shared.dyn"): the opt-in limit applies
+
+    @property
+    def threads(self) -> int:
+        x, y, z = self.block
+        return x * y * z
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a shape-driven step (``best_*``) chose for one workload: the registered step that
+    builds it, that step's configuration, and a one-line description for tables."""
+
+    step: str
+    config: "StepConfig"
+    text: str
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """Base of every step's configuration. Override the class attributes and methods a step needs;
+    the defaults describe a plain fp32/fp16 GEMM or GEMV step on row-major operands."""
+
+    #: Input types the step takes. ``schedlab run`` with no schedule names leaves out steps that do
+    #: not take a workload's type, and asking for one is a one-line error.
+    dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16")
+    #: GEMM operand layouts the step takes (``nn``, ``nt``, ``tn``, ``tt``): a step takes a
+    #: transposed operand only once it has been taught to.
+    layouts: ClassVar[tuple[str, ...]] = ("nn",)
+    #: Whether the step takes a batch of products (``bmm:...``).
+    batched: ClassVar[bool] = False
+    #: The step's own ‖out − ref‖/‖ref‖ bound where it is larger than its input type's (the tf32
+    #: steps round their inputs to 10 mantissa bits); 0 keeps the input type's.
+    tolerance: ClassVar[float] = 0.0
+    #: Integer parameters for which 0 means "chosen from the workload" rather than an error.
+    zero_means_auto: ClassVar[tuple[str, ...]] = ()
+    @property
+    def async_copy(self) -> bool:
+        """Whether the global → shared copies are injected as cp.async (``tirx.use_async_copy``);
+        False here. A step whose pipeline is a parameter declares a dataclass field of this name
+        (a property, not a class variable, so that the field keeps its place among the fields)."""
+        return False
+
+    @property
+    def pass_config(self) -> dict:
+        """Extra PassContext options the build needs (beside ``async_copy``'s); none by default."""
+        return {}
+
+    def launch(self, wl) -> Launch:
+        """The grid, block and shared memory this configuration launches for ``wl`` (required: the
+        registry checks it against the GPU's limits before anything is built)."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how it launches (define launch)")
+
+    def check(self, wl) -> None:
+        """Raise ScheduleParamError, naming the parameter, if the configuration cannot run ``wl``
+        for a reason of its own (beyond the parameters' types, signs and the launch limits)."""
+
+    def also_takes(self, wl) -> bool:
+        """Whether the step also takes a workload of another kind (a GEMV step takes a GEMM with
+        one output column); False by default."""
+        return False
+
+    def choose(self, wl) -> Choice | None:
+        """For a shape-driven step (``best_*``): the step and configuration it builds for ``wl``.
+        None for a step that builds itself (every step but the ``best_*`` ones)."""
+        return None
+
+    def explain(self, wl) -> str | None:
+        """For a shape-driven step: its choice for ``wl`` with the figures it was made on (``schedlab
+        show --explain``). None for a step that makes no choice."""
+        return None
