@@ -4,7 +4,7 @@
 (square and skinny, long and short K, aligned and not, matrix-vector), every configuration *kind*
 the dispatcher knows (its best-estimated split-K variant, and the variant without split-K) for fp32,
 tf32 and fp16, beside cuBLAS. ``schedlab calibrate DIR`` then fits the model's constants to those
-measurements and writes :mod:`schedules.calibration`:
+measurements and writes the constants :mod:`schedules.calibration` reads (``schedules/data/calibration.json``):
 
 * ``launch_us``: on a grid up to the shortest measured time, the value that fits best (with the
   ones below);
@@ -31,16 +31,15 @@ import itertools
 import dataclasses
 import json
 import math
-import os
 import pprint
 
 import numpy as np
 import pandas as pd
 
 from schedules import dispatch, get, parse_workload
+from schedules.calibration import calibration_path
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CAL_FILE = os.path.join(ROOT, "schedules", "calibration.py")
+CAL_FILE = calibration_path()
 SIZES = (128, 2048, 12288)
 K_SIZES = (128, 4096)
 IRREGULAR = ((1001, 777, 3001), (5000, 33, 4000), (33, 5000, 4000), (2999, 4001, 17), (250, 250, 20000),
@@ -388,19 +387,18 @@ def regret(pts, cal, gpu) -> dict:
 
 
 def write_calibration(cal: dict, path: str = CAL_FILE):
+    """Write the model's constants as JSON (the packaged ``schedules/data/calibration.json`` by
+    default), read back by :func:`schedules.calibration.load_calibration`."""
     from .files import atomic_write
 
-    head = ('"""The constants of the dispatcher\'s model (schedules.dispatch), written by ``schedlab calibrate``\n'
-            'from a calibration sweep (``schedlab sweep --set calibration``); ``source`` names the sweep.\n'
-            'Do not edit by hand: run the sweep and the fit again (see reports/calibrate.py)."""\n\n')
-    atomic_write(path, head + "CALIBRATION = " + pprint.pformat(cal, width=110, sort_dicts=True) + "\n")
+    atomic_write(path, json.dumps(cal, indent=1, sort_keys=True) + "\n")
     return path
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="schedlab calibrate", description=__doc__.split("\n\n")[0])
     ap.add_argument("dirs", nargs="+", metavar="DIR", help="results of `schedlab sweep --set calibration` (one or more)")
-    ap.add_argument("--write", action="store_true", help="write schedules/calibration.py")
+    ap.add_argument("--write", action="store_true", help="write the fitted constants to schedules/data/calibration.json")
     ap.add_argument("--report", default=None, help="also write the fit's report (JSON) here")
     args = ap.parse_args(argv)
     from .results import load_results

@@ -1,89 +1,26 @@
-"""The constants of the dispatcher's model (schedules.dispatch), written by ``schedlab calibrate``
-from a calibration sweep (``schedlab sweep --set calibration``); ``source`` names the sweep.
-Do not edit by hand: run the sweep and the fit again (see reports/calibrate.py)."""
+"""The constants of the dispatcher's model (:mod:`schedules.dispatch`), read at run time from the
+package data file ``schedules/data/calibration.json``. ``schedlab calibrate --write`` writes that
+file from a calibration sweep (``schedlab sweep --set calibration``); its ``source`` names the
+sweeps. Do not edit it by hand: run the sweep and the fit again (see reports' calibrate)."""
 
-CALIBRATION = {'copy_factor': {'16': 1.0, '2': 0.187, '4': 0.797, '8': 1.0},
- 'default_efficiency': {'cp': 0.7,
-                        'cp_tf32': 0.55,
-                        'gemv': 0.8,
-                        'simt': 0.8,
-                        'tma': 0.9,
-                        'tma_small': 0.8,
-                        'tma_tf32': 0.95},
- 'efficiency': {'cp 128x128': 1.058,
-                'cp 128x256': 1.1,
-                'cp 128x64': 0.798,
-                'cp 64x128': 0.676,
-                'cp 64x64': 0.663,
-                'cp_tf32 128x128': 0.663,
-                'cp_tf32 128x64': 0.382,
-                'cp_tf32 256x128': 0.6,
-                'simt 128x128 t8x8': 1.006,
-                'simt 128x16 t4x4': 0.43,
-                'simt 128x64 t8x8': 0.916,
-                'simt 16x128 t4x1': 0.248,
-                'simt 16x128 t4x4': 0.537,
-                'simt 256x8 t4x4': 0.272,
-                'simt 32x128 t8x1': 0.367,
-                'simt 32x64 t8x1': 0.421,
-                'simt 64x128 t8x8': 0.951,
-                'simt 64x64 t4x4': 0.631,
-                'simt 64x64 t8x8': 0.956,
-                'simt 8x256 t4x4': 0.451,
-                'tma 128x128': 1.049,
-                'tma 128x256': 1.076,
-                'tma 128x64': 0.668,
-                'tma 256x128': 1.034,
-                'tma1 64x128': 1.1,
-                'tma1 64x256': 1.1,
-                'tma1 64x64': 0.888,
-                'tma_tf32 128x128': 0.81,
-                'tma_tf32 256x128': 1.012,
-                'tma_tf32 64x128': 0.514},
- 'fill_us': 0.5,
- 'fp32_sm_tflops': 0.389,
- 'k_step_us': 0.8,
- 'l2_factor': 8.0,
- 'launch_us': 3.1,
- 'regs': {'cp': 168,
-          'cp_tf32': 128,
-          't4x1': 32,
-          't4x1 async': 32,
-          't4x1 k16': 32,
-          't4x1 k16 async': 32,
-          't4x1 k32': 40,
-          't4x4': 64,
-          't4x4 async': 56,
-          't4x4 k16': 72,
-          't4x4 k16 async': 64,
-          't4x4 k32': 96,
-          't4x4 k32 async': 48,
-          't4x8': 96,
-          't8x1': 40,
-          't8x1 async': 40,
-          't8x1 k16': 48,
-          't8x1 k16 async': 40,
-          't8x1 k32': 48,
-          't8x1 k32 async': 56,
-          't8x4': 96,
-          't8x8': 128,
-          't8x8 async': 120,
-          't8x8 k16': 128,
-          't8x8 k16 async': 136,
-          'tma': 168,
-          'tma_small': 154,
-          'tma_tf32': 168},
- 'scalar_store_factor': 0.5,
- 'simt_async_factor': 0.96,
- 'simt_copy_factor': {'0.25': 0.908, '0.5': 1.0, '1': 1.0},
- 'sm_store_gbps': 30.0,
- 'source': 'fitted by schedlab calibrate to 7 sweeps (2026-11-23 10:18 UTC on NVIDIA H200, commit ec49a91; '
-           '2026-11-23 10:57 UTC on NVIDIA H200, commit 289349a; 2026-11-23 14:08 UTC on NVIDIA H200, commit '
-           '0d2ec57; 2026-11-23 15:59 UTC on NVIDIA H200, commit 492a060; 2026-11-23 18:49 UTC on NVIDIA '
-           'H200, commit 43248b1; 2026-11-23 19:20 UTC on NVIDIA H200, commit 8989989; 2026-11-23 21:47 UTC '
-           'on NVIDIA H200, commit ba939c1; 3223 measured kernels)',
- 'tc16_sm_tflops': 5.74,
- 'tf32_sm_tflops': 3.03,
- 'unaligned_store': 0.25,
- 'w_sat': 16,
- 'warp_gamma': 0.6}
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+CALIBRATION_RESOURCE = ("schedules", "data/calibration.json")
+
+
+def calibration_path() -> str:
+    """Where the packaged calibration lives (a file path)."""
+    package, name = CALIBRATION_RESOURCE
+    return str(resources.files(package).joinpath(name))
+
+
+def load_calibration(path: str | None = None) -> dict:
+    """The model's constants from ``path`` (default: the packaged calibration)."""
+    with open(path or calibration_path(), encoding="utf-8") as f:
+        return json.load(f)
+
+
+CALIBRATION = load_calibration()

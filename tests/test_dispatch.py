@@ -396,3 +396,16 @@ def test_a_calibration_sweep_can_take_one_class_and_measures_another_split():
     best = simt[0]["extra"]["key"]
     splits = {j["params"].get("split_k", 1) for j in simt if j["extra"]["key"] == best}
     assert 1 in splits and len(splits - {1}) >= 2, splits
+
+
+def test_the_calibration_is_package_data_that_a_fit_writes_and_the_model_reads(tmp_path):
+    """The model's constants are a JSON file shipped with the package (not generated Python):
+    what ``schedlab calibrate --write`` writes is what the dispatcher reads back, value for value."""
+    from reports.calibrate import write_calibration
+    from schedules.calibration import calibration_path, load_calibration
+
+    assert calibration_path().endswith("calibration.json") and load_calibration() == dispatch.CALIBRATION
+    changed = copy.deepcopy(dispatch.CALIBRATION)
+    changed["w_sat"] = 12
+    path = write_calibration(changed, str(tmp_path / "calibration.json"))
+    assert load_calibration(path) == changed and isinstance(load_calibration(path)["w_sat"], int)
