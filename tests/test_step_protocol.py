@@ -1,0 +1,106 @@
+"""The contract every step keeps: one configuration base that declares the optional capabilities,
+every step registered by importing the registry alone, and a ``best_*`` step's choice made once
+per build."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+
+from schedules import all_schedules, dispatch, get, parse_workload
+from schedules.step_config import StepConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": ROOT, "CUDA_PATH": os.environ.get("CUDA_PATH", "/usr/local/cuda")}
+
+
+def test_every_step_configuration_derives_from_the_one_base():
+    for spec in all_schedules():
+        assert issubclass(spec.config_cls, StepConfig), spec.name
+        assert dataclasses.is_dataclass(spec.config_cls) and spec.config_cls.__dataclass_params__.frozen, spec.name
+
+
+def test_the_base_declares_each_capability_with_its_default():
+    """What the registry, the engine and the CLI read of a configuration is declared on the base,
+    with a default, so that a step that says nothing gets the documented behaviour."""
+    base = StepConfig()
+    assert base.dtypes == ("float32", "float16") and base.layouts == ("nn",) and base.batched is False
+    assert base.tolerance == 0.0 and base.zero_means_auto == () and base.async_copy is False
+    assert base.pass_config == {} and base.check(None) is None and base.also_takes(None) is False
+    assert base.choose(None) is None and base.explain(None) is None
+    with pytest.raises(NotImplementedError):
+        base.launch(None)
+    assert dataclasses.fields(base) == ()  # capabilities are not parameters
+
+
+def test_a_parameter_named_like_a_capability_keeps_its_place_among_the_fields():
+    """``async_copy`` is a capability (False) and, on the SIMT steps, a parameter: the parameter's
+    place in the configuration (its repr, the results' params) is where the step declares it."""
+    names = [f.name for f in dataclasses.fields(get("warp_tiled_gemm").config_cls)]
+    assert names.index("async_copy") == names.index("stages") + 1
+
+
+def test_importing_the_registry_registers_every_step_tuned_gemm_included():
+    """A fresh process that imports only the registry knows tuned_gemm (it used to be registered by
+    importing tuning.tuned, and a path that forgot died with "unknown schedule 'tuned_gemm'")."""
+    code = ("from schedules import get, all_schedules; get('tuned_gemm'); get('tuned');"
+            "print(len(all_schedules()))")
+    proc = subprocess.run([sys.executable, "-c", code], env=_env(), cwd="/", capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.strip()) == len(all_schedules())
+
+
+@pytest.mark.parametrize("name, workload", [("best_gemm", "gemm:1000x500x2001"),
+                                            ("best_fp16_gemm", "gemm:1024x512x2048:float16"),
+                                            ("best_tf32_gemm", "gemm:3000x1000x2500")])
+def test_a_best_step_is_resolved_once_per_build(monkeypatch, name, workload):
+    """Validating, building and describing a best_* step ask the dispatcher's model once: the
+    resolved step and configuration are carried on (they were asked for five times a build)."""
+    calls = []
+    rank = dispatch.rank
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return rank(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "rank", counted)
+    spec, wl = get(name), parse_workload(workload)
+    resolved = spec.resolve(wl)
+    spec.validate(wl, resolved.config, resolved=resolved)
+    sch = resolved.schedule(wl)
+    assert len(calls) == 1
+    assert resolved.step.name != name and resolved.chosen.startswith(resolved.step.name)
+    assert sch.mod.script() == get(resolved.step.name).builder(wl, resolved.step_config).mod.script()
+
+
+def test_a_plain_step_resolves_to_itself():
+    spec, wl = get("warp_tiled_gemm"), parse_workload("gemm:256x256x256")
+    resolved = spec.resolve(wl)
+    assert resolved.step is spec and resolved.step_config == spec.config() and resolved.chosen is None
+
+
+@pytest.mark.gpu
+def test_tune_then_report_with_the_hand_schedules(tmp_path):
+    """``schedlab tune ... --report --hand`` in a fresh process: tunes, then times tuned_gemm beside
+    the hand schedules in the harness (it died after tuning with "unknown schedule 'tuned_gemm'")."""
+    db = tmp_path / "db"
+    proc = subprocess.run([sys.executable, "-m", "scripts.schedlab", "tune", "--workload", "gemm:256x256x512",
+                           "--space", "fast", "--trials", "8", "--batch", "4", "--time-limit", "120",
+                           "--compare", "none", "--db", str(db), "--report", "--hand", "--quiet"],
+                          env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "unknown schedule" not in proc.stderr
+    report = db / "report"
+    texts = [p.read_text() for p in report.glob("*.md")]
+    assert texts and any("tuned_gemm" in t for t in texts), sorted(p.name for p in report.iterdir())
+    from reports import load_results
+
+    hand = load_results(str(report / "hand"))
+    tuned = hand[hand["name"] == "tuned_gemm"]
+    assert len(tuned) == 1 and tuned["status"].iloc[0] == "ok", hand[["name", "status"]]
