@@ -104,3 +104,42 @@ def test_tune_then_report_with_the_hand_schedules(tmp_path):
     hand = load_results(str(report / "hand"))
     tuned = hand[hand["name"] == "tuned_gemm"]
     assert len(tuned) == 1 and tuned["status"].iloc[0] == "ok", hand[["name", "status"]]
+
+
+def test_the_tuner_checks_its_best_as_the_engine_checks_every_kernel():
+    """One float64 check: the tuner's full check of its best (tuning.measure.full_error) is the
+    engine's product_error, with the |A|·|B| scale where ‖ref‖ cancels (a single output)."""
+    import numpy as np
+
+    from schedules.reference import product_error
+    from schedules.workloads import Gemm
+    from tuning import measure as TM
+
+    rng = np.random.default_rng(3)
+    a, b = rng.uniform(-1, 1, (1, 64)).astype("float32"), rng.uniform(-1, 1, (64, 1)).astype("float32")
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    out = (exact + 1e-3).astype("float32")
+
+    class _Arg:
+        def __init__(self, x):
+            self.x, self.shape, self.dtype = x, x.shape, x.dtype
+
+        def copyfrom(self, x):
+            self.x = np.array(x)
+
+        def numpy(self):
+            return self.x
+
+    class _Module(dict):
+        entry_name = "main"
+
+    class _Device:
+        def sync(self):
+            pass
+
+    args = [_Arg(a), _Arg(b), _Arg(out)]
+    module = _Module(main=lambda *xs: xs[2].copyfrom(out))
+    err = TM.full_error(module, _Device(), args)
+    assert err == pytest.approx(product_error(Gemm(1, 1, 64), out, [a, b]))
+    scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    assert err == pytest.approx(float(np.linalg.norm(out - exact) / np.linalg.norm(scale)), rel=1e-6)
