@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -254,3 +255,53 @@ def register_spec(spec: ScheduleSpec):
     for alias in spec.aliases:
         _ALIASES[alias] = spec.name
     return spec
+
+
+# The README's ladder table and docs/steps.md are generated from the registry (scripts/update_readme_table.py writes
+# them, tests/test_readme.py checks them), so that no hand-copied list of steps can drift from `schedlab list`.
+
+def _shorten(text: str, limit: int) -> str:
+    """``text`` if it fits in ``limit`` characters, else cut before `` …`` at the last clause boundary (``; ``,
+    ``: ``, ``, ``) outside parentheses and code, or at the last such space where that would drop too much."""
+    if len(text) <= limit:
+        return text
+    room = limit - 2
+
+    def closed(head: str) -> bool:
+        return head.count("(") == head.count(")") and head.count("`") % 2 == 0
+
+    def last(pattern: str) -> int:
+        return max((m.start() for m in re.finditer(pattern, text[:room]) if closed(text[:m.start()])), default=0)
+
+    cut = last(r"[;:,] ")
+    if cut < 0.6 * room:  # no clause boundary late enough: the last word boundary
+        cut = last(" ") or room
+    return text[:cut].rstrip(" ,;:") + " …"
+
+
+def ladder_table_markdown(width: int = 200) -> str:
+    """Both ladders as a Markdown table (step label, schedule name, what it changes): the README's table.
+
+    The third column is each step's summary (:attr:`ScheduleSpec.summary`, the first paragraph of its builder's
+    docstring), cut at a clause boundary where the row would be longer than ``width`` characters (the full summaries:
+    ``schedlab list``, :func:`ladder_steps_markdown`). Pure: reads the registry only."""
+    rows = ["| step | schedule | what it changes |", "|---:|---|---|"]
+    for spec in all_schedules():
+        head = f"| {spec.label} | `{spec.name}` | "
+        text = _shorten(spec.summary.replace("|", "\\|"), width - len(head) - 2)
+        rows.append(f"{head}{text} |")
+    return "\n".join(rows) + "\n"
+
+
+def ladder_steps_markdown(width: int = 100) -> str:
+    """Every step with its aliases and its full summary, lines wrapped at ``width``: the body of docs/steps.md."""
+    import textwrap
+
+    parts = []
+    for spec in all_schedules():
+        aliases = f" (also {', '.join(f'`{a}`' for a in spec.aliases)})" if spec.aliases else ""
+        kind = f", a `{spec.kind}` workload" if spec.kind != spec.ladder else ""
+        parts.append(f"- **{spec.label}** `{spec.name}`{aliases}{kind}:\n"
+                     + textwrap.fill(spec.summary, width, initial_indent="  ", subsequent_indent="  ",
+                                     break_long_words=False, break_on_hyphens=False))
+    return "\n".join(parts) + "\n"
