@@ -58,8 +58,8 @@ from .errors import ScheduleParamError
 from .registry import register
 from .step_config import StepConfig
 from .tma_common import (DESC_SWIZZLE_128B, ITEMSIZE, PTX_TYPE, ROW_BYTES, WARPGROUP, check_split_k, encode_map,
-                         fence_acc, slice_of, sms_of, split_k_tiles, split_slices, split_workspace_bytes, tma_launch,
-                         tma_load, tma_multicast)
+                         fence_acc, grouped_tile, slice_of, sms_of, split_k_tiles, split_slices, split_workspace_bytes,
+                         tma_launch, tma_load, tma_multicast)
 from .workloads import LAYOUTS, Gemm
 
 
@@ -331,12 +331,7 @@ class Geometry:
 
     # grouped tile order: GM block-rows of one column group run together (gemm_wgmma's order)
     def tile_mn(self, t):
-        GM, TM, TN = self.cfg.group_m, self.TM, self.TN
-        first_m = t // (GM * TN) * GM
-        rows = T.min(TM - first_m, GM)
-        # everything is non-negative: C division (truncdiv) instead of TIR's floordiv, whose
-        # sign fix-ups the simplifier cannot drop for the runtime divisor ``rows``
-        return (first_m + T.truncmod(t % (GM * TN), rows), T.truncdiv(t % (GM * TN), rows))
+        return grouped_tile(t, self.cfg.group_m, self.TM, self.TN)
 
     def desc(self, addr_u32, lbo):
         """wgmma matrix descriptor of a shared address (sm_90 layout): start address >> 4 in bits

@@ -1,6 +1,8 @@
 """gemm 26: tf32 (fp32 inputs) on the persistent, warp-specialized TMA structure, computed as
-Cᵀ = Bᵀ·Aᵀ (tma_tf32_gemm): :class:`Tf32TmaConfig` and :func:`tf32_kernel`, the warp-specialized
-ring of gemm 21-23 (gemm_tma_ws.py) around a tf32 wgmma with the Bᵀ operand in registers.
+Cᵀ = Bᵀ·Aᵀ (tma_tf32_gemm): :class:`Tf32TmaConfig` and :func:`tf32_kernel`. The kernel runs the
+warp-specialized ring of gemm 21-23 (tma_common.py: barrier set-up, producer loop, work-unit
+decoding, the end of a unit); its own parts are the tf32 wgmma with the Bᵀ operand in registers,
+its TMA loads and its transposed store.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ from tvm.script import tirx as T
 
 from .common import ceil_div
 from .errors import ScheduleParamError
-from .gemm_tma import Geometry, TmaConfig, tma_schedule
+from .gemm_tma import TmaConfig, tma_schedule
 from .registry import register
 from .step_config import StepConfig
-from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, check_split_k, encode_map, fence_acc,
-                         k_tiles_of, pad_copy_kernel, slice_of, sms_of, split_k_tiles, split_slices,
-                         split_sum_kernel, split_workspace_bytes, tma_launch, tma_load, transpose_kernel)
+from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, check_split_k, encode_map,
+                         grouped_tile, pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done,
+                         sms_of, split_k_tiles, split_slices, split_sum_kernel, split_workspace_bytes, tma_launch,
+                         tma_load, transpose_kernel)
 from .workloads import LAYOUTS, Gemm
 
 
@@ -166,8 +169,8 @@ def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
     GRID = cfg.grid(M, N, K)
     # split-K: units (tile, K slice), slice-major (unit = slice·TILES + tile), KTS K tiles each
     KTS, SPLIT = cfg.k_split(K)
-    UNITS = TILES * SPLIT
-    PAD = KTS * SPLIT > KT  # the last slice's last K tiles lie past K: not loaded, not multiplied
+    units = WorkUnits(TILES, GRID, KT, KTS, SPLIT, 0, lambda t, rank: grouped_tile(t, cfg.group_m, TM, TN))
+    PAD = units.PAD  # the last slice's last K tiles lie past K: not loaded, not multiplied
     if SPLIT > 1:
         split_sum, _ = split_sum_kernel(M, N, SPLIT)
     # layouts: A stored K×M (tn, tt) is transposed into an M×K workspace first (the wgmma reads
@@ -194,8 +197,6 @@ def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
     DT_CU = 11 if cfg.tf32_round else -1  # CU_TENSOR_MAP_DATA_TYPE_TFLOAT32
     mma = T.ptx[f"wgmma.mma_async.sync.aligned.m64n{BM}k8.f32.tf32.tf32"]
     L2 = cfg.l2_promotion
-    geo = Geometry.__new__(Geometry)  # reuse the grouped tile order
-    geo.cfg, geo.TM, geo.TN = cfg, TM, TN
     SKIP_PANELS = N % BN != 0 and ceil_div(N % BN, 32) < PANELS
     ROW_CHECK, COL_CHECK = M % BM != 0, N % BN != 0
 
@@ -247,13 +248,12 @@ def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
         # K tile kt-1's wgmmas (and its fragment set, fs ^ 1) are done: free its slot
         T.ptx.wgmma.wait_group.sync.aligned(1)
         if T.And(kt > 0, lane == 0):
-            T.evaluate(T.ptx.mbarrier.arrive.shared.b64(
-                T.cuda.cvta_generic_to_shared(T.address_of(bars[S + (it - 1) % S])), T.uint32(1)))
+            release_slot(bars, S + (it - 1) % S, 1)
 
     @T.macro
-    def load(A_map, B_map, ring, full_u32, slot, kt, tile_m, tile_n):
+    def load(A_map, B_map, ring, full_u32, slot, kt, tile_m, tile_n, rank, b):
         # one K tile into ring slot ``slot``: the A tile and the B panels inside N, their bytes
-        # announced on the slot's full barrier
+        # announced on the slot's full barrier (``rank``, ``b``: no clusters, no batch here)
         T.ptx.mbarrier.arrive.expect_tx.shared.b64(
             full_u32, T.cast(A_BYTES + panel_bytes(tile_n), "uint32"))
         tma_load(A_map, ring + T.cast(slot * STAGE_BYTES, "uint32"), full_u32, kt * BK, tile_m * BM)
@@ -261,6 +261,11 @@ def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
             if (tile_n * BN + p * 32 < N) if SKIP_PANELS else True:
                 tma_load(B_map, ring + T.cast(slot * STAGE_BYTES + A_BYTES + p * PANEL_BYTES, "uint32"),
                           full_u32, *((kt * BK, tile_n * BN + p * 32) if TB else (tile_n * BN + p * 32, kt * BK)))
+
+    # the ring of gemm 21-23 (no clusters): NC consumer warpgroups release each slot
+    init_ring = ring_barriers(S, NC)
+    produce = ring_producer(units, S, cfg.producer_regs, load, full_let=True)
+    unit_done = ring_unit_done(units, S, 1, ACC)
 
     @T.prim_func
     def main(A: T.Buffer(wl.a_shape, "float32"), B: T.Buffer(wl.b_shape, "float32"),
@@ -296,50 +301,18 @@ def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
             ring_w: T.let[T.int32] = T.cast(ring - base, "int32") // 4  # the ring in smem_w elements
             wg = T.meta_var(tid // WARPGROUP)
             lane = T.meta_var(tid % WARPGROUP)
-            n_tiles: T.let[T.int32] = T.truncdiv(UNITS - 1 - bid, GRID) + 1
-            if tid == 0:
-                for s in T.unroll(S):
-                    T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[s])), T.uint32(1))
-                    T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[S + s])),
-                                                   T.uint32(NC))
-                T.ptx.fence.mbarrier_init.release.cluster()
-            T.cuda.cta_sync()
+            n_tiles: T.let[T.int32] = units.count(bid)
+            init_ring(bars, tid)
             if wg == 0:
-                T.ptx["setmaxnreg.dec.sync.aligned.u32"](cfg.producer_regs)
-                if lane == 0:
-                    T.ptx.prefetch.tensormap(T.address_of(A_map))
-                    T.ptx.prefetch.tensormap(T.address_of(B_map))
-                    for i in T.serial(n_tiles):
-                        if SPLIT > 1:
-                            tm_, tn_ = T.meta_var(geo.tile_mn(T.truncmod(bid + i * GRID, TILES)))
-                            k0: T.let[T.int32] = T.truncdiv(bid + i * GRID, TILES) * KTS  # first K tile
-                        else:
-                            tm_, tn_ = T.meta_var(geo.tile_mn(bid + i * GRID))
-                        tile_m: T.let[T.int32] = tm_
-                        tile_n: T.let[T.int32] = tn_
-                        for kt in T.serial(KTS):
-                            it: T.let[T.int32] = i * KTS + kt
-                            slot: T.let[T.int32] = it % S
-                            full_u32: T.let[T.uint32] = T.cuda.cvta_generic_to_shared(T.address_of(bars[slot]))
-                            T.cuda.mbarrier_wait(T.address_of(bars[S + slot]), it // S % 2 ^ 1)
-                            if SPLIT == 1:
-                                load(A_map, B_map, ring, full_u32, slot, kt, tile_m, tile_n)
-                            elif PAD:
-                                if k0 + kt < KT:
-                                    load(A_map, B_map, ring, full_u32, slot, k0 + kt, tile_m, tile_n)
-                                else:
-                                    # past K: nothing to load; the phase still completes (no bytes)
-                                    T.evaluate(T.ptx.mbarrier.arrive.shared.b64(full_u32, T.uint32(1)))
-                            else:
-                                load(A_map, B_map, ring, full_u32, slot, k0 + kt, tile_m, tile_n)
+                produce(A_map, B_map, ring, bars, lane, n_tiles, bid, 0)
             else:
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
                 w = T.meta_var(wg - 1)
                 for i in T.serial(n_tiles):
                     if SPLIT > 1:
-                        part: T.let[T.int32] = slice_of(bid + i * GRID, TILES, SPLIT)  # the unit's K slice
+                        part: T.let[T.int32] = units.outer(bid, i, SPLIT)  # the unit's K slice
                     if PAD:
-                        n_k: T.let[T.int32] = k_tiles_of(part, KT, KTS)  # K tiles inside K
+                        n_k: T.let[T.int32] = units.k_tiles(part)  # K tiles inside K
                     else:
                         n_k = T.meta_var(KTS)
                     # K tiles in pairs: fragment set 0 for even, 1 for odd (the set a K tile's wgmmas
@@ -352,24 +325,8 @@ def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
                             consume(acc, frag, smem_w, ring_w, ring, bars, i * KTS + n_k - 1, n_k - 1, w, lane, 0)
                     elif KTS % 2 == 1:
                         consume(acc, frag, smem_w, ring_w, ring, bars, i * KTS + KTS - 1, KTS - 1, w, lane, 0)
-                    T.ptx.wgmma.wait_group.sync.aligned(0)
-                    if lane == 0:
-                        T.evaluate(T.ptx.mbarrier.arrive.shared.b64(
-                            T.cuda.cvta_generic_to_shared(T.address_of(bars[S + (i * KTS + n_k - 1) % S])),
-                            T.uint32(1)))
-                    if PAD:
-                        # K tiles past K: keep the ring's protocol (wait for the empty fill, release it)
-                        for kp in T.serial(KTS - n_k):
-                            T.cuda.mbarrier_wait(T.address_of(bars[(i * KTS + n_k + kp) % S]),
-                                                 (i * KTS + n_k + kp) // S % 2)
-                            if lane == 0:
-                                T.evaluate(T.ptx.mbarrier.arrive.shared.b64(T.cuda.cvta_generic_to_shared(
-                                    T.address_of(bars[S + (i * KTS + n_k + kp) % S])), T.uint32(1)))
-                    fence_acc(acc, ACC)
-                    if SPLIT > 1:
-                        tm_, tn_ = T.meta_var(geo.tile_mn(T.truncmod(bid + i * GRID, TILES)))
-                    else:
-                        tm_, tn_ = T.meta_var(geo.tile_mn(bid + i * GRID))
+                    unit_done(acc, bars, i, n_k, lane)
+                    tm_, tn_ = T.meta_var(units.tile(bid, i))
                     tile_m: T.let[T.int32] = tm_
                     tile_n: T.let[T.int32] = tn_
                     # D = C^T: accumulator (row r, col c) of subtile mt is C[tile_m*BM + c, n0 + r]

@@ -1,7 +1,8 @@
 """gemm 21-23: warp specialization (warp_specialized_gemm), persistent tiles (persistent_gemm) and
 thread-block clusters (cluster_gemm): one fp16/bf16 kernel, :func:`ws_kernel`, with one piece turned
 on per step. Its configuration, geometry, loader, wgmma macro and epilogue are gemm 20's
-(gemm_tma.py).
+(gemm_tma.py); its ring (barrier set-up, producer loop, work-unit decoding, the end of a unit) is
+tma_common.py's, which the tf32 kernel of gemm 26 runs too.
 
 gemm 21, warp specialization (``warp_specialized=True``): warpgroup 0 is the producer: it gives
 registers back (``setmaxnreg.dec``) and one thread walks the block's output tiles issuing, per K tile, one TMA
@@ -41,10 +42,10 @@ from dataclasses import dataclass
 from tvm.script import tirx as T
 
 from .common import ceil_div
-from .gemm_tma import Geometry, TmaConfig, make_epilogue, make_loader, make_mma, encode_maps, tma_schedule
+from .gemm_tma import Geometry, TmaConfig, encode_maps, make_epilogue, make_loader, make_mma, tma_schedule
 from .registry import register
-from .tma_common import (WARPGROUP, fence_acc, k_tiles_of, pad_copy_kernel, release_slot, slice_of,
-                         split_sum_kernel)
+from .tma_common import (WARPGROUP, WorkUnits, grouped_tile, pad_copy_kernel, release_slot, ring_barriers,
+                         ring_producer, ring_unit_done, split_sum_kernel)
 from .workloads import Gemm
 
 
@@ -67,18 +68,22 @@ def ws_kernel(wl: Gemm, cfg):
     epilogue = make_epilogue(g)
     load = make_loader(g, CL)
     mma = make_mma(g)
-    # every consumer warpgroup (of every block of the cluster) reads each slot
-    EMPTY_ARRIVALS = NC * CL
     ROW0 = cfg.wg_rows  # rows of consumer warpgroup w start at w * ROW0
-    gc = Geometry(wl, cfg)  # grouped order over cluster rows
-    gc.TM = TM_CL // CL
     # split-K: a work unit is a (cluster tile, K slice) pair, KTS K tiles each (KTS = KT, one
     # slice, without split-K); units slice-major: unit u = slice·CL_TILES + tile (see NOTES).
     # A bmm: a (product, cluster tile) pair, batch-major (u = product·CL_TILES + tile); no split-K
     KTS, SPLIT, BATCH = g.KTS, g.SPLIT, g.BATCH
-    UNITS = CL_TILES * SPLIT * max(1, BATCH)
-    OUTER = SPLIT > 1 or BATCH > 0  # units carry an outer index: their K slice or their product
-    PAD = KTS * SPLIT > KT  # the last slice's last K tiles lie past K: not loaded, not multiplied
+
+    def block_tile(c, rank):  # the grouped order over cluster rows; the block's row in its cluster
+        cm, cn = grouped_tile(c, cfg.group_m, TM_CL // CL, g.TN)
+        return cm * CL + rank, cn
+
+    units = WorkUnits(CL_TILES, CL_GRID, KT, KTS, SPLIT, BATCH, block_tile)
+    PAD = units.PAD  # the last slice's last K tiles lie past K: not loaded, not multiplied
+    # every consumer warpgroup (of every block of the cluster) reads each slot
+    init_ring = ring_barriers(S, NC * CL, CL)
+    produce = ring_producer(units, S, cfg.producer_regs, load)
+    unit_done = ring_unit_done(units, S, CL, g.ACC)
     if SPLIT > 1:
         split_sum, _ = split_sum_kernel(M, N, SPLIT)
     # rows a tensor map cannot describe (pad_operands): copied first into 16-byte-pitched buffers
@@ -88,10 +93,6 @@ def ws_kernel(wl: Gemm, cfg):
     pad_a, AP = pad_copy_kernel(wl.batches * a_rows, a_cols, g.item, DT) if PAD_A else (None, a_cols)
     pad_b, BP = pad_copy_kernel(wl.batches * b_rows, b_cols, g.item, DT) if PAD_B else (None, b_cols)
     batch_dims = wl.a_shape[:-2]
-
-    def block_tile(c, rank):
-        cm, cn = gc.tile_mn(c)
-        return cm * CL + rank, cn
 
     @T.prim_func
     def main(A: T.Buffer(wl.a_shape, DT), B: T.Buffer(wl.b_shape, DT), C: T.Buffer(wl.c_shape, "float32")):
@@ -134,68 +135,23 @@ def ws_kernel(wl: Gemm, cfg):
                 rank = T.meta_var(0)
                 cid = T.meta_var(bid)
             # this block's (cluster) units: cid, cid + CL_GRID, ... (one per block if not persistent)
-            n_tiles: T.let[T.int32] = T.truncdiv(UNITS - 1 - cid, CL_GRID) + 1
-            if tid == 0:
-                for s in T.unroll(S):
-                    T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[s])), T.uint32(1))
-                    T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[S + s])),
-                                                   T.uint32(EMPTY_ARRIVALS))
-                T.ptx.fence.mbarrier_init.release.cluster()
-            if CL > 1:
-                T.cuda.cluster_sync()  # peers' barriers are initialized before anyone multicasts
-            else:
-                T.cuda.cta_sync()
+            n_tiles: T.let[T.int32] = units.count(cid)
+            init_ring(bars, tid)
             if wg == 0:
                 # ---- producer warpgroup: one thread issues every TMA load ----
-                T.ptx["setmaxnreg.dec.sync.aligned.u32"](cfg.producer_regs)
-                if lane == 0:
-                    T.ptx.prefetch.tensormap(T.address_of(A_map))
-                    T.ptx.prefetch.tensormap(T.address_of(B_map))
-                    for i in T.serial(n_tiles):
-                        if OUTER:
-                            tm_, tn_ = T.meta_var(block_tile(T.truncmod(cid + i * CL_GRID, CL_TILES), rank))
-                        else:
-                            tm_, tn_ = T.meta_var(block_tile(cid + i * CL_GRID, rank))
-                        if SPLIT > 1:
-                            k0: T.let[T.int32] = T.truncdiv(cid + i * CL_GRID, CL_TILES) * KTS  # first K tile
-                        if BATCH > 0:
-                            b: T.let[T.int32] = slice_of(cid + i * CL_GRID, CL_TILES, BATCH)  # the unit's product
-                        else:
-                            b = T.meta_var(0)
-                        tile_m: T.let[T.int32] = tm_
-                        tile_n: T.let[T.int32] = tn_
-                        for kt in T.serial(KTS):
-                            it: T.let[T.int32] = i * KTS + kt  # position in the block's stream of K tiles
-                            slot: T.let[T.int32] = it % S
-                            # fill it // S of the slot: wait until fill it // S - 1 was consumed (in every
-                            # block of the cluster); a fresh barrier passes parity 1 at once
-                            T.cuda.mbarrier_wait(T.address_of(bars[S + slot]), it // S % 2 ^ 1)
-                            if SPLIT == 1:
-                                load(A_map, B_map, ring, T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])),
-                                     slot, kt, tile_m, tile_n, rank, b)
-                            elif PAD:
-                                if k0 + kt < KT:
-                                    load(A_map, B_map, ring, T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])),
-                                         slot, k0 + kt, tile_m, tile_n, rank, b)
-                                else:
-                                    # past K: nothing to load; the phase still completes (no bytes)
-                                    T.evaluate(T.ptx.mbarrier.arrive.shared.b64(
-                                        T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])), T.uint32(1)))
-                            else:
-                                load(A_map, B_map, ring, T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])),
-                                     slot, k0 + kt, tile_m, tile_n, rank, b)
+                produce(A_map, B_map, ring, bars, lane, n_tiles, cid, rank)
             else:
                 # ---- consumer warpgroups ----
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
                 w = T.meta_var(wg - 1)
                 for i in T.serial(n_tiles):  # every consumer warpgroup takes its rows of every unit
                     if SPLIT > 1:
-                        part: T.let[T.int32] = slice_of(cid + i * CL_GRID, CL_TILES, SPLIT)  # the unit's K slice
+                        part: T.let[T.int32] = units.outer(cid, i, SPLIT)  # the unit's K slice
                     if BATCH > 0:
-                        part: T.let[T.int32] = slice_of(cid + i * CL_GRID, CL_TILES, BATCH)  # the unit's product
+                        part: T.let[T.int32] = units.outer(cid, i, BATCH)  # the unit's product
                     if PAD:
                         # K tiles of this unit inside K (KTS but in the last slice); the rest: below
-                        n_k: T.let[T.int32] = k_tiles_of(part, KT, KTS)
+                        n_k: T.let[T.int32] = units.k_tiles(part)
                     else:
                         n_k = T.meta_var(KTS)
                     for kt in T.serial(n_k):
@@ -205,21 +161,8 @@ def ws_kernel(wl: Gemm, cfg):
                         T.ptx.wgmma.wait_group.sync.aligned(1)  # K tile kt-1's wgmmas are done: free its slot
                         if T.And(kt > 0, lane == 0):
                             release_slot(bars, S + (it - 1) % S, CL)
-                    T.ptx.wgmma.wait_group.sync.aligned(0)
-                    if lane == 0:
-                        release_slot(bars, S + (i * KTS + n_k - 1) % S, CL)
-                    if PAD:
-                        # K tiles past K: keep the ring's protocol (wait for the empty fill, release it)
-                        for kp in T.serial(KTS - n_k):
-                            T.cuda.mbarrier_wait(T.address_of(bars[(i * KTS + n_k + kp) % S]),
-                                                 (i * KTS + n_k + kp) // S % 2)
-                            if lane == 0:
-                                release_slot(bars, S + (i * KTS + n_k + kp) % S, CL)
-                    fence_acc(acc, g.ACC)
-                    if OUTER:
-                        tm_, tn_ = T.meta_var(block_tile(T.truncmod(cid + i * CL_GRID, CL_TILES), rank))
-                    else:
-                        tm_, tn_ = T.meta_var(block_tile(cid + i * CL_GRID, rank))
+                    unit_done(acc, bars, i, n_k, lane)
+                    tm_, tn_ = T.meta_var(units.tile(cid, i, rank))
                     tile_m: T.let[T.int32] = tm_
                     tile_n: T.let[T.int32] = tn_
                     # the producer is already filling the ring with the next unit's K tiles

@@ -5,6 +5,21 @@ transposition), and the warp-specialized ring that the fp16/bf16 and the tf32 ke
 
 They are plain Python helpers returning TIR expressions or ``T.macro`` bodies, so sizes stay
 compile-time constants and the simplifier sees the loop ranges.
+
+The warp-specialized ring (gemm 21-23, gemm 26): ``stages`` shared-memory slots, each guarded by a
+*full* barrier (bars[slot]: one arrival, the producer's ``expect_tx``, plus the bytes its TMA loads
+complete) and an *empty* barrier (bars[stages + slot]: one arrival per consumer warpgroup, of
+every block of the cluster). Everything is in closed form: K tile ``it`` of a block's stream (it =
+unit index · K tiles per unit + kt) goes to slot it % stages with parity it // stages % 2.
+
+* :func:`ring_barriers`: both barriers of every slot initialised, then a block (or cluster) sync;
+* :class:`WorkUnits`: a block's work units (cid, cid + grid, ...) and how each is decoded into its
+  output tile, its K slice (split-K) or product (bmm), and its first K tile;
+* :func:`ring_producer`: the producer warpgroup: one thread walks the units issuing each K tile's
+  TMA loads once its slot is empty (past the end of K: an arrival without bytes);
+* :func:`ring_unit_done` and :func:`release_slot`: the consumers' side of the protocol: release a
+  slot (in every block of the cluster), and at the end of a unit wait for its last wgmmas, release
+  its last slot and pass the slots of K tiles past K.
 """
 
 from __future__ import annotations
@@ -240,3 +255,151 @@ def tma_launch(cfg, wl: Gemm) -> Launch:
                   threads_from="128 × (consumers + producer warpgroup)", shared_from="block tiles × stages",
                   dynamic_shared=True)
 
+
+
+# ------------------------------------------------------------------------------------------------
+# the warp-specialized ring (gemm 21-23 and gemm 26): barriers, work units, producer, unit end
+# ------------------------------------------------------------------------------------------------
+def grouped_tile(t, group_m: int, TM: int, TN: int):
+    """(tile row, tile column) of tile ``t`` in the grouped order of a TM × TN tile grid:
+    ``group_m`` tile rows of one column group run together (gemm_wgmma's order)."""
+    GM = group_m
+    first_m = t // (GM * TN) * GM
+    rows = T.min(TM - first_m, GM)
+    # everything is non-negative: C division (truncdiv) instead of TIR's floordiv, whose
+    # sign fix-ups the simplifier cannot drop for the runtime divisor ``rows``
+    return (first_m + T.truncmod(t % (GM * TN), rows), T.truncdiv(t % (GM * TN), rows))
+
+
+class WorkUnits:
+    """The work units of a warp-specialized kernel and how a block decodes them (plain Python
+    returning TIR expressions). A unit is an output tile (of a cluster: ``tile_of`` maps a cluster
+    tile and the block's rank in the cluster to the block's tile), with split-K a (tile, K slice)
+    pair, in a bmm a (product, tile) pair; units are outer-major (u = slice·tiles + tile, or
+    product·tiles + tile), every unit ``KTS`` K tiles long. The block (cluster) whose first unit is
+    ``first`` takes units first, first + stride, ... (one unit each if not persistent)."""
+
+    def __init__(self, tiles: int, stride: int, KT: int, KTS: int, splits: int, batch: int, tile_of):
+        self.TILES, self.STRIDE = tiles, stride
+        self.KT, self.KTS, self.SPLIT, self.BATCH = KT, KTS, splits, batch
+        self.COUNT = tiles * splits * max(1, batch)
+        self.OUTER = splits > 1 or batch > 0  # units carry an outer index: their K slice or their product
+        self.PAD = KTS * splits > KT  # the last slice's last K tiles lie past K: not loaded, not multiplied
+        self.tile_of = tile_of
+
+    def count(self, first):
+        """Units of the block whose first unit is ``first``."""
+        return T.truncdiv(self.COUNT - 1 - first, self.STRIDE) + 1
+
+    def unit(self, first, i):
+        return first + i * self.STRIDE
+
+    def tile(self, first, i, rank=0):
+        """(tile_m, tile_n) of the block's ``i``-th unit."""
+        u = self.unit(first, i)
+        return self.tile_of(T.truncmod(u, self.TILES) if self.OUTER else u, rank)
+
+    def k0(self, first, i):
+        """The first K tile of the ``i``-th unit's K slice (split-K)."""
+        return T.truncdiv(self.unit(first, i), self.TILES) * self.KTS
+
+    def outer(self, first, i, parts: int):
+        """The ``i``-th unit's K slice (``parts`` = slices) or product (``parts`` = batch)."""
+        return slice_of(self.unit(first, i), self.TILES, parts)
+
+    def k_tiles(self, part):
+        """K tiles of slice ``part`` inside K (split-K with a ragged last slice)."""
+        return k_tiles_of(part, self.KT, self.KTS)
+
+
+def ring_barriers(S: int, empty_arrivals: int, CL: int = 1):
+    """A macro: thread 0 initialises the ring's barriers, ``bars[0:S]`` *full* (one arrival: the
+    producer's expect_tx) and ``bars[S:2S]`` *empty* (``empty_arrivals``: every consumer
+    warpgroup of every block of the cluster), then the block (cluster: peers' barriers are
+    initialized before anyone multicasts) synchronises."""
+
+    @T.macro
+    def init(bars, tid):
+        if tid == 0:
+            for s in T.unroll(S):
+                T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[s])), T.uint32(1))
+                T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[S + s])),
+                                               T.uint32(empty_arrivals))
+            T.ptx.fence.mbarrier_init.release.cluster()
+        if CL > 1:
+            T.cuda.cluster_sync()  # peers' barriers are initialized before anyone multicasts
+        else:
+            T.cuda.cta_sync()
+
+    return init
+
+
+def ring_producer(units: WorkUnits, S: int, producer_regs: int, load, full_let: bool = False):
+    """A macro: the producer warpgroup. It gives registers back (``setmaxnreg.dec``) and one thread
+    walks the block's units issuing, per K tile, ``load(A_map, B_map, ring, full barrier, slot,
+    K tile, tile_m, tile_n, rank, product)`` (the kernel's TMA loads, announcing their bytes on the
+    full barrier) once the slot's previous fill was consumed; K tiles past K (split-K) load nothing
+    and only arrive. ``full_let``: the full barrier's address bound to a name first."""
+    KTS, KT, SPLIT, BATCH, PAD = units.KTS, units.KT, units.SPLIT, units.BATCH, units.PAD
+
+    @T.macro
+    def produce(A_map, B_map, ring, bars, lane, n_tiles, first, rank):
+        T.ptx["setmaxnreg.dec.sync.aligned.u32"](producer_regs)
+        if lane == 0:
+            T.ptx.prefetch.tensormap(T.address_of(A_map))
+            T.ptx.prefetch.tensormap(T.address_of(B_map))
+            for i in T.serial(n_tiles):
+                tm_, tn_ = T.meta_var(units.tile(first, i, rank))
+                if SPLIT > 1:
+                    k0: T.let[T.int32] = units.k0(first, i)  # first K tile
+                if BATCH > 0:
+                    b: T.let[T.int32] = units.outer(first, i, BATCH)  # the unit's product
+                else:
+                    b = T.meta_var(0)
+                tile_m: T.let[T.int32] = tm_
+                tile_n: T.let[T.int32] = tn_
+                for kt in T.serial(KTS):
+                    it: T.let[T.int32] = i * KTS + kt  # position in the block's stream of K tiles
+                    slot: T.let[T.int32] = it % S
+                    if full_let:
+                        full_u32: T.let[T.uint32] = T.cuda.cvta_generic_to_shared(T.address_of(bars[slot]))
+                    else:
+                        full_u32 = T.meta_var(T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])))
+                    # fill it // S of the slot: wait until fill it // S - 1 was consumed (in every
+                    # block of the cluster); a fresh barrier passes parity 1 at once
+                    T.cuda.mbarrier_wait(T.address_of(bars[S + slot]), it // S % 2 ^ 1)
+                    if SPLIT == 1:
+                        load(A_map, B_map, ring, full_u32, slot, kt, tile_m, tile_n, rank, b)
+                    elif PAD:
+                        if k0 + kt < KT:
+                            load(A_map, B_map, ring, full_u32, slot, k0 + kt, tile_m, tile_n, rank, b)
+                        else:
+                            # past K: nothing to load; the phase still completes (no bytes)
+                            T.evaluate(T.ptx.mbarrier.arrive.shared.b64(full_u32, T.uint32(1)))
+                    else:
+                        load(A_map, B_map, ring, full_u32, slot, k0 + kt, tile_m, tile_n, rank, b)
+
+    return produce
+
+
+def ring_unit_done(units: WorkUnits, S: int, CL: int, n_acc: int):
+    """A macro ending a consumer warpgroup's unit ``i`` after its ``n_k`` K tiles: wait for its
+    last wgmmas, release the last slot, pass the slots of the K tiles past K (split-K: wait for
+    their empty fill and release them, keeping the ring's protocol), fence the accumulators."""
+    KTS, PAD = units.KTS, units.PAD
+
+    @T.macro
+    def done(acc, bars, i, n_k, lane):
+        T.ptx.wgmma.wait_group.sync.aligned(0)
+        if lane == 0:
+            release_slot(bars, S + (i * KTS + n_k - 1) % S, CL)
+        if PAD:
+            # K tiles past K: keep the ring's protocol (wait for the empty fill, release it)
+            for kp in T.serial(KTS - n_k):
+                T.cuda.mbarrier_wait(T.address_of(bars[(i * KTS + n_k + kp) % S]),
+                                     (i * KTS + n_k + kp) // S % 2)
+                if lane == 0:
+                    release_slot(bars, S + (i * KTS + n_k + kp) % S, CL)
+        fence_acc(acc, n_acc)
+
+    return done
