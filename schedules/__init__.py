@@ -1,6 +1,8 @@
 """Pure TVM schedule builders: workloads, the optimization steps, and the registry that lists them."""
 
-from . import best, gemm, gemm_fast, gemm_tma, gemm_wgmma, gemv, tuned  # noqa: F401  (registers the steps)
+# the step modules (importing them registers the steps)
+from . import best, gemm, gemm_fast, gemm_tma, gemm_tma_tf32, gemm_tma_ws, gemm_wgmma, gemm_wmma  # noqa: F401
+from . import gemv, tuned  # noqa: F401
 from .errors import ScheduleParamError
 from .registry import Launch, ScheduleSpec, all_schedules, get, register
 from .workloads import LAYOUTS, Gemm, Gemv, GemvT, parse_shape, parse_workload

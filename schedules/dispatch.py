@@ -223,7 +223,8 @@ def _pad_us(wl, cfg, gpu, cal) -> float:
 
 
 def fp16_candidates(wl):
-    from .gemm_tma import PersistentConfig, TmaLoadConfig
+    from .gemm_tma import TmaLoadConfig
+    from .gemm_tma_ws import PersistentConfig
     from .gemm_wgmma import WgmmaConfig
 
     out = []
@@ -245,7 +246,7 @@ def fp16_candidates(wl):
 
 
 def tf32_candidates(wl):
-    from .gemm_tma import Tf32TmaConfig
+    from .gemm_tma_tf32 import Tf32TmaConfig
     from .gemm_wgmma import Tf32WgmmaConfig
 
     out = []

@@ -1,0 +1,241 @@
+"""gemm 21-23: warp specialization (warp_specialized_gemm), persistent tiles (persistent_gemm) and
+thread-block clusters (cluster_gemm): one fp16/bf16 kernel, :func:`ws_kernel`, with one piece turned
+on per step. Its configuration, geometry, loader, wgmma macro and epilogue are gemm 20's
+(gemm_tma.py); its ring (barrier set-up, producer loop, work-unit decoding, the end of a unit) is
+tma_common.py's, which the tf32 kernel of gemm 26 runs too.
+
+gemm 21, warp specialization (``warp_specialized=True``): warpgroup 0 is the producer: it gives
+registers back (``setmaxnreg.dec``) and one thread walks the block's output tiles issuing, per K tile, one TMA
+load of the A tile (block_m × 64, 128-byte swizzle) and block_n/64 loads of 64-column B panels into
+a ring of ``stages`` slots, each guarded by a *full* barrier (TMA completes its byte count) and an
+*empty* barrier (one arrival per consumer warpgroup). Warpgroups 1..consumers take registers
+(``setmaxnreg.inc``), wait on *full*, issue ``wgmma.mma_async`` on descriptors of the slot, keep one
+K tile's wgmmas in flight and release the previous slot after ``wgmma.wait_group 1``; at the end of
+a tile they store their fp32 accumulators straight to C while the producer already fills the ring
+for the next tile. gemm 22, ``persistent=True``, launches ``min(SMs, tiles)`` blocks that stride over the
+tiles in grouped order (``group_m`` block-rows per group); ``False`` launches one block per tile.
+(A "pingpong" variant, the two consumer warpgroups taking whole tiles in turn so that one stores
+while the other computes, hung on an H200 in its first trial: a warpgroup that skips the other's
+tiles meets ring barriers two phases on, which a parity wait cannot tell apart. It is left out.)
+
+gemm 23, ``cluster_m=2``: blocks pair up in 2×1 clusters along M (same block column); each block
+loads its own A tile and half of the B panels and multicasts the B half to both blocks, so B is
+read from L2 once per pair.
+
+``split_k=s`` (warp-specialized and tf32 kernels): for few output tiles and a long K. The work units
+become (output tile, K slice) pairs, ``s`` slices of ceil(KT / s) K tiles each (slices that would
+start past K are dropped); the grid walks the units slice-major (unit = slice · tiles + tile, the
+tiles of one slice in the grouped order: units that run together read the same A and B panels, as
+without split-K). Every unit walks the same number of K tiles, so the ring's stream position
+``it = unit index · KTS + kt`` stays uniform: K tiles past the end of K are not loaded (the producer
+arrives on the full barrier without bytes) and not multiplied (the consumers wait and release).
+Each unit stores its fp32 partial tile into a workspace P[s, M, N], a ``scope="global"`` buffer of
+the host part, which TVM allocates on every call from the device's workspace pool
+(``TVMBackendAllocWorkspace``); a second kernel in the same PrimFunc sums the slices into C. With
+``split_k=1`` the generated CUDA is the same as without the option.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm.script import tirx as T
+
+from .common import ceil_div
+from .gemm_tma import Geometry, TmaConfig, encode_maps, make_epilogue, make_loader, make_mma, tma_schedule
+from .registry import register
+from .tma_common import (WARPGROUP, WorkUnits, grouped_tile, pad_copy_kernel, release_slot, ring_barriers,
+                         ring_producer, ring_unit_done, split_sum_kernel)
+from .workloads import Gemm
+
+
+# ------------------------------------------------------------------------------------------------
+# gemm 21-23: warp-specialized producer/consumers, persistent grid, optional 2x1 cluster
+# ------------------------------------------------------------------------------------------------
+def ws_kernel(wl: Gemm, cfg):
+    g = Geometry(wl, cfg)
+    M, N, K, DT = wl.M, wl.N, wl.K, wl.dtype
+    BM, BK, S, KT = g.BM, g.BK, g.S, g.KT
+    NC = cfg.consumers
+    THREADS = cfg.threads
+    CL = cfg.cluster_m
+    TM_CL = ceil_div(g.TM, CL) * CL  # tile rows rounded up to whole clusters
+    CL_TILES = TM_CL * g.TN // CL  # cluster tiles: CL vertically adjacent block tiles
+    GRID = g.GRID
+    CL_GRID = GRID // CL
+    L2 = cfg.l2_promotion
+    g.rows_padded = TM_CL != g.TM
+    epilogue = make_epilogue(g)
+    load = make_loader(g, CL)
+    mma = make_mma(g)
+    ROW0 = cfg.wg_rows  # rows of consumer warpgroup w start at w * ROW0
+    # split-K: a work unit is a (cluster tile, K slice) pair, KTS K tiles each (KTS = KT, one
+    # slice, without split-K); units slice-major: unit u = slice·CL_TILES + tile (see NOTES).
+    # A bmm: a (product, cluster tile) pair, batch-major (u = product·CL_TILES + tile); no split-K
+    KTS, SPLIT, BATCH = g.KTS, g.SPLIT, g.BATCH
+
+    def block_tile(c, rank):  # the grouped order over cluster rows; the block's row in its cluster
+        cm, cn = grouped_tile(c, cfg.group_m, TM_CL // CL, g.TN)
+        return cm * CL + rank, cn
+
+    units = WorkUnits(CL_TILES, CL_GRID, KT, KTS, SPLIT, BATCH, block_tile)
+    PAD = units.PAD  # the last slice's last K tiles lie past K: not loaded, not multiplied
+    # every consumer warpgroup (of every block of the cluster) reads each slot
+    init_ring = ring_barriers(S, NC * CL, CL)
+    produce = ring_producer(units, S, cfg.producer_regs, load)
+    unit_done = ring_unit_done(units, S, CL, g.ACC)
+    if SPLIT > 1:
+        split_sum, _ = split_sum_kernel(M, N, SPLIT)
+    # rows a tensor map cannot describe (pad_operands): copied first into 16-byte-pitched buffers
+    # (every row of every product of a bmm; the rows of the operand as stored)
+    (a_rows, a_cols), (b_rows, b_cols) = wl.a_shape[-2:], wl.b_shape[-2:]
+    PAD_A, PAD_B = cfg.copied(wl)
+    pad_a, AP = pad_copy_kernel(wl.batches * a_rows, a_cols, g.item, DT) if PAD_A else (None, a_cols)
+    pad_b, BP = pad_copy_kernel(wl.batches * b_rows, b_cols, g.item, DT) if PAD_B else (None, b_cols)
+    batch_dims = wl.a_shape[:-2]
+
+    @T.prim_func
+    def main(A: T.Buffer(wl.a_shape, DT), B: T.Buffer(wl.b_shape, DT), C: T.Buffer(wl.c_shape, "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        if PAD_A:  # workspaces from the device's pool, like split-K's partials below
+            A_pad = T.alloc_buffer(batch_dims + (a_rows, AP), DT, scope="global")
+            pad_a(A, A_pad)
+        if PAD_B:
+            B_pad = T.alloc_buffer(batch_dims + (b_rows, BP), DT, scope="global")
+            pad_b(B, B_pad)
+        A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        a_enc, b_enc = T.meta_var(encode_maps(g, (A_pad if PAD_A else A).data, (B_pad if PAD_B else B).data,
+                                        A_map, B_map, AP, BP))
+        T.evaluate(a_enc)
+        T.evaluate(b_enc)
+        if SPLIT > 1:
+            # the partial products: a global buffer of the host part, i.e. TVMBackendAllocWorkspace
+            # (the device's workspace pool) on every call, freed after the second kernel
+            P = T.alloc_buffer((SPLIT, M, N), "float32", scope="global")
+        with T.launch_thread("blockIdx.x", GRID) as bid:
+            if CL > 1:
+                crank = T.launch_thread("clusterCtaIdx.x", CL)  # -> cuLaunchKernelEx cluster dims
+            tid = T.launch_thread("threadIdx.x", THREADS)
+            # __maxnreg__(launch_regs): setmaxnreg needs a known register count at entry, and the
+            # budgets assume the full share (ptxas otherwise starts a light kernel with fewer, and the
+            # consumers' setmaxnreg.inc then waits for registers the producer never frees)
+            T.attr(0, "tirx.max_registers", cfg.launch_regs)
+            smem = T.alloc_buffer((g.RING_BYTES + 1024,), "uint8", scope="shared.dyn")
+            bars = T.alloc_buffer((2 * S,), "uint64", scope="shared", align=8)  # full[0:S], empty[S:2S]
+            acc = T.alloc_buffer((g.ACC,), "float32", scope="local")
+            ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
+                                                  T.uint32(0xFFFFFC00))
+            wg = T.meta_var(tid // WARPGROUP)
+            lane = T.meta_var(tid % WARPGROUP)
+            if CL > 1:
+                rank = T.meta_var(crank)
+                cid = T.meta_var(bid // CL)
+            else:
+                rank = T.meta_var(0)
+                cid = T.meta_var(bid)
+            # this block's (cluster) units: cid, cid + CL_GRID, ... (one per block if not persistent)
+            n_tiles: T.let[T.int32] = units.count(cid)
+            init_ring(bars, tid)
+            if wg == 0:
+                # ---- producer warpgroup: one thread issues every TMA load ----
+                produce(A_map, B_map, ring, bars, lane, n_tiles, cid, rank)
+            else:
+                # ---- consumer warpgroups ----
+                T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
+                w = T.meta_var(wg - 1)
+                for i in T.serial(n_tiles):  # every consumer warpgroup takes its rows of every unit
+                    if SPLIT > 1:
+                        part: T.let[T.int32] = units.outer(cid, i, SPLIT)  # the unit's K slice
+                    if BATCH > 0:
+                        part: T.let[T.int32] = units.outer(cid, i, BATCH)  # the unit's product
+                    if PAD:
+                        # K tiles of this unit inside K (KTS but in the last slice); the rest: below
+                        n_k: T.let[T.int32] = units.k_tiles(part)
+                    else:
+                        n_k = T.meta_var(KTS)
+                    for kt in T.serial(n_k):
+                        it: T.let[T.int32] = i * KTS + kt
+                        T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
+                        mma(acc, ring, it % S, w * ROW0, kt)  # kt == 0: scale-d 0 starts the unit's sum
+                        T.ptx.wgmma.wait_group.sync.aligned(1)  # K tile kt-1's wgmmas are done: free its slot
+                        if T.And(kt > 0, lane == 0):
+                            release_slot(bars, S + (it - 1) % S, CL)
+                    unit_done(acc, bars, i, n_k, lane)
+                    tm_, tn_ = T.meta_var(units.tile(cid, i, rank))
+                    tile_m: T.let[T.int32] = tm_
+                    tile_n: T.let[T.int32] = tn_
+                    # the producer is already filling the ring with the next unit's K tiles
+                    if SPLIT > 1:
+                        epilogue(P, acc, tile_m, tile_n, w * ROW0, lane, part)
+                    elif BATCH > 0:
+                        epilogue(C, acc, tile_m, tile_n, w * ROW0, lane, part)
+                    else:
+                        epilogue(C, acc, tile_m, tile_n, w * ROW0, lane)
+            if CL > 1:
+                # no block leaves while a peer may still multicast into it or arrive on its barriers
+                T.cuda.cluster_sync()
+        if SPLIT > 1:
+            split_sum(P, C)
+
+    return main
+
+
+# ------------------------------------------------------------------------------------------------
+# the registered steps: one structure, one piece turned on at a time
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WarpSpecializedConfig(TmaConfig):
+    persistent: bool = False
+    step_name = "warp_specialized_gemm"
+
+
+@register("warp_specialized_gemm", "gemm", WarpSpecializedConfig, aliases=("warp_specialized",), tags=("float16",))
+def warp_specialized_gemm(wl: Gemm, cfg: WarpSpecializedConfig = WarpSpecializedConfig()):
+    """Warp specialization: a producer warpgroup that only issues TMA loads and two consumer
+    warpgroups that only wait and run wgmma, handing ring slots back and forth through full and
+    empty mbarriers (4 slots); ``setmaxnreg`` moves registers from the producer (40 per thread) to
+    the consumers (232).
+
+    tma_gemm's warps still took turns: every K tile ended in a ``__syncthreads`` before thread 0
+    could refill the slot. Here nobody waits for everybody: the producer refills a slot as soon as
+    both consumers have released it, and the consumers never touch the copies. The registers the
+    producer does not need become accumulator room for the consumers.
+    """
+    return tma_schedule(wl, cfg)
+
+
+@dataclass(frozen=True)
+class PersistentConfig(TmaConfig):
+    step_name = "persistent_gemm"
+
+
+@register("persistent_gemm", "gemm", PersistentConfig, aliases=("persistent",), tags=("float16",))
+def persistent_gemm(wl: Gemm, cfg: PersistentConfig = PersistentConfig()):
+    """Persistent tiles: warp_specialized_gemm with one block per SM that walks the output tiles in
+    grouped order (8 block-rows per group), its producer loading the next tile's K tiles while the
+    consumers store the current tile's accumulators.
+
+    One block per tile paid a block launch, a barrier initialisation and an empty ring per tile,
+    and its epilogue left the copy engine idle; a persistent block keeps its ring full across tile
+    boundaries, so the next tile's first wgmmas find their operands waiting.
+    """
+    return tma_schedule(wl, cfg)
+
+
+@dataclass(frozen=True)
+class ClusterConfig(TmaConfig):
+    cluster_m: int = 2
+    step_name = "cluster_gemm"
+
+
+@register("cluster_gemm", "gemm", ClusterConfig, aliases=("cluster",), tags=("float16",))
+def cluster_gemm(wl: Gemm, cfg: ClusterConfig = ClusterConfig()):
+    """Thread-block clusters: persistent_gemm with blocks paired in 2 × 1 clusters along M; the two
+    blocks share a B tile, each loads half of its panels and multicasts them into both blocks'
+    shared memory (``.multicast::cluster``), and a slot is released in both blocks.
+
+    B is then read from L2 once per pair instead of twice: half the B traffic between L2 and the
+    SMs, which matters where that traffic, not the tensor cores, sets the pace.
+    """
+    return tma_schedule(wl, cfg)

@@ -1,0 +1,405 @@
+"""Pieces shared by the Hopper TMA steps, gemm 20-23 (gemm_tma.py, gemm_tma_ws.py) and gemm 26
+(gemm_tma_tf32.py): the 128-byte swizzle constants, TMA loads and tensor-map encoding, the
+accumulator fence, split-K's bookkeeping and second kernel, the operand copy kernels (padding,
+transposition), and the warp-specialized ring that the fp16/bf16 and the tf32 kernels both run.
+
+They are plain Python helpers returning TIR expressions or ``T.macro`` bodies, so sizes stay
+compile-time constants and the simplifier sees the loop ranges.
+
+The warp-specialized ring (gemm 21-23, gemm 26): ``stages`` shared-memory slots, each guarded by a
+*full* barrier (bars[slot]: one arrival, the producer's ``expect_tx``, plus the bytes its TMA loads
+complete) and an *empty* barrier (bars[stages + slot]: one arrival per consumer warpgroup, of
+every block of the cluster). Everything is in closed form: K tile ``it`` of a block's stream (it =
+unit index · K tiles per unit + kt) goes to slot it % stages with parity it // stages % 2.
+
+* :func:`ring_barriers`: both barriers of every slot initialised, then a block (or cluster) sync;
+* :class:`WorkUnits`: a block's work units (cid, cid + grid, ...) and how each is decoded into its
+  output tile, its K slice (split-K) or product (bmm), and its first K tile;
+* :func:`ring_producer`: the producer warpgroup: one thread walks the units issuing each K tile's
+  TMA loads once its slot is empty (past the end of K: an arrival without bytes);
+* :func:`ring_unit_done` and :func:`release_slot`: the consumers' side of the protocol: release a
+  slot (in every block of the cluster), and at the end of a unit wait for its last wgmmas, release
+  its last slot and pass the slots of K tiles past K.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tvm.script import tirx as T
+
+from .common import ceil_div, current_gpu
+from .errors import ScheduleParamError
+from .registry import Launch
+from .workloads import Gemm, itemsize
+
+ROW_BYTES = 128  # one K-tile row of A, one K row of a B panel: the 128-byte swizzle atom
+SWIZZLE_128B = 3  # CUtensorMapSwizzle: CU_TENSOR_MAP_SWIZZLE_128B
+DESC_SWIZZLE_128B = 1  # wgmma descriptor layout_type (bits 62-63): 1 = 128-byte swizzle
+WARPGROUP = 128
+ITEMSIZE = {"float16": 2, "bfloat16": 2}
+PTX_TYPE = {"float16": "f16", "bfloat16": "bf16"}
+
+
+def sms_of(cfg) -> int:
+    return cfg.sms or current_gpu().sms
+
+
+# --- split-K (both configurations) ----------------------------------------------------------------
+def split_k_tiles(cfg, K: int) -> tuple[int, int]:
+    k_tiles = ceil_div(K, cfg.block_k)
+    per_unit = ceil_div(k_tiles, max(1, cfg.split_k))
+    return per_unit, ceil_div(k_tiles, per_unit)
+
+
+def split_slices(cfg, K: int | None) -> int:
+    if cfg.split_k == 1:
+        return 1
+    if K is None:
+        raise ValueError(f"{cfg.step_name}: the grid of split_k={cfg.split_k} depends on K: grid(M, N, K)")
+    return split_k_tiles(cfg, K)[1]
+
+
+def slice_of(unit, tiles: int, splits: int):
+    """The K slice of work unit ``unit`` (units are slice-major: unit = slice · tiles + tile). The
+    min changes nothing (units < tiles · splits); it bounds the slice for the device passes, which
+    must prove the ring offsets computed from it non-negative."""
+    return T.min(T.truncdiv(unit, tiles), splits - 1)
+
+
+def k_tiles_of(part, k_tiles: int, per_unit: int):
+    """K tiles of slice ``part`` that lie inside K: ``per_unit`` but in the last slice. At least 1
+    (slices starting past K are dropped, see split_k_tiles); the bound, again, is for the device passes."""
+    return T.max(T.min(k_tiles - part * per_unit, per_unit), 1)
+
+
+def split_workspace_bytes(cfg, wl: Gemm) -> int:
+    slices = split_slices(cfg, wl.K)
+    return 4 * slices * wl.M * wl.N if slices > 1 else 0
+
+
+def check_split_k(cfg, wl: Gemm):
+    name, K = cfg.step_name, wl.K
+    k_tiles = ceil_div(K, cfg.block_k)
+    if cfg.split_k < 1:
+        raise ScheduleParamError(f"{name}: split_k must be ≥ 1, got {cfg.split_k}")
+    if cfg.split_k > k_tiles:
+        raise ScheduleParamError(f"{name}: split_k={cfg.split_k} exceeds the {k_tiles} K tiles of "
+                                 f"{cfg.block_k} (K={K})")
+    slices = split_slices(cfg, K)
+    if slices > 1 and slices * wl.M * wl.N >= 2**31:
+        raise ScheduleParamError(f"{name}: the split-K workspace ({slices} x {wl.M} x {wl.N} floats) "
+                                 f"needs 64-bit indices; lower split_k")
+
+
+# ``T.cuda.wgmma.noop_barrier(reg)`` (TVM 0.27) fails on a buffer element ("'TensorLoad' object
+# has no attribute 'dtype'", backend/cuda/cpp/asm.py:417) and its helper takes the register *by
+# value*, which fences a copy. CUTLASS's warpgroup_fence_operand is a macro on the variable itself:
+_FENCE_SRC = '#define TMA_GEMM_FENCE_F32(x) asm volatile("" : "+f"(x) :: "memory")\n'
+
+
+def fence_acc(acc, n):
+    """Tie the accumulator registers to this point (no read or write of them moves across)."""
+    for i in range(n):
+        T.evaluate(T.cuda.func_call("TMA_GEMM_FENCE_F32", acc[i], source_code=_FENCE_SRC))
+
+
+def tma_load(tmap, dst_u32, bar_u32, *coords):
+    """One TMA tile load (coordinates innermost first: 2 for a matrix, 3 with a batch), completing
+    on ``bar``."""
+    return T.ptx[f"cp.async.bulk.tensor.{len(coords)}d.shared::cluster.global.mbarrier::complete_tx::bytes"](
+        dst_u32, T.address_of(tmap), *coords, bar_u32)
+
+
+def tma_multicast(tmap, dst_u32, bar_u32, mask, *coords):
+    """TMA load written to (and completing on the barrier at the same offset in) every CTA of
+    ``mask`` in the cluster."""
+    return T.ptx[f"cp.async.bulk.tensor.{len(coords)}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster"](dst_u32, T.address_of(tmap), *coords, bar_u32, T.uint16(mask))
+
+
+def encode_map(tmap, data, dims, box, item: int, DT: str, L2: int, **kw):
+    """Encode a tensor map (host side) of a row-major array of ``dims`` elements, innermost
+    first (inner, rows[, batch]), read in boxes of ``box`` (the batch box is 1), 128-byte swizzle."""
+    strides = [dims[0] * item * math.prod(dims[1:i]) for i in range(1, len(dims))]
+    box = tuple(box) + (1,) * (len(dims) - len(box))
+    return T.tensormap_encode_tiled(tmap, data, *dims, *strides, *box, *([1] * len(dims)),
+                                    descriptor_dtype=DT, rank=len(dims), swizzle=SWIZZLE_128B,
+                                    l2_promotion=L2, **kw)
+
+
+SUM_THREADS = 128  # threads per block of split-K's second kernel
+
+
+def split_sum_kernel(M: int, N: int, SPLIT: int):
+    """(macro, blocks): split-K's second kernel, ``C = Σ_s P[s]`` over the fp32 partial products
+    P[SPLIT, M, N]. C and P are contiguous, so the sum runs over the flat M·N outputs: one thread
+    per ``V`` = 4 consecutive outputs (2 or 1 where M·N is not a multiple of 4: never for the
+    shapes a tensor map takes), 16-byte loads and stores, consecutive threads on consecutive
+    vectors (coalesced), the slices summed in order (deterministic); one guard where the last
+    block is partial. Every partial was written by the first kernel (every unit stores its whole
+    tile, bounds-checked like C), and P lives in L2 for the shapes split-K is for."""
+    MN = M * N
+    V = 4 if MN % 4 == 0 else 2 if MN % 2 == 0 else 1
+    E = MN // V
+    BLOCKS = ceil_div(E, SUM_THREADS)
+    GUARD = E % SUM_THREADS != 0
+
+    @T.macro
+    def split_sum(P, C):
+        with T.launch_thread("blockIdx.x", BLOCKS) as sum_bid:
+            sum_tid = T.launch_thread("threadIdx.x", SUM_THREADS)
+            total = T.alloc_buffer((V,), "float32", scope="local")
+            P_flat = T.decl_buffer((SPLIT * MN,), "float32", data=P.data)
+            C_flat = T.decl_buffer((MN,), "float32", data=C.data)
+            if (sum_bid * SUM_THREADS + sum_tid < E) if GUARD else True:
+                for v in T.vectorized(V):
+                    total[v] = P_flat[(sum_bid * SUM_THREADS + sum_tid) * V + v]
+                for s in T.unroll(1, SPLIT):
+                    for v in T.vectorized(V):
+                        total[v] = total[v] + P_flat[s * MN + (sum_bid * SUM_THREADS + sum_tid) * V + v]
+                for v in T.vectorized(V):
+                    C_flat[(sum_bid * SUM_THREADS + sum_tid) * V + v] = total[v]
+
+    return split_sum, BLOCKS
+
+
+PAD_THREADS = 256
+
+
+def pad_copy_kernel(rows: int, cols: int, item: int, DT: str):
+    """(macro, padded columns): a kernel copying a ``rows × cols`` row-major matrix into a buffer
+    whose rows are a whole number of 16 bytes, the extra columns zero. A tensor map needs a row
+    pitch that is a multiple of 16 bytes; a matrix whose rows are not (K or N not a multiple of 8
+    for 16-bit types, of 4 for fp32) is copied once into such a buffer (``pad_operands``), and the
+    TMA kernel reads the copy. One thread per 16 bytes of the copy: element loads (the source rows
+    start anywhere), one 16-byte store. ``rows`` counts every row of the array (a batch of
+    matrices: batch × rows each), read through a flat view of ``src``."""
+    V = 16 // item
+    cols_pad = ceil_div(cols, V) * V
+    VECS = rows * cols_pad // V
+    BLOCKS = ceil_div(VECS, PAD_THREADS)
+
+    @T.macro
+    def pad(src, dst):
+        with T.launch_thread("blockIdx.x", BLOCKS) as pbid:
+            ptid = T.launch_thread("threadIdx.x", PAD_THREADS)
+            piece = T.alloc_buffer((V,), DT, scope="local")
+            dst_flat = T.decl_buffer((rows * cols_pad,), DT, data=dst.data)
+            src_flat = T.decl_buffer((rows * cols,), DT, data=src.data)
+            if pbid * PAD_THREADS + ptid < VECS:
+                for v in T.unroll(V):
+                    piece[v] = T.if_then_else(
+                        (pbid * PAD_THREADS + ptid) % (cols_pad // V) * V + v < cols,
+                        src_flat[(pbid * PAD_THREADS + ptid) // (cols_pad // V) * cols
+                                 + T.min((pbid * PAD_THREADS + ptid) % (cols_pad // V) * V + v, cols - 1)],
+                        T.cast(0, DT))
+                for v in T.vectorized(V):
+                    dst_flat[(pbid * PAD_THREADS + ptid) * V + v] = piece[v]
+
+    return pad, cols_pad
+
+
+TRANSPOSE_TILE = 32
+
+
+def transpose_kernel(rows: int, cols: int, item: int, DT: str):
+    """(macro, padded rows): a kernel writing the transpose of a ``rows × cols`` row-major matrix
+    into a ``cols × rows_pad`` one (``rows_pad``: rows rounded up to 16 bytes, the extra columns
+    zero), for an operand a kernel can only read in the other major order (tf32 wgmma takes its
+    shared-memory operand k-major only). The classic tiled transpose: a 32×32 tile read along the
+    source rows and written along the destination rows, both coalesced, through shared memory
+    padded by one column (no bank conflicts); 32×8 threads, four elements each."""
+    TT = TRANSPOSE_TILE
+    V = 16 // item
+    rows_pad = ceil_div(rows, V) * V
+    RB, CB = ceil_div(rows_pad, TT), ceil_div(cols, TT)
+
+    @T.macro
+    def transpose(src, dst):
+        with T.launch_thread("blockIdx.x", RB * CB) as tbid:
+            ttx = T.launch_thread("threadIdx.x", TT)
+            tty = T.launch_thread("threadIdx.y", 8)
+            # flat, rows of TT + 1: a 2-D (TT, TT + 1) buffer is compacted to the TT columns indexed
+            tile = T.alloc_buffer((TT * (TT + 1),), DT, scope="shared")
+            for i in T.unroll(TT // 8):
+                tile[(tty + i * 8) * (TT + 1) + ttx] = T.if_then_else(
+                    T.And(tbid // CB * TT + tty + i * 8 < rows, tbid % CB * TT + ttx < cols),
+                    src[T.min(tbid // CB * TT + tty + i * 8, rows - 1), T.min(tbid % CB * TT + ttx, cols - 1)],
+                    T.cast(0, DT))
+            T.cuda.cta_sync()
+            for i in T.unroll(TT // 8):
+                if T.And(tbid % CB * TT + tty + i * 8 < cols, tbid // CB * TT + ttx < rows_pad):
+                    dst[tbid % CB * TT + tty + i * 8, tbid // CB * TT + ttx] = tile[ttx * (TT + 1) + tty + i * 8]
+
+    return transpose, rows_pad
+
+
+def release_slot(bars, index, CL):
+    """Arrive on empty barrier ``index``: this block's, and with a cluster every block's (each
+    slot is refilled by multicasts from all of them, so all their consumers must be done)."""
+    addr = T.cuda.cvta_generic_to_shared(T.address_of(bars[index]))
+    if CL == 1:
+        T.evaluate(T.ptx.mbarrier.arrive.shared.b64(addr, T.uint32(1)))
+        return
+    mapped = T.alloc_local([1], "uint32")
+    for r in range(CL):
+        # the same barrier in block r of the cluster (mapa: shared::cta -> shared::cluster address)
+        T.evaluate(T.ptx.mapa.shared__cluster.u32(mapped[0], addr, T.uint32(r)))
+        T.evaluate(T.ptx.mbarrier.arrive.shared__cluster.b64(mapped[0]))
+
+
+def tma_launch(cfg, wl: Gemm) -> Launch:
+    return Launch((cfg.grid(wl.M, wl.N, wl.K, wl.batches), 1, 1), (cfg.threads, 1, 1),
+                  cfg.shared_bytes(itemsize(wl.dtype)),
+                  threads_from="128 × (consumers + producer warpgroup)", shared_from="block tiles × stages",
+                  dynamic_shared=True)
+
+
+
+# ------------------------------------------------------------------------------------------------
+# the warp-specialized ring (gemm 21-23 and gemm 26): barriers, work units, producer, unit end
+# ------------------------------------------------------------------------------------------------
+def grouped_tile(t, group_m: int, TM: int, TN: int):
+    """(tile row, tile column) of tile ``t`` in the grouped order of a TM × TN tile grid:
+    ``group_m`` tile rows of one column group run together (gemm_wgmma's order)."""
+    GM = group_m
+    first_m = t // (GM * TN) * GM
+    rows = T.min(TM - first_m, GM)
+    # everything is non-negative: C division (truncdiv) instead of TIR's floordiv, whose
+    # sign fix-ups the simplifier cannot drop for the runtime divisor ``rows``
+    return (first_m + T.truncmod(t % (GM * TN), rows), T.truncdiv(t % (GM * TN), rows))
+
+
+class WorkUnits:
+    """The work units of a warp-specialized kernel and how a block decodes them (plain Python
+    returning TIR expressions). A unit is an output tile (of a cluster: ``tile_of`` maps a cluster
+    tile and the block's rank in the cluster to the block's tile), with split-K a (tile, K slice)
+    pair, in a bmm a (product, tile) pair; units are outer-major (u = slice·tiles + tile, or
+    product·tiles + tile), every unit ``KTS`` K tiles long. The block (cluster) whose first unit is
+    ``first`` takes units first, first + stride, ... (one unit each if not persistent)."""
+
+    def __init__(self, tiles: int, stride: int, KT: int, KTS: int, splits: int, batch: int, tile_of):
+        self.TILES, self.STRIDE = tiles, stride
+        self.KT, self.KTS, self.SPLIT, self.BATCH = KT, KTS, splits, batch
+        self.COUNT = tiles * splits * max(1, batch)
+        self.OUTER = splits > 1 or batch > 0  # units carry an outer index: their K slice or their product
+        self.PAD = KTS * splits > KT  # the last slice's last K tiles lie past K: not loaded, not multiplied
+        self.tile_of = tile_of
+
+    def count(self, first):
+        """Units of the block whose first unit is ``first``."""
+        return T.truncdiv(self.COUNT - 1 - first, self.STRIDE) + 1
+
+    def unit(self, first, i):
+        return first + i * self.STRIDE
+
+    def tile(self, first, i, rank=0):
+        """(tile_m, tile_n) of the block's ``i``-th unit."""
+        u = self.unit(first, i)
+        return self.tile_of(T.truncmod(u, self.TILES) if self.OUTER else u, rank)
+
+    def k0(self, first, i):
+        """The first K tile of the ``i``-th unit's K slice (split-K)."""
+        return T.truncdiv(self.unit(first, i), self.TILES) * self.KTS
+
+    def outer(self, first, i, parts: int):
+        """The ``i``-th unit's K slice (``parts`` = slices) or product (``parts`` = batch)."""
+        return slice_of(self.unit(first, i), self.TILES, parts)
+
+    def k_tiles(self, part):
+        """K tiles of slice ``part`` inside K (split-K with a ragged last slice)."""
+        return k_tiles_of(part, self.KT, self.KTS)
+
+
+def ring_barriers(S: int, empty_arrivals: int, CL: int = 1):
+    """A macro: thread 0 initialises the ring's barriers, ``bars[0:S]`` *full* (one arrival: the
+    producer's expect_tx) and ``bars[S:2S]`` *empty* (``empty_arrivals``: every consumer
+    warpgroup of every block of the cluster), then the block (cluster: peers' barriers are
+    initialized before anyone multicasts) synchronises."""
+
+    @T.macro
+    def init(bars, tid):
+        if tid == 0:
+            for s in T.unroll(S):
+                T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[s])), T.uint32(1))
+                T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[S + s])),
+                                               T.uint32(empty_arrivals))
+            T.ptx.fence.mbarrier_init.release.cluster()
+        if CL > 1:
+            T.cuda.cluster_sync()  # peers' barriers are initialized before anyone multicasts
+        else:
+            T.cuda.cta_sync()
+
+    return init
+
+
+def ring_producer(units: WorkUnits, S: int, producer_regs: int, load, full_let: bool = False):
+    """A macro: the producer warpgroup. It gives registers back (``setmaxnreg.dec``) and one thread
+    walks the block's units issuing, per K tile, ``load(A_map, B_map, ring, full barrier, slot,
+    K tile, tile_m, tile_n, rank, product)`` (the kernel's TMA loads, announcing their bytes on the
+    full barrier) once the slot's previous fill was consumed; K tiles past K (split-K) load nothing
+    and only arrive. ``full_let``: the full barrier's address bound to a name first."""
+    KTS, KT, SPLIT, BATCH, PAD = units.KTS, units.KT, units.SPLIT, units.BATCH, units.PAD
+
+    @T.macro
+    def produce(A_map, B_map, ring, bars, lane, n_tiles, first, rank):
+        T.ptx["setmaxnreg.dec.sync.aligned.u32"](producer_regs)
+        if lane == 0:
+            T.ptx.prefetch.tensormap(T.address_of(A_map))
+            T.ptx.prefetch.tensormap(T.address_of(B_map))
+            for i in T.serial(n_tiles):
+                tm_, tn_ = T.meta_var(units.tile(first, i, rank))
+                if SPLIT > 1:
+                    k0: T.let[T.int32] = units.k0(first, i)  # first K tile
+                if BATCH > 0:
+                    b: T.let[T.int32] = units.outer(first, i, BATCH)  # the unit's product
+                else:
+                    b = T.meta_var(0)
+                tile_m: T.let[T.int32] = tm_
+                tile_n: T.let[T.int32] = tn_
+                for kt in T.serial(KTS):
+                    it: T.let[T.int32] = i * KTS + kt  # position in the block's stream of K tiles
+                    slot: T.let[T.int32] = it % S
+                    if full_let:
+                        full_u32: T.let[T.uint32] = T.cuda.cvta_generic_to_shared(T.address_of(bars[slot]))
+                    else:
+                        full_u32 = T.meta_var(T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])))
+                    # fill it // S of the slot: wait until fill it // S - 1 was consumed (in every
+                    # block of the cluster); a fresh barrier passes parity 1 at once
+                    T.cuda.mbarrier_wait(T.address_of(bars[S + slot]), it // S % 2 ^ 1)
+                    if SPLIT == 1:
+                        load(A_map, B_map, ring, full_u32, slot, kt, tile_m, tile_n, rank, b)
+                    elif PAD:
+                        if k0 + kt < KT:
+                            load(A_map, B_map, ring, full_u32, slot, k0 + kt, tile_m, tile_n, rank, b)
+                        else:
+                            # past K: nothing to load; the phase still completes (no bytes)
+                            T.evaluate(T.ptx.mbarrier.arrive.shared.b64(full_u32, T.uint32(1)))
+                    else:
+                        load(A_map, B_map, ring, full_u32, slot, k0 + kt, tile_m, tile_n, rank, b)
+
+    return produce
+
+
+def ring_unit_done(units: WorkUnits, S: int, CL: int, n_acc: int):
+    """A macro ending a consumer warpgroup's unit ``i`` after its ``n_k`` K tiles: wait for its
+    last wgmmas, release the last slot, pass the slots of the K tiles past K (split-K: wait for
+    their empty fill and release them, keeping the ring's protocol), fence the accumulators."""
+    KTS, PAD = units.KTS, units.PAD
+
+    @T.macro
+    def done(acc, bars, i, n_k, lane):
+        T.ptx.wgmma.wait_group.sync.aligned(0)
+        if lane == 0:
+            release_slot(bars, S + (i * KTS + n_k - 1) % S, CL)
+        if PAD:
+            # K tiles past K: keep the ring's protocol (wait for the empty fill, release it)
+            for kp in T.serial(KTS - n_k):
+                T.cuda.mbarrier_wait(T.address_of(bars[(i * KTS + n_k + kp) % S]),
+                                     (i * KTS + n_k + kp) // S % 2)
+                if lane == 0:
+                    release_slot(bars, S + (i * KTS + n_k + kp) % S, CL)
+        fence_acc(acc, n_acc)
+
+    return done
