@@ -9,17 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tvm import s_tir
 from tvm.script import tirx as T
 
 from .common import ceil_div
 from .errors import ScheduleParamError
-from .gemm_tma import TmaConfig, tma_schedule
 from .registry import register
 from .step_config import StepConfig
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, check_split_k, encode_map,
                          grouped_tile, pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done,
                          sms_of, split_k_tiles, split_slices, split_sum_kernel, split_workspace_bytes, tma_launch,
                          tma_load, transpose_kernel)
+from .tma_fp16 import TmaConfig
 from .workloads import LAYOUTS, Gemm
 
 
@@ -366,4 +367,5 @@ def tma_tf32_gemm(wl: Gemm, cfg: Tf32TmaConfig = Tf32TmaConfig()):
     of B with four 32-bit shared loads per k8 step. The tensor maps round fp32 to tf32 on load
     (``CU_TENSOR_MAP_DATA_TYPE_TFLOAT32``). The accumulators hold Cᵀ and are stored transposed.
     """
-    return tma_schedule(wl, cfg)
+    cfg.check(wl)
+    return s_tir.Schedule(tf32_kernel(wl, cfg))

@@ -39,13 +39,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tvm import s_tir
 from tvm.script import tirx as T
 
 from .common import ceil_div
-from .gemm_tma import Geometry, TmaConfig, encode_maps, make_epilogue, make_loader, make_mma, tma_schedule
 from .registry import register
 from .tma_common import (WARPGROUP, WorkUnits, grouped_tile, pad_copy_kernel, release_slot, ring_barriers,
                          ring_producer, ring_unit_done, split_sum_kernel)
+from .tma_fp16 import Geometry, TmaConfig, encode_maps, make_epilogue, make_loader, make_mma, simple_kernel
 from .workloads import Gemm
 
 
@@ -181,6 +182,14 @@ def ws_kernel(wl: Gemm, cfg):
     return main
 
 
+def fp16_tma_schedule(wl: Gemm, cfg):
+    """The fp16/bf16 TMA kernel of ``cfg`` for ``wl`` as a schedule, the configuration checked first
+    (:meth:`TmaConfig.check`): the warp-specialized kernel above, or gemm 20's one-block-per-tile
+    kernel where ``warp_specialized`` is off. What every fp16/bf16 TMA step builds."""
+    cfg.check(wl)
+    return s_tir.Schedule(ws_kernel(wl, cfg) if cfg.warp_specialized else simple_kernel(wl, cfg))
+
+
 # ------------------------------------------------------------------------------------------------
 # the registered steps: one structure, one piece turned on at a time
 # ------------------------------------------------------------------------------------------------
@@ -202,7 +211,7 @@ def warp_specialized_gemm(wl: Gemm, cfg: WarpSpecializedConfig = WarpSpecialized
     both consumers have released it, and the consumers never touch the copies. The registers the
     producer does not need become accumulator room for the consumers.
     """
-    return tma_schedule(wl, cfg)
+    return fp16_tma_schedule(wl, cfg)
 
 
 @dataclass(frozen=True)
@@ -220,7 +229,7 @@ def persistent_gemm(wl: Gemm, cfg: PersistentConfig = PersistentConfig()):
     and its epilogue left the copy engine idle; a persistent block keeps its ring full across tile
     boundaries, so the next tile's first wgmmas find their operands waiting.
     """
-    return tma_schedule(wl, cfg)
+    return fp16_tma_schedule(wl, cfg)
 
 
 @dataclass(frozen=True)
@@ -238,4 +247,4 @@ def cluster_gemm(wl: Gemm, cfg: ClusterConfig = ClusterConfig()):
     B is then read from L2 once per pair instead of twice: half the B traffic between L2 and the
     SMs, which matters where that traffic, not the tensor cores, sets the pace.
     """
-    return tma_schedule(wl, cfg)
+    return fp16_tma_schedule(wl, cfg)
