@@ -59,6 +59,13 @@ from dataclasses import dataclass, field
 from .calibration import CALIBRATION
 from .common import GpuSpec, ceil_div, current_gpu
 from .errors import ScheduleParamError
+from .gemm_fast import SkinnyConfig, WarpTileConfig
+from .gemm_tma import TmaLoadConfig
+from .gemm_tma_tf32 import Tf32TmaConfig
+from .gemm_tma_ws import PersistentConfig
+from .gemm_wgmma import Tf32WgmmaConfig, WgmmaConfig
+from .gemv import ColumnGemvConfig, GemvDispatchConfig, vector_form
+from .registry import get
 from .workloads import itemsize
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -122,8 +129,6 @@ class Estimate:
 
 # --- candidates ----------------------------------------------------------------------------------
 def _valid(step: str, wl, cfg) -> bool:
-    from .registry import get
-
     try:
         get(step).validate(wl, cfg)
     except ScheduleParamError:
@@ -138,8 +143,6 @@ def _splits(K: int, block_k: int, most: int = 64):
 
 
 def simt_candidates(wl, general: bool = True):
-    from .gemm_fast import SkinnyConfig, WarpTileConfig
-
     out = []
     # rows that are not whole 16 bytes: also each configuration with padded copies of A and B
     pads = (False, True) if _misaligned(wl) else (False,)
@@ -193,7 +196,6 @@ def gemv_candidates(wl):
     """A matrix-vector product (N = 1 or M = 1, no batch): the GEMV kernel of its form, which the
     layout decides (:func:`schedules.gemv.vector_form`: the stored matrix read along its rows or
     down its columns)."""
-    from .gemv import ColumnGemvConfig, GemvDispatchConfig, vector_form
 
     form = vector_form(wl)
     if form is None:
@@ -223,10 +225,6 @@ def _pad_us(wl, cfg, gpu, cal) -> float:
 
 
 def fp16_candidates(wl):
-    from .gemm_tma import TmaLoadConfig
-    from .gemm_tma_ws import PersistentConfig
-    from .gemm_wgmma import WgmmaConfig
-
     out = []
     pad = _misaligned(wl)  # rows a tensor map cannot take: the TMA kernel copies them into padded buffers
     for bm, bn, st in TMA_TILES:
@@ -246,9 +244,6 @@ def fp16_candidates(wl):
 
 
 def tf32_candidates(wl):
-    from .gemm_tma_tf32 import Tf32TmaConfig
-    from .gemm_wgmma import Tf32WgmmaConfig
-
     out = []
     pad = _misaligned(wl)
     for bm, bn, st in TF32_TMA_TILES:
