@@ -25,10 +25,9 @@ model's pick over the best measured time (the *regret*), before and after the fi
 
 from __future__ import annotations
 
-import argparse
 import copy
-import itertools
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -38,8 +37,13 @@ import numpy as np
 import pandas as pd
 
 from schedules import dispatch, get, parse_workload
+from schedules.calibration import CALIBRATION
+from schedules.common import GpuSpec
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ..engine.files import atomic_write
+from ..engine.results import load_results
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CAL_FILE = os.path.join(ROOT, "schedules", "calibration.py")
 SIZES = (128, 2048, 12288)
 K_SIZES = (128, 4096)
@@ -311,9 +315,6 @@ def _fit_cp_copy_factor(pts, cal, gpu):
 
 def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     """(new calibration, report) fitted to a calibration sweep's results."""
-    from schedules.calibration import CALIBRATION
-    from schedules.common import GpuSpec
-
     if gpu is None:
         gpu = GpuSpec(**df.attrs["gpu_spec"]) if df.attrs.get("gpu_spec") else GpuSpec()
     ceilings = df.attrs.get("ceilings") or {}
@@ -388,23 +389,16 @@ def regret(pts, cal, gpu) -> dict:
 
 
 def write_calibration(cal: dict, path: str = CAL_FILE):
-    from .files import atomic_write
-
     head = ('"""The constants of the dispatcher\'s model (schedules.dispatch), written by ``schedlab calibrate``\n'
             'from a calibration sweep (``schedlab sweep --set calibration``); ``source`` names the sweep.\n'
-            'Do not edit by hand: run the sweep and the fit again (see reports/calibrate.py)."""\n\n')
+            'Do not edit by hand: run the sweep and the fit again (see reports/experiments/calibrate.py)."""\n\n')
     atomic_write(path, head + "CALIBRATION = " + pprint.pformat(cal, width=110, sort_dicts=True) + "\n")
     return path
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="schedlab calibrate", description=__doc__.split("\n\n")[0])
-    ap.add_argument("dirs", nargs="+", metavar="DIR", help="results of `schedlab sweep --set calibration` (one or more)")
-    ap.add_argument("--write", action="store_true", help="write schedules/calibration.py")
-    ap.add_argument("--report", default=None, help="also write the fit's report (JSON) here")
-    args = ap.parse_args(argv)
-    from .results import load_results
-
+def command(args) -> int:
+    """``schedlab calibrate DIR...`` (``args``: the command's options): fit, print the fit's report,
+    and with ``--write`` write schedules/calibration.py."""
     frames = [load_results(d) for d in args.dirs]
     df = pd.concat(frames, ignore_index=True)
     df.attrs.update(frames[-1].attrs)
@@ -413,8 +407,6 @@ def main(argv=None):
     text = json.dumps(report, indent=1)
     print(text)
     if args.report:
-        from .files import atomic_write
-
         atomic_write(args.report, text + "\n")
     if args.write:
         print(f"wrote {write_calibration(cal)}")
