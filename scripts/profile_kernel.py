@@ -27,6 +27,7 @@ def main(argv=None):
     ap.add_argument("--param", action="append", default=[], help="NAME=VALUE config override")
     args = ap.parse_args(argv)
 
+    # heavy (TVM, torch): loaded once the arguments are read
     from reports.engine.build import parse_params
     from reports.engine.harness import check_in_process
 
