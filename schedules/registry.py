@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -295,8 +296,6 @@ def ladder_table_markdown(width: int = 200) -> str:
 
 def ladder_steps_markdown(width: int = 100) -> str:
     """Every step with its aliases and its full summary, lines wrapped at ``width``: the body of docs/steps.md."""
-    import textwrap
-
     parts = []
     for spec in all_schedules():
         aliases = f" (also {', '.join(f'`{a}`' for a in spec.aliases)})" if spec.aliases else ""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from .errors import ScheduleParamError
+from .names import slug
 from .registry import Launch, ScheduleSpec, register_spec
 from .step_config import StepConfig
 
@@ -28,13 +29,9 @@ def tuned_source(source: str = "") -> str:
     return source or os.environ.get(ENV) or os.path.join(ROOT, "out", "tune")
 
 
-def _slug(workload: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "_", workload).strip("_")
-
-
 def load_best(wl, source: str = "") -> dict:
     src = tuned_source(source)
-    path = src if src.endswith(".json") else os.path.join(src, f"best_{_slug(str(wl))}.json")
+    path = src if src.endswith(".json") else os.path.join(src, f"best_{slug(str(wl))}.json")
     try:
         with open(path) as f:
             rec = json.load(f)

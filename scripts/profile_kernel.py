@@ -4,7 +4,7 @@
         python3 scripts/profile_kernel.py tensor_core_gemm gemm:4096x4096x4096:float16
 
 (the first launches warm up; profile a later one). The kernel is built and checked against float64
-through the lab's measurement path (reports.harness), in this process, so the profiled kernel is
+through the lab's measurement path (reports.engine.harness), in this process, so the profiled kernel is
 known to be the right one.
 """
 
@@ -27,8 +27,9 @@ def main(argv=None):
     ap.add_argument("--param", action="append", default=[], help="NAME=VALUE config override")
     args = ap.parse_args(argv)
 
-    from reports.build import parse_params
-    from reports.harness import check_in_process
+    # heavy (TVM, torch): loaded once the arguments are read
+    from reports.engine.build import parse_params
+    from reports.engine.harness import check_in_process
 
     row = check_in_process(args.schedule, args.workload, parse_params(args.param), launches=args.launches - 1)
     print(f"{row['name']} on {row['workload']}: {row['status']}, rel. error {row.get('rel_error', float('nan')):.2e}; "

@@ -128,7 +128,7 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="also write kernel.sass and sass_stats.md here")
     args = ap.parse_args(argv)
 
-    from reports import build as B
+    from reports.engine import build as B  # heavy (TVM): loaded once the arguments are read
 
     params = B.parse_params(args.param)
     spec, wl, cfg, built = B.build_named(args.schedule, args.workload, params, args.arch)

@@ -2,6 +2,9 @@
 lab, benchmark, sweep, tune, and write report pages.
 
 Without installation: ``python -m scripts.schedlab ...`` from the repository root.
+
+Every subcommand and its options are defined here, in one argparse tree; a command's module (TVM,
+pandas, matplotlib) is imported only when that command runs, so ``schedlab --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -14,10 +17,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from scripts import tune_cmd  # noqa: E402  (after the path above)
+
 STAGES = ("scheduled", "lowered", "cuda", "ptx")
 DEFAULT_SHAPES = {"gemm": "1024x512x2048", "gemv": "16384x128", "gemv_t": "16384x4096"}
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+DESCRIPTION = ("The schedlab command: list the steps, show a step's IR at any stage, diff two steps, run the lab, "
+               "benchmark, sweep, tune, and write report pages.")
+EPILOG = "Run `schedlab COMMAND --help` for a command's options."
 
 
 class CliError(Exception):
@@ -25,7 +33,7 @@ class CliError(Exception):
 
 
 def _params(items):
-    from reports.build import parse_params
+    from reports.engine.build import parse_params  # heavy (TVM): a command's module
 
     try:
         return parse_params(items)
@@ -34,7 +42,7 @@ def _params(items):
 
 
 def cmd_list(args):
-    from schedules import all_schedules
+    from schedules import all_schedules  # heavy (TVM): a command's module
     from schedules.registry import LADDERS
 
     for ladder in LADDERS:
@@ -51,7 +59,7 @@ def cmd_list(args):
 
 
 def _workload_for(spec, shape):
-    from schedules.workloads import workload_for
+    from schedules.workloads import workload_for  # heavy (TVM): a command's module
 
     shape = shape or DEFAULT_SHAPES[spec.kind]
     # tensor cores: half inputs where the shape names none (MxNxK, MxNxK:nt, bmm:BxMxNxK...)
@@ -59,7 +67,7 @@ def _workload_for(spec, shape):
 
 
 def cmd_show(args):
-    from schedules import get
+    from schedules import get  # heavy (TVM): a command's module
 
     if args.stage not in STAGES:
         raise CliError(f"--stage {args.stage!r} is not one of {', '.join(STAGES)}")
@@ -81,7 +89,7 @@ def cmd_show(args):
         print("# trace (the schedule as replayable Python)")
         print(sch.trace)
         return
-    from reports import build as B
+    from reports.engine import build as B  # heavy (TVM, the CUDA compiler hook): only to compile
     from schedules.common import pass_config_of
 
     built = B.build(sch, B.cuda_target(args.arch), pass_config=pass_config_of(resolved.step_config))
@@ -98,7 +106,7 @@ def cmd_show(args):
 
 
 def cmd_diff(args):
-    from reports.diff import diff
+    from reports.views.diff import diff  # heavy (TVM): a command's module
 
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR") if args.color == "auto" else args.color == "always"
     sys.stdout.write(diff(args.a, args.b, args.shape, args.stage, args.arch, color=color,
@@ -106,8 +114,8 @@ def cmd_diff(args):
 
 
 def cmd_run(args):
-    from reports import runner
-    from reports.provenance import slug
+    from reports.engine.provenance import slug  # heavy (TVM, pandas): a command's modules
+    from reports.experiments import run as runner
 
     workloads = args.workload or list(runner.DEFAULT_WORKLOADS)
     names = [n for item in args.schedules or () for n in item.split(",") if n]
@@ -116,7 +124,7 @@ def cmd_run(args):
     if args.param:
         if len(names) != 1:
             raise CliError("--param needs exactly one schedule in --schedules")
-        from schedules import get
+        from schedules import get  # heavy (TVM): a command's module
 
         params = {get(names[0]).name: _params(args.param)}
     df = runner.run(workloads, names or None, baselines, out_dir=args.out, timeout=args.timeout, params=params,
@@ -134,18 +142,72 @@ def cmd_run(args):
 
 
 def cmd_report(args):
-    from reports.page import report
+    from reports.views.page import report  # heavy (TVM, pandas): a command's module
 
     print(report(args.dir))
 
 
+def cmd_bench_gemm(args):
+    from reports.experiments import bench_gemm  # heavy (TVM, pandas): a command's module
+
+    text = ",".join(bench_gemm.PRECISIONS) if args.precisions is None else args.precisions
+    precisions = [p.strip() for p in text.split(",") if p.strip()]
+    for p in precisions:
+        if p not in bench_gemm.PRECISIONS:
+            raise ValueError(f"--precisions: {p!r} is not one of {', '.join(bench_gemm.PRECISIONS)}")
+    if args.layouts:
+        from reports.experiments import bench_layouts  # heavy: as above
+
+        if args.out == "out/bench_gemm":
+            args.out = "out/bench_layouts"
+        return bench_layouts.command(args)
+    if args.random:
+        from reports.experiments import bench_random  # heavy: as above
+
+        return bench_random.command(args, precisions)
+    return bench_gemm.command(args, precisions)
+
+
+def cmd_bench_gemv(args):
+    from reports.experiments import bench_gemv  # heavy (TVM, pandas): a command's module
+
+    return bench_gemv.command(args)
+
+
+def cmd_sweep(args):
+    from reports.experiments import sweep  # heavy (TVM, pandas): a command's module
+
+    return sweep.command(args)
+
+
+def cmd_calibrate(args):
+    from reports.experiments import calibrate  # heavy (TVM, pandas): a command's module
+
+    return calibrate.command(args)
+
+
+def add_bench_args(s, out_default: str):
+    """The options every benchmark shares (bench-gemm, bench-gemv, sweep)."""
+    s.add_argument("--out", default=out_default, help="where results.json/.csv, table.md and charts go")
+    s.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
+                   help="parallel build processes (default: CPU count - 1)")
+    s.add_argument("--budget", type=float, default=0.3, help="seconds of timed runs per kernel")
+    s.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per kernel, per phase")
+    s.add_argument("--quiet", action="store_true", help="no progress")
+
+
+def _command(sub, name: str, text: str, description: str | None = None):
+    """A subcommand whose one-line help is ``text`` and whose --help opens with ``description``."""
+    return sub.add_parser(name, help=text, description=description or text)
+
+
 def make_parser():
-    p = argparse.ArgumentParser(prog="schedlab", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="schedlab", description=DESCRIPTION, epilog=EPILOG)
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("list", help="the GEMM and GEMV ladders: every step, its number and what it changes")
+    s = _command(sub, "list", "List the GEMM and GEMV ladders: every step, its number and what it changes.")
     s.add_argument("--kind", choices=tuple(DEFAULT_SHAPES))
     s.set_defaults(fn=cmd_list)
-    s = sub.add_parser("show", help="a step's IR: scheduled TIR, lowered TIR, CUDA source or PTX")
+    s = _command(sub, "show", "Show a step's IR: scheduled TIR, lowered TIR, CUDA source or PTX.")
     s.add_argument("schedule")
     s.add_argument("--shape", help="MxNxK[:dtype] for GEMM, MxN[:dtype] for GEMV")
     s.add_argument("--stage", default="scheduled", help="|".join(STAGES))
@@ -154,7 +216,8 @@ def make_parser():
     s.add_argument("--explain", action="store_true",
                    help="for a best_* step: its choice for the shape and the model's figures for the next best")
     s.set_defaults(fn=cmd_show)
-    s = sub.add_parser("diff", help="what B changes against A: schedule primitives, ptxas resources, IR diff")
+    s = _command(sub, "diff", "Show what step B changes against step A: the schedule primitives, the ptxas "
+                 "resources and a diff of their IR.")
     s.add_argument("a")
     s.add_argument("b", nargs="?", help="default: A, compared with the step before it in its ladder")
     s.add_argument("--shape", help="MxNxK[:dtype] for GEMM, MxN[:dtype] for GEMV")
@@ -162,7 +225,7 @@ def make_parser():
     s.add_argument("--arch", default=None, help="CUDA arch (default: the GPU's, else sm_90)")
     s.add_argument("--color", default="auto", choices=("auto", "always", "never"))
     s.set_defaults(fn=cmd_diff)
-    s = sub.add_parser("run", help="build, check and time every step beside the baselines")
+    s = _command(sub, "run", "Build, check and time every step beside the baselines.")
     s.add_argument("--workload", action="append", help="gemm:MxNxK or gemv:MxN, optionally :float16 (repeatable)")
     s.add_argument("--schedules", action="append", help="names, comma-separated (default: all)")
     s.add_argument("--baselines", default=None, help="comma-separated: numpy_cpu,torch_cpu,cublas,cublas_tf32,tvm_dlight")
@@ -175,40 +238,76 @@ def make_parser():
     s.add_argument("--strict", action="store_true", help="exit 1 if any row failed")
     s.add_argument("--quiet", action="store_true", help="no progress")
     s.set_defaults(fn=cmd_run)
-    s = sub.add_parser("report", help="write report.html for a results directory or a tuning directory")
+    s = _command(sub, "report", "Write report.html for a results directory or a tuning directory.")
     s.add_argument("dir")
     s.set_defaults(fn=cmd_report)
-    from scripts.tune_cmd import add_parser as add_tune_parser
-
-    add_tune_parser(sub)
-    for name, module, text in (("bench-gemm", "bench_gemm", "the lab's GEMM choices beside dlight and cuBLAS"),
-                               ("bench-gemv", "bench_gemv", "the GEMV steps beside dlight, cuBLAS and the copy bandwidth"),
-                               ("sweep", "sweep", "configurations of the GEMM steps (the dispatcher's calibration data)"),
-                               ("calibrate", "calibrate", "fit the dispatcher's model to a calibration sweep")):
-        s = sub.add_parser(name, add_help=False, help=f"{text} (--help there)")
-        s.set_defaults(fn=cmd_module, module=module)
+    tune_cmd.add_parser(sub)
+    s = _command(sub, "bench-gemm", "Benchmark the lab's GEMM choices beside dlight and cuBLAS.",
+                 "The lab's GEMM choices and tensor-core steps beside TVM's dlight rules and cuBLAS of the same "
+                 "precision, on fixed shapes; with --random N, on N shapes nobody chose; with --layouts, the operand "
+                 "layouts nn, nt, tn and tt and batched products beside cuBLAS of the same layout. Every result is "
+                 "checked against float64 first, then timed.")
+    add_bench_args(s, "out/bench_gemm")
+    s.add_argument("--shapes", default=None, help="comma-separated MxNxK (default: the benchmark's six shapes)")
+    s.add_argument("--precisions", default=None, help="comma-separated: fp32,tf32,fp16,bf16 (default: all four)")
+    s.add_argument("--steps", action="store_true", help="also the fast fp32 steps at their defaults")
+    s.add_argument("--random", type=int, default=0, metavar="N", help="N random shapes instead (bench_random)")
+    s.add_argument("--layouts", action="store_true",
+                   help="the operand layouts nn/nt/tn/tt (4096³, 1024x512x2048; fp32, fp16) and fp16 bmm at "
+                        "attention-like shapes beside cuBLAS of the same layout, instead (bench_layouts)")
+    s.add_argument("--seed", type=int, default=0, help="with --random: the drawing's seed")
+    s.set_defaults(fn=cmd_bench_gemm)
+    s = _command(sub, "bench-gemv", "Benchmark the GEMV steps beside dlight, cuBLAS and the copy bandwidth.",
+                 "GEMV at the memory-bandwidth limit: the dispatcher's choice, every GEMV step (with --sweep, their "
+                 "parameter sweep), TVM's dlight rule and cuBLAS, checked against float64 and timed under three cache "
+                 "policies: L2 emptied by reading, L2 flushed by writing, and warm.")
+    add_bench_args(s, "out/bench_gemv")
+    s.add_argument("--workload", action="append", help="override the shapes (repeatable)")
+    s.add_argument("--extra", action="store_true", help="also odd shapes, fp16 and the transposed form")
+    s.add_argument("--sweep", action="store_true", help="also every parameter sweep point")
+    s.set_defaults(fn=cmd_bench_gemv)
+    s = _command(sub, "sweep", "Time configurations of the GEMM steps (the dispatcher's calibration data).",
+                 "Configurations of the GEMM steps beside dlight and cuBLAS, on a GPU. The default set, calibration, "
+                 "is the dispatcher's calibration sweep, which `schedlab calibrate` fits the model to; the other sets "
+                 "are the sweeps the steps' default configurations were chosen from.")
+    add_bench_args(s, "out/sweep")
+    s.add_argument("--set", default="calibration", choices=("calibration", "fp32", "fp16", "all", "round2", "wgmma", "tf32"))
+    s.add_argument("--shapes", default=None, help="comma-separated MxNxK (default: the sweep's four shapes; not "
+                   "used by --set calibration)")
+    s.add_argument("--part", default="all",
+                   help="with --set calibration: the shape grid (grid), the shape classes (classes), both (all), "
+                        "or the one class whose name starts with PART (reports.experiments.calibrate.CLASSES)")
+    s.add_argument("--where", nargs="+", default=[], metavar="PARAM=VALUE",
+                   help="only the configurations whose parameters have these values (and cuBLAS beside them)")
+    s.set_defaults(fn=cmd_sweep)
+    s = _command(sub, "calibrate", "Fit the dispatcher's model to a calibration sweep.",
+                 "Fit the constants of the dispatcher's model (schedules.dispatch) to one or more calibration sweeps, "
+                 "and report how well the model ranks the kernels before and after the fit.")
+    s.add_argument("dirs", nargs="+", metavar="DIR", help="results of `schedlab sweep --set calibration` (one or more)")
+    s.add_argument("--write", action="store_true", help="write the fitted constants to schedules/data/calibration.json")
+    s.add_argument("--report", default=None, help="also write the fit's report (JSON) here")
+    s.set_defaults(fn=cmd_calibrate)
     return p
 
 
-def cmd_module(args):
-    """Hand the rest of the command line to a benchmark module (its own --help)."""
-    import importlib
-
-    return importlib.import_module(f"reports.{args.module}").main(args.rest)
+def _stdout_closed():
+    """Point stdout at /dev/null: the reader left (``schedlab list | head -1``), and the interpreter's
+    last flush must not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def main(argv=None):
-    args, rest = make_parser().parse_known_args(argv)
-    if rest and not hasattr(args, "module"):
-        make_parser().parse_args(argv)  # the usual error for unknown arguments
-    args.rest = rest
-    from reports.files import OutputError
-    from reports.results import ResultsError
-    from schedules import ScheduleParamError
-
+    args = make_parser().parse_args(argv)
     try:
-        return args.fn(args) or 0
-    except (CliError, ScheduleParamError, ValueError, OutputError, ResultsError) as e:
+        code = args.fn(args) or 0
+        sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
+        return code
+    except BrokenPipeError:
+        _stdout_closed()
+        return 0
+    except (CliError, ValueError) as e:  # ScheduleParamError, OutputError, ResultsError... are ValueErrors
         print(f"schedlab: error: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
               file=sys.stderr)
         return EXIT_BAD_INPUT

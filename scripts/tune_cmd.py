@@ -17,18 +17,20 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 COMPARISONS = ("default", "random", "dlight")
 
 
 def add_parser(subparsers):
+    # heavy (TVM, MetaSchedule): the choices of --space, --strategy and --cost-model
     from tuning.cost_models import COST_MODELS
     from tuning.spaces import SPACES
     from tuning.tuner import STRATEGIES
 
-    s = subparsers.add_parser("tune", help="tune a schedule space (MetaSchedule), resumable, local or over RPC",
-                              description=__doc__.split("\n\n")[0])
+    s = subparsers.add_parser("tune", help="Tune a schedule space with MetaSchedule, resumably, locally or over RPC.",
+                              description=__doc__.split("\n\n")[0].replace("``", ""))
     s.add_argument("--workload", default="gemm:1024x512x2048", help="gemm:MxNxK (default %(default)s)")
     s.add_argument("--space", default="fast", choices=sorted(SPACES), help="search space (default %(default)s)")
     s.add_argument("--strategy", choices=STRATEGIES, default=None,
@@ -66,7 +68,7 @@ def add_parser(subparsers):
 
 
 def _options(args, **over):
-    from tuning.tuner import TuneOptions
+    from tuning.tuner import TuneOptions  # heavy (TVM, MetaSchedule): the command's module
 
     strategy = args.strategy or ("exhaustive" if args.space == "classic" else "evolutionary")
     base = dict(workload=args.workload, space=args.space, strategy=strategy, cost_model=args.cost_model,
@@ -80,7 +82,7 @@ def _options(args, **over):
 def _progress_cb(quiet, trials, label):
     if quiet:
         return None
-    from reports.progress import Progress
+    from reports.engine.progress import Progress  # heavy (the reports package): the command's module
 
     bar = {}
 
@@ -116,9 +118,8 @@ def _print_summary(s):
 
 
 def cmd_tune(args):
-    import signal
-
-    from reports.files import ensure_out_dir
+    # heavy (TVM, MetaSchedule, pandas): the command's modules
+    from reports.engine.files import ensure_out_dir
     from tuning.records import DirectoryLock
     from tuning.tuner import INTERRUPTED
 
@@ -144,7 +145,11 @@ def cmd_tune(args):
 
 
 def _tune(args):
+    # heavy (TVM, MetaSchedule, pandas, matplotlib): the command's modules
+    from reports.experiments.tuned import reselect, write_report
+    from reports.views.page import write_tuning_page
     from schedules import parse_workload
+    from tuning.records import best_path
     from tuning.tuner import INTERRUPTED, measure_dlight, parse_tracker, probe_tracker, tune
 
     wl = parse_workload(args.workload)
@@ -163,8 +168,6 @@ def _tune(args):
     if args.target == "llvm":
         compare = [c for c in compare if c != "dlight"]
     if args.report_only:
-        from reports.tuning_report import reselect, write_report
-
         if args.reselect:
             for r in reselect(args.db, str(wl), args.report or os.path.join(args.db, "report"), args.reselect):
                 print(f"  tuner #{r['rank']} ({r['run']}): tuner {r['tuner_ms']:.4g} ms, harness "
@@ -173,8 +176,6 @@ def _tune(args):
 
         out = args.report or os.path.join(args.db, "report")
         paths = write_report(args.db, str(wl), out, hand=args.hand)
-        from reports.page import write_tuning_page
-
         print(f"report: {paths['markdown']}, {write_tuning_page(args.db, str(wl), out)}")
         return 0
     runs = [_options(args)]
@@ -194,8 +195,6 @@ def _tune(args):
         r = d.get("result") or {}
         print(f"dlight on {wl}: " + (f"{r['time_ms']:.4g} ms, {r['gflops']:.0f} GFLOP/s" if r.get("status") == "ok"
                                      else f"{r.get('status')}: {r.get('reason', d.get('skipped', ''))}"))
-    from tuning.records import best_path
-
     path = best_path(args.db, str(wl))
     if os.path.exists(path):
         with open(path) as f:
@@ -206,9 +205,6 @@ def _tune(args):
     with open(os.path.join(args.db, "last_summary.json"), "w") as f:
         json.dump(summaries, f, indent=1, default=str)
     # the report (Markdown, convergence chart) and its page, at the end of every run
-    from reports.page import write_tuning_page
-    from reports.tuning_report import write_report
-
     out = args.report or os.path.join(args.db, "report")
     paths = write_report(args.db, str(wl), out, hand=args.hand)
     print(f"report: {paths.get('markdown')}, {write_tuning_page(args.db, str(wl), out)}", file=sys.stderr)

@@ -10,7 +10,7 @@ if ROOT not in sys.path:
 
 def _has_gpu():
     try:
-        from reports.build import cuda_available
+        from reports.engine.build import cuda_available
 
         return cuda_available()
     except Exception:  # noqa: BLE001
@@ -31,6 +31,6 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def harness():
-    from reports.measure import CudaHarness
+    from reports.engine.measure import CudaHarness
 
     return CudaHarness(flush=False)

@@ -1,5 +1,5 @@
 """Stand-ins for the harness's job functions that fail the ways a GPU kernel can: abort, hang,
-garbage on stdout, an exception. ``handle(job)`` runs in a reports.isolate worker."""
+garbage on stdout, an exception. ``handle(job)`` runs in a reports.engine.isolate worker."""
 
 import os
 import sys

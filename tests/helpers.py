@@ -1,8 +1,8 @@
 """Shared test helpers: the default and odd workloads, building one schedule, and checking one on
-the GPU through the lab's measurement path (reports.harness, in this process)."""
+the GPU through the lab's measurement path (reports.engine.harness, in this process)."""
 
-from reports import build as B
-from reports.harness import check_in_process
+from reports.engine import build as B
+from reports.engine.harness import check_in_process
 from schedules import parse_workload
 
 DEFAULT_WORKLOADS = {"gemm": ["gemm:1024x512x2048"],
@@ -27,7 +27,7 @@ def build_spec(spec, workload, **params):
 
 def run_on_gpu(harness, spec, workload, **params):
     """Build, run once on fresh random inputs into a NaN-poisoned output, check against float64
-    (reports.harness.measure_job: the run's and the benchmarks' own check). Returns the error;
+    (reports.engine.harness.measure_job: the run's and the benchmarks' own check). Returns the error;
     fails if any output was left unwritten."""
     row = check_in_process(spec.name, workload, params)
     assert row["status"] in ("ok", "wrong"), row.get("error")

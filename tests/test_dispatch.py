@@ -77,7 +77,7 @@ def test_the_choice_compiles_without_spills(workload, precision):
 def test_a_best_step_builds_exactly_what_it_chose(workload, precision):
     """Build options travel with the choice: a padded, split-K TMA kernel needs its pass options
     (without them TVM's storage planner lets the partial sums share the padded copy's memory)."""
-    from reports import build as B
+    from reports.engine import build as B
     from tests.helpers import build_spec
 
     name = {"fp32": "best_gemm", "fp16": "best_fp16_gemm", "tf32": "best_tf32_gemm"}[precision]
@@ -107,8 +107,8 @@ def test_the_fit_recovers_the_constants_it_was_given():
     """Measurements made up from the model with known constants: the fit finds them again."""
     import pandas as pd
 
-    from reports import calibrate
-    from reports.calibrate import calibration_jobs
+    from reports.experiments import calibrate
+    from reports.experiments.calibrate import calibration_jobs
     from schedules.calibration import CALIBRATION
 
     truth = copy.deepcopy(CALIBRATION)
@@ -197,7 +197,7 @@ def test_simt_registers_come_from_the_sweep_or_an_estimate():
     from the tile (a one-column tile had been taken for 128, a quarter of its blocks per SM)."""
     import pandas as pd
 
-    from reports.calibrate import _simt_registers
+    from reports.experiments.calibrate import _simt_registers
 
     rows = [{"family": "simt", "name": "skinny_gemm", "params": {"thread_m": 8, "thread_n": 1}, "registers": r}
             for r in (40, 45, 206)]
@@ -237,7 +237,7 @@ def test_a_deeper_k_tile_shares_its_tiles_efficiency_and_counts_its_steps_and_re
 
 
 def test_the_random_drawer_is_reproducible_and_covers_odd_and_tiny_shapes():
-    from reports.bench_random import draw_shapes, needed_bytes, shape_properties
+    from reports.experiments.bench_random import draw_shapes, needed_bytes, shape_properties
 
     a, _ = draw_shapes(60, seed=7)
     b, _ = draw_shapes(60, seed=7)
@@ -255,7 +255,7 @@ def test_the_random_drawer_is_reproducible_and_covers_odd_and_tiny_shapes():
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16"])
 @pytest.mark.parametrize("workload", TABLE[1:] + ["gemm:2000x2000x2001", "gemm:33x5000x4000", "gemm:200x3x9000"])
 def test_every_choice_is_right_on_the_gpu(workload, precision):
-    from reports.harness import check_in_process
+    from reports.engine.harness import check_in_process
 
     name = {"fp32": "best_gemm", "fp16": "best_fp16_gemm", "tf32": "best_tf32_gemm"}[precision]
     row = check_in_process(name, workload + (":float16" if precision == "fp16" else ""))
@@ -266,7 +266,7 @@ def test_the_calibration_sweep_measures_each_kind_at_its_other_k_tiles():
     """The sweep's jobs: for the two best SIMT kinds of a shape, besides their best variant, one
     at each other K tile (they share the kind's efficiency, so the fit needs them side by side);
     a stored row names its kind as the dispatcher does now."""
-    from reports.calibrate import calibration_jobs, candidate_of
+    from reports.experiments.calibrate import calibration_jobs, candidate_of
 
     jobs = calibration_jobs(shapes=[(1500, 700, 300)], precisions=("fp32",))
     simt = [j for j in jobs if j.get("extra", {}).get("family") == "simt"]
@@ -285,8 +285,8 @@ def test_the_calibration_sweep_measures_each_kind_at_its_other_k_tiles():
 def test_a_sweep_can_measure_only_some_kernels():
     """``schedlab sweep --where async_copy=true``: the configurations with those parameters, with
     cuBLAS beside them on their own workloads only; a condition that is not PARAM=VALUE stops it."""
-    from reports.calibrate import calibration_jobs
-    from reports.sweep import where
+    from reports.experiments.calibrate import calibration_jobs
+    from reports.experiments.sweep import where
 
     jobs = calibration_jobs(shapes=[(1500, 700, 300), (2000, 3, 4000)], precisions=("fp32", "fp16"))
     kept = where(jobs, ["async_copy=true"])
@@ -325,7 +325,7 @@ def test_an_efficiency_is_solved_only_where_the_arithmetic_weighs(monkeypatch):
     """The fit solves an efficiency from a measured time only where the arithmetic is at least
     SOLVE_SHARE of the compute term; with a K of 8 the pipeline fill and the stores are most of it,
     and a small error in them would move the solved value a lot."""
-    from reports import calibrate
+    from reports.experiments import calibrate
 
     cal = copy.deepcopy(dispatch.CALIBRATION)
     gpu = GpuSpec()
@@ -384,7 +384,7 @@ def test_split_k_is_offered_only_where_its_partial_sums_fit_in_l2():
 def test_a_calibration_sweep_can_take_one_class_and_measures_another_split():
     """``schedlab sweep --set calibration --part "thin and wide"``: that class's shapes alone; the
     best two kinds of a shape are also measured at a second split-K factor."""
-    from reports.calibrate import CLASSES, calibration_jobs, calibration_shapes
+    from reports.experiments.calibrate import CLASSES, calibration_jobs, calibration_shapes
 
     name = next(n for n in CLASSES if n.startswith("thin and wide"))
     assert calibration_shapes("thin and wide") == list(CLASSES[name])
@@ -401,7 +401,7 @@ def test_a_calibration_sweep_can_take_one_class_and_measures_another_split():
 def test_the_calibration_is_package_data_that_a_fit_writes_and_the_model_reads(tmp_path):
     """The model's constants are a JSON file shipped with the package (not generated Python):
     what ``schedlab calibrate --write`` writes is what the dispatcher reads back, value for value."""
-    from reports.calibrate import write_calibration
+    from reports.experiments.calibrate import write_calibration
     from schedules.calibration import calibration_path, load_calibration
 
     assert calibration_path().endswith("calibration.json") and load_calibration() == dispatch.CALIBRATION

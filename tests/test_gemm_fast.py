@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from reports import build as B  # noqa: E402
+from reports.engine import build as B  # noqa: E402
 from schedules import ScheduleParamError, get, parse_workload  # noqa: E402
 from schedules import dispatch, gemm_fast  # noqa: E402
 from tests.helpers import run_on_gpu  # noqa: E402
@@ -299,7 +299,7 @@ def test_tensor_core_step_is_correct(harness, workload, intrinsics):
 
 
 if __name__ == "__main__":  # the GPU checks without pytest (e.g. on a machine that lacks it)
-    from reports.measure import CudaHarness
+    from reports.engine.measure import CudaHarness
 
     h, failed = CudaHarness(flush=False), 0
     cases = [(lambda n=n, w=w: test_fp32_steps_are_correct(h, n, w), f"{n} {w}") for n, w in GPU_FP32_CASES]

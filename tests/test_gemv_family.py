@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reports.build import build, cuda_available, cuda_target
+from reports.engine.build import build, cuda_available, cuda_target
 from schedules import Gemv, GemvT, get, parse_workload
 from schedules.gemv import GEMV_FAMILY, GemvDispatchConfig, aligned_vector
 
@@ -131,7 +131,7 @@ def test_dispatch_choices_are_valid(shape):
 # --- GPU: numbers against float64 --------------------------------------------------------------
 
 def _run_on_gpu(name, wl, **params):
-    from reports.measure import CudaHarness, product_error, random_inputs
+    from reports.engine.measure import CudaHarness, product_error, random_inputs
 
     built = _build(name, wl, **params)
     h = CudaHarness(flush=False)

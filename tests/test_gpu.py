@@ -31,7 +31,7 @@ CUBLAS_CASES = [("cublas", w) for w in ("gemm:256x192x320", "gemm:256x192x320:fl
 def test_cublas_baseline_for_every_kind_and_type(name, workload):
     """One cuBLAS call per (kind, input type, output type) through the run's and the benchmarks'
     measurement path: it runs, writes an fp32 output of the kernels' shape, and is right."""
-    from reports.harness import check_in_process
+    from reports.engine.harness import check_in_process
 
     row = check_in_process(name, workload, time=True, budget_s=0.02)
     assert row["status"] == "ok", row.get("error")

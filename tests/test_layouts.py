@@ -136,7 +136,7 @@ def test_the_compute_definition_reads_the_stored_operands(text):
     of the stored operands, and the float64 reference the checks use agrees."""
     import tvm
 
-    from reports import measure as M
+    from reports.engine import measure as M
 
     wl = parse_workload(text)
     a, b = M.random_inputs(wl, np.random.default_rng(0))
@@ -158,7 +158,7 @@ def test_the_compute_definition_reads_the_stored_operands(text):
 
 @pytest.mark.parametrize("text", WORKLOADS + ["gemm:300x1x200:tn", "gemm:1x300x200:nt"])
 def test_numpy_baseline_runs_on_the_same_layout(text):
-    from reports import baselines, measure as M
+    from reports.engine import baselines, measure as M
 
     wl = parse_workload(text)
     inputs = M.random_inputs(wl)
@@ -180,7 +180,7 @@ def test_views_not_copies():
 
 
 def test_the_measuring_worker_allocates_the_stored_shapes():
-    from reports import harness, measure as M
+    from reports.engine import harness, measure as M
 
     class Host:  # stands in for CudaHarness: host buffers
         torch = None
@@ -399,8 +399,8 @@ def test_the_best_steps_take_a_bmm_and_every_layout(name):
 def test_layout_benchmark_jobs_and_tables():
     import pandas as pd
 
-    from reports import bench_layouts as L
-    from reports import results as R
+    from reports.experiments import bench_layouts as L
+    from reports.engine import results as R
 
     jobs = L.make_jobs()
     names = {(j["workload"], j["name"]) for j in jobs}
@@ -437,12 +437,13 @@ def test_layout_benchmark_jobs_and_tables():
 def test_layout_benchmark_without_gpu_builds_and_times_nothing(tmp_path, monkeypatch):
     import json
 
-    from reports import bench_gemm, bench_layouts as L
+    from reports.experiments import bench_layouts as L
+    from scripts.schedlab import main
 
     monkeypatch.setattr(L, "LAYOUT_SHAPES", ("128x96x64",))
     monkeypatch.setattr(L, "BMM_SHAPES", ("2x64x64x64",))
     monkeypatch.setattr(L, "LESSON_SHAPE", "128x96x64")
-    assert bench_gemm.main(["--layouts", "--out", str(tmp_path), "--quiet"]) == 0
+    assert main(["bench-gemm", "--layouts", "--out", str(tmp_path), "--quiet"]) == 0
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
     assert {r["status"] for r in rows if r["name"] != "cublas"} == {"no-gpu"}
     assert {r["workload"] for r in rows} >= {"gemm:128x96x64:tt", "bmm:2x64x64x64:float16:nt"}
@@ -457,7 +458,7 @@ GPU_CASES = [(s.name, odd_workload(s, lay)) for s in GEMM_STEPS for lay in s.lay
 @pytest.mark.gpu
 @pytest.mark.parametrize("name, workload", GPU_CASES, ids=lambda c: str(c))
 def test_every_step_and_layout_is_right_on_gpu(name, workload):
-    from reports.harness import check_in_process
+    from reports.engine.harness import check_in_process
 
     row = check_in_process(name, workload)
     assert row["status"] == "ok", f"{name} on {workload}: {row.get('error')}"
@@ -468,7 +469,7 @@ def test_every_step_and_layout_is_right_on_gpu(name, workload):
                                       "gemm:1024x512x2048:tt", "bmm:16x1024x1024x128:float16:nt",
                                       "bmm:64x128x128x64:float16"])
 def test_the_choices_are_right_at_benchmark_shapes_on_gpu(workload):
-    from reports.harness import check_in_process
+    from reports.engine.harness import check_in_process
 
     name = "best_gemm" if parse_workload(workload).dtype == "float32" else "best_fp16_gemm"
     row = check_in_process(name, workload)
@@ -480,7 +481,7 @@ def test_the_choices_are_right_at_benchmark_shapes_on_gpu(workload):
                          [f"gemm:256x192x320:float16:{lay}" for lay in LAYOUTS] +
                          ["bmm:4x256x192x320:float16:nt", "bmm:4x256x192x320:tn"])
 def test_cublas_of_the_same_layout_and_bmm(workload):
-    from reports.harness import check_in_process
+    from reports.engine.harness import check_in_process
 
     row = check_in_process("cublas", workload, time=True, budget_s=0.02)
     assert row["status"] == "ok", row.get("error")

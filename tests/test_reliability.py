@@ -105,7 +105,7 @@ def test_ctrl_c_during_a_run_leaves_a_readable_partial_result_and_no_processes(t
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def building():
-        # the run's build worker (reports.isolate) compiling a kernel (nvcc or ptxas under it): the
+        # the run's build worker (reports.engine.isolate) compiling a kernel (nvcc or ptxas under it): the
         # run is then waiting on its worker. Not any short-lived child of an import (a compiler probe),
         # which can come first, so that Ctrl-C would land before the run has begun
         try:
@@ -113,7 +113,7 @@ def test_ctrl_c_during_a_run_leaves_a_readable_partial_result_and_no_processes(t
             lines = [" ".join(c.cmdline()) for c in kids]
         except psutil.Error:
             return False
-        return any("reports.isolate" in x for x in lines) and any("nvcc" in x or "ptxas" in x for x in lines)
+        return any("reports.engine.isolate" in x for x in lines) and any("nvcc" in x or "ptxas" in x for x in lines)
 
     deadline, started = time.time() + 60, False
     while time.time() < deadline and not started:

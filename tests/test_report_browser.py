@@ -19,7 +19,7 @@ import struct
 
 import pytest
 
-from reports.html import render_diff_text, write_page
+from reports.views.html import render_diff_text, write_page
 
 CHROMIUM = os.environ.get("SCHEDLAB_CHROMIUM", "/usr/bin/chromium")
 REQUIRE_BROWSER = os.environ.get("SCHEDLAB_REQUIRE_BROWSER") == "1"

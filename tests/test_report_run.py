@@ -11,7 +11,7 @@ STEPS = ["naive_gemm", "thread_1d_gemm", "shared_cache_gemm"]
 
 @pytest.fixture(scope="module")
 def run_report(tmp_path_factory):
-    from reports.runner import run
+    from reports.experiments.run import run
 
     out = tmp_path_factory.mktemp("run")
     df = run(["gemm:64x48x40"], STEPS, baselines=["numpy_cpu"], out_dir=str(out), progress=False, gpu=False)

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from reports import charts, load_results
-from reports import results as R
-from reports.runner import markdown
+from reports import load_results
+from reports.views import charts
+from reports.engine import results as R
+from reports.views.tables import markdown
 
 
 def _rows():
@@ -91,7 +92,7 @@ def test_unreadable_results_are_one_line_errors(tmp_path, content, word):
 
 
 def test_a_write_that_fails_leaves_the_old_file(tmp_path, monkeypatch):
-    from reports import files
+    from reports.engine import files
 
     R.write_results(R.frame(_rows(), META), str(tmp_path))
     before = (tmp_path / "results.json").read_text()

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from reports.isolate import Pool
-from reports.runner import plan, run
+from reports.engine.isolate import Pool
+from reports.experiments.run import plan, run
 from scripts.schedlab import main
 from tests.conftest import HAS_GPU
 
@@ -89,9 +89,7 @@ def test_run_without_gpu_builds_everything_and_invents_nothing(tmp_path, capsys)
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
 def test_gemv_benchmark_without_gpu_builds_and_times_nothing(tmp_path):
-    from reports import bench_gemv
-
-    assert bench_gemv.main(["--workload", "gemv:64x64", "--out", str(tmp_path), "--quiet"]) == 0
+    assert main(["bench-gemv", "--workload", "gemv:64x64", "--out", str(tmp_path), "--quiet"]) == 0
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
     assert rows and {r["status"] for r in rows} <= {"no-gpu", "unavailable"}
     assert not any(k.startswith(("time_", "gbps")) for r in rows for k in r)
@@ -100,10 +98,8 @@ def test_gemv_benchmark_without_gpu_builds_and_times_nothing(tmp_path):
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
 def test_gemm_benchmark_without_gpu_builds_and_times_nothing(tmp_path):
-    from reports import bench_gemm
-
-    assert bench_gemm.main(["--shapes", "256x128x64", "--precisions", "fp32,fp16", "--out", str(tmp_path),
-                            "--quiet"]) == 0
+    assert main(["bench-gemm", "--shapes", "256x128x64", "--precisions", "fp32,fp16", "--out", str(tmp_path),
+                 "--quiet"]) == 0
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
     built = {r["name"] for r in rows if r["status"] == "no-gpu"}
     assert {"best_gemm", "best_fp16_gemm", "wgmma_gemm", "tvm_dlight"} <= built

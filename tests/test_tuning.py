@@ -193,7 +193,7 @@ def test_fast_space_spans_the_fast_steps_with_the_models_choices_first():
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from reports import build as B
+    from reports.engine import build as B
     from schedules import parse_workload
     from schedules import dispatch
     from tuning.spaces import SEEDS, fast_configs, get_space, knob_values, model_seeds, sample_insts
@@ -384,7 +384,7 @@ def test_a_tuning_directory_keeps_one_timer(tmp_path):
 
 
 def test_reselection_takes_each_runs_fastest_distinct_valid_configurations():
-    from reports.tuning_report import reselect_candidates
+    from reports.experiments.tuned import reselect_candidates
 
     def row(run, key, ms, **kw):
         return {"run": run, "key": key, "time_ms": ms, "status": "ok", "trace": [["step"]], **kw}
@@ -407,7 +407,7 @@ def test_reselection_takes_each_runs_fastest_distinct_valid_configurations():
 
 
 def test_the_final_choice_table_compares_every_run_in_the_harness(tmp_path):
-    from reports.tuning_report import _reselect_table, slug
+    from reports.views.tuning_report import _reselect_table, slug
     from tuning.records import save_json
 
     wl = "gemm:64x64x64"
@@ -434,7 +434,7 @@ def test_the_tuner_builds_cuda_with_the_labs_compiler(monkeypatch):
     compiles through the same function."""
     import tvm_ffi
 
-    from reports import build as B
+    from reports.engine import build as B
     from schedules import parse_workload, get
     from tuning import cuda_compile as C
     from tuning.measure import build_in_target_scope
@@ -468,7 +468,7 @@ def test_the_fast_spaces_seed_is_best_gemms_own_kernel(shape):
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from reports import build as B
+    from reports.engine import build as B
     from schedules import dispatch, get, parse_workload
     from tuning.measure import module_pass_config
     from tuning.spaces import get_space, sample_insts

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from reports import build as B
+from reports.engine import build as B
 from schedules import ScheduleParamError, get, parse_workload
 from tests.helpers import build_spec, run_on_gpu
 from tuning.cuda_compile import arch_for
@@ -163,7 +163,7 @@ def test_tf32_step_takes_any_row_and_runs_by_name_only():
     with pytest.raises(ScheduleParamError, match="float32"):
         TF32.validate(parse_workload(BIG))
     TF32.validate(parse_workload("gemm:3000x1000x2500"))  # N is copied element by element: any N
-    from reports.runner import plan
+    from reports.experiments.run import plan
 
     jobs, _ = plan(["gemm:1024x512x2048"], baseline_names=[])
     assert "wgmma_tf32_gemm" not in {j["name"] for j in jobs}
@@ -178,7 +178,7 @@ def test_tf32_step_takes_any_row_and_runs_by_name_only():
 
 
 def test_bench_compares_tf32_with_cublas_in_tf32_mode():
-    from reports.bench_gemm import make_jobs
+    from reports.experiments.bench_gemm import make_jobs
 
     jobs = make_jobs(["4096x4096x4096", "1000x500x2001"])
     names = [(j["workload"], j["name"]) for j in jobs]

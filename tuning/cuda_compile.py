@@ -1,5 +1,5 @@
 """How every CUDA kernel of the lab is compiled: CUDA source → PTX (nvcc, through TVM's own helper,
-with TVM's flags) → cubin (``ptxas -v -O3``). The harness (``reports.build``) and the tuner's build
+with TVM's flags) → cubin (``ptxas -v -O3``). The harness (``reports.engine.build``) and the tuner's build
 processes both compile through :func:`compile_to_cubin`, so a configuration the tuner times is the
 same binary ``schedlab run`` times. (TVM's own ``tvm_callback_cuda_compile`` passes ptxas
 ``--register-usage-level=10``, which schedules the same PTX differently: best_gemm's configuration
@@ -117,7 +117,7 @@ def lab_compile(code):
 
 def use_lab_compiler():
     """Make TVM compile CUDA in this process through :func:`lab_compile` (the tuner's build
-    processes call this; ``reports.build`` registers its own hook, which compiles the same way and
+    processes call this; ``reports.engine.build`` registers its own hook, which compiles the same way and
     keeps the report)."""
     import tvm_ffi
 

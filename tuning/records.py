@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import fcntl
 import os
-import re
 import tempfile
+
+from schedules.names import slug
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
@@ -42,8 +44,6 @@ class DirectoryLock:
         self.fd = None
 
     def __enter__(self):
-        import fcntl
-
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -81,14 +81,29 @@ def plain(obj):
         return str(obj)
 
 
-def _atomic_write(path: str, data: bytes):
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def atomic_write(path: str, data: bytes):
+    """Write ``data`` to ``path`` whole or not at all: a temporary file in the same directory,
+    synced, given an ordinary file's mode, then renamed over ``path``. Raises OSError, leaving any
+    previous file untouched and no temporary file behind."""
+    tmp = None
+    try:
+        directory, name = os.path.split(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".tmp-{name}-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as an ordinary file would be (mkstemp makes it private)
+        os.replace(tmp, path)
+        tmp = None
+    finally:
+        if tmp is not None:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
 
 
 def repair_jsonl(path: str, keep=None) -> int:
@@ -114,7 +129,7 @@ def repair_jsonl(path: str, keep=None) -> int:
         good.append(line)
     data = b"".join(line + b"\n" for line in good)
     if data != raw:
-        _atomic_write(path, data)
+        atomic_write(path, data)
     return dropped
 
 
@@ -160,7 +175,7 @@ def repair_database(db_dir: str) -> dict:
 
 def open_database(db_dir: str):
     """Repair, then open MetaSchedule's JSONDatabase in ``db_dir``."""
-    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir import meta_schedule as ms  # heavy (MetaSchedule): only where a database is opened
 
     repair_database(db_dir)
     return ms.database.JSONDatabase(work_dir=db_dir, allow_missing=True)
@@ -173,7 +188,7 @@ def trace_key(workload: str, space: str, trace_json) -> str:
 
 
 def workload_slug(workload: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "_", workload).strip("_")
+    return slug(workload)
 
 
 def best_path(db_dir: str, workload: str) -> str:
@@ -181,7 +196,7 @@ def best_path(db_dir: str, workload: str) -> str:
 
 
 def save_json(path: str, value: dict):
-    _atomic_write(path, (json.dumps(value, indent=1, default=plain) + "\n").encode())
+    atomic_write(path, (json.dumps(value, indent=1, default=plain) + "\n").encode())
 
 
 def trials(db_dir: str, workload: str | None = None, run: str | None = None) -> list[dict]:

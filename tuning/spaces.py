@@ -30,8 +30,11 @@ from typing import Callable
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
+from schedules import dispatch
 from schedules.errors import ScheduleParamError
 from schedules.gemm import pipeline_double_buffer, register_tiled_gemm, shared_tiled_gemm
+from schedules.gemm_fast import WarpTileConfig, apply_fast_tiled
+from schedules.registry import get
 from schedules.workloads import Gemm
 
 PIPELINE_KEY = "schedlab.pipeline_stages"
@@ -126,17 +129,12 @@ def model_seeds(wl, k: int = SEEDS):
     choice first: the search starts where best_gemm would, and can only improve on it. A seed may
     keep its K tiles in a cp.async ring (the builder then injects the async copies,
     tuning.measure.module_pass_config)."""
-    from schedules import dispatch
-
     return [e.config for e in dispatch.rank(wl, "fp32") if e.candidate.family == "simt"][:k]
 
 
 def fast_configs(wl):
     """The ``fast`` space's structural combinations that are valid for ``wl``, as FastTileConfigs;
     the dispatcher's top choices (best_gemm's first) first."""
-    from schedules.gemm_fast import WarpTileConfig
-    from schedules.registry import get
-
     spec = get("warp_tiled_gemm")
     out = [WarpTileConfig(**{**{f.name: getattr(hand, f.name) for f in dataclasses.fields(WarpTileConfig)},
                              "unroll": 0}) for hand in model_seeds(wl)]
@@ -160,8 +158,6 @@ def fast_template(sch):
     """One design space per valid structural combination of :func:`fast_configs`, each with a sampled
     unroll depth, annotated on the loop where the hand-written steps put theirs (so the seed is
     best_gemm's own kernel, not a look-alike unrolled elsewhere)."""
-    from schedules.gemm_fast import apply_fast_tiled
-
     wl = gemm_of(sch)
     spaces = []
     for cfg in fast_configs(wl):

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import shutil
+import socket
 import sys
 import threading
 import time
@@ -39,7 +42,7 @@ from .cuda_compile import cuda_target, setup_cuda_env
 from .measure import (make_parallel_builder, checked_evaluator_local, checked_evaluator_rpc, cold_evaluator_local,
                       cold_evaluator_rpc, classify_error, verify_evaluator_local, verify_evaluator_rpc, FULL_TOLERANCE,
                       TIMERS)
-from .spaces import get_space, knob_values
+from .spaces import enumerate_decisions, get_space, knob_values, sample_insts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STRATEGIES = ("exhaustive", "random", "evolutionary")
@@ -114,8 +117,6 @@ def probe_tracker(host: str, port: int, timeout: float = 3.0):
     """Raise ValueError (one line, naming the tracker) unless something accepts connections at
     ``host:port`` within ``timeout`` seconds: TVM's own client retries for over a minute and then
     ends in a traceback."""
-    import socket
-
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return
@@ -190,8 +191,6 @@ class ExhaustiveSearch:
     postprocessor rejects (too many threads, too much shared memory...) come back as rejections."""
 
     def __init__(self, ctx, design_spaces, mod):
-        from .spaces import enumerate_decisions, sample_insts
-
         self.ctx, self.mod = ctx, mod
         self.postprocs = list(ctx.space_generator.postprocs)
 
@@ -243,8 +242,6 @@ def candidate_from_decisions(mod, postprocs, trace, insts, combo):
 def seed_candidates(space, wl, ctx, design_spaces, mod):
     """The space's seed configurations (the hand-written steps' tile sizes, AutoTVM-style: the
     template's default config measured first) as candidates."""
-    from .spaces import sample_insts
-
     if space.seeds is None or not design_spaces:
         return []
     out = []
@@ -491,8 +488,6 @@ def _measure(cands, target, device_type, builder, runner) -> list[dict]:
 
 
 def _remove_artifact(path):
-    import shutil
-
     try:
         shutil.rmtree(os.path.dirname(str(path)), ignore_errors=True)
     except Exception:  # noqa: BLE001
@@ -554,8 +549,6 @@ def check_timer(opts: TuneOptions, past: list) -> None:
 
 def _write_provenance(opts, target):
     """DIR/provenance.json: where the trials were measured (the report reads it)."""
-    import platform
-
     if opts.rpc_tracker:
         device = f"RPC servers under key {opts.rpc_key} at {opts.rpc_tracker}"
     elif target.kind.name == "cuda":
@@ -637,8 +630,6 @@ def save_best(db_dir, wl, target, run, space, best: dict):
     old = None
     if os.path.exists(path):
         try:
-            import json
-
             with open(path) as f:
                 old = json.load(f)
         except (OSError, ValueError):

@@ -9,7 +9,11 @@ from __future__ import annotations
 import difflib
 import re
 
-from schedules import ScheduleParamError, all_schedules, get, parse_workload
+from schedules import ScheduleParamError, all_schedules, get
+from schedules.workloads import workload_for
+
+from ..engine import build as B
+from .html import render_diff_text
 
 STAGES = ("scheduled", "lowered", "cuda", "ptx")
 _RV = re.compile(r"\b[blv]\d+\b")
@@ -32,8 +36,6 @@ def resolve(a: str, b: str | None, shape: str | None, default_shapes: dict):
     if spec_a.kind != spec_b.kind:
         raise ScheduleParamError(f"{spec_a.name} is a {spec_a.kind} schedule and {spec_b.name} a {spec_b.kind} one: "
                                  "a diff needs two schedules of one kind")
-    from schedules.workloads import workload_for
-
     text = shape or default_shapes[spec_a.kind]
     common = [d for d in spec_a.input_dtypes if d in spec_b.input_dtypes]
     if not common:
@@ -105,9 +107,6 @@ def stage_text(built, stage: str) -> str:
 def diff(a: str, b: str | None = None, shape: str | None = None, stage: str = "scheduled", arch: str | None = None,
          color: bool = False, default_shapes: dict | None = None) -> str:
     """The whole report of ``schedlab diff`` as text."""
-    from . import build as B
-    from .html import render_diff_text
-
     if stage not in STAGES:
         raise ScheduleParamError(f"--stage {stage!r} is not one of {', '.join(STAGES)}")
     spec_a, spec_b, wl = resolve(a, b, shape, default_shapes or {})

@@ -1,9 +1,9 @@
 """``schedlab bench-gemm``: the lab's GEMM choices and tensor-core steps beside TVM's dlight rules and
 cuBLAS of the same precision, on fixed shapes (or, with ``--random N``, on shapes nobody chose:
-:mod:`reports.bench_random`).
+:mod:`reports.experiments.bench_random`).
 
     schedlab bench-gemm --out out/bench_gemm [--shapes 1024x512x2048,...] [--steps] [--precisions fp32,tf32,fp16,bf16]
-    schedlab bench-gemm --layouts --out out/bench_layouts   # nn/nt/tn/tt and bmm beside cuBLAS (bench_layouts)
+    schedlab bench-gemm --layouts --out out/bench_layouts   # nn/nt/tn/tt and bmm beside cuBLAS
 
 Per shape and precision: cuBLAS (fp32 with TF32 off; cuBLAS in TF32 mode for tf32; fp16/bf16 inputs
 with an fp32 output, as the lab's kernels compute), dlight, the lab's choice for the precision
@@ -16,12 +16,12 @@ table.md (ratios to cuBLAS of the same precision) into ``--out``.
 
 from __future__ import annotations
 
-import argparse
-
 import pandas as pd
 
-from . import results as R
-from .bench import add_common_args, label, run_bench, write_bench
+from schedules import parse_shape
+
+from ..views import tables as T
+from .bench import applies, label, run_bench, write_bench
 
 SHAPES = ("1024x512x2048", "2048x2048x2048", "4096x4096x4096", "3000x1000x2500", "8192x8192x8192", "4096x8192x512")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -37,23 +37,6 @@ KERNELS = {
     "bf16": ("bfloat16", [("cublas", {}), ("wgmma_gemm", {}), *HOPPER, ("best_fp16_gemm", {})]),
 }
 CHOICE = {"fp32": "best_gemm", "tf32": "best_tf32_gemm", "fp16": "best_fp16_gemm", "bf16": "best_fp16_gemm"}
-
-
-def applies(name: str, workload: str, params=None) -> bool:
-    """Whether a step takes this workload (its input type, its shape) with these parameters."""
-    from schedules import ScheduleParamError, get, parse_workload
-
-    if name in ("cublas", "cublas_tf32", "tvm_dlight"):
-        return True
-    try:
-        spec = get(name)
-        wl = parse_workload(workload)
-        if not spec.accepts_dtype(wl):
-            return False
-        spec.validate(wl, spec.config(**(params or {})))
-    except ScheduleParamError:
-        return False
-    return True
 
 
 def make_jobs(shapes, precisions=PRECISIONS, steps=False):
@@ -76,12 +59,12 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
         "workload": df["workload"], "precision": df["precision"],
         "kernel": [label(n, p) for n, p in zip(df["name"], df.get("params", [None] * len(df)))],
         "chosen": df["chosen"] if "chosen" in df else "",
-        "TFLOP/s": df["tflops"].map(lambda v: R.fmt(v, ".2f")),
-        "% cuBLAS": df["pct_cublas"].map(lambda v: R.fmt(v, ".1f")),
-        "ms": df["time_ms"].map(lambda v: R.fmt(v, ".4f")),
-        "rel. error": df["rel_error"].map(lambda v: R.fmt(v, ".2g")) if "rel_error" in df else "",
-        "regs": df["registers"].map(lambda v: R.fmt(v, ".0f")) if "registers" in df else "",
-        "spill B": df["spill_bytes"].map(lambda v: R.fmt(v, ".0f")) if "spill_bytes" in df else "",
+        "TFLOP/s": df["tflops"].map(lambda v: T.fmt(v, ".2f")),
+        "% cuBLAS": df["pct_cublas"].map(lambda v: T.fmt(v, ".1f")),
+        "ms": df["time_ms"].map(lambda v: T.fmt(v, ".4f")),
+        "rel. error": df["rel_error"].map(lambda v: T.fmt(v, ".2g")) if "rel_error" in df else "",
+        "regs": df["registers"].map(lambda v: T.fmt(v, ".0f")) if "registers" in df else "",
+        "spill B": df["spill_bytes"].map(lambda v: T.fmt(v, ".0f")) if "spill_bytes" in df else "",
         "status": [s if s == "ok" else f"**{s}**: {str(e)[:80]}" for s, e in
                    zip(df["status"], df["error"] if "error" in df else [""] * len(df))],
     })
@@ -99,51 +82,26 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
             continue
         c = choice.iloc[0]
         rows.append({"shape": wl.split(":")[1], "precision": prec,
-                     "choice": str(c.get("chosen") or c["name"]), "TFLOP/s": R.fmt(c.get("tflops"), ".2f"),
-                     "% cuBLAS": R.fmt(c.get("pct_cublas"), ".1f"),
-                     "dlight % cuBLAS": R.fmt(dl.iloc[0].get("pct_cublas"), ".1f") if len(dl) else ""})
+                     "choice": str(c.get("chosen") or c["name"]), "TFLOP/s": T.fmt(c.get("tflops"), ".2f"),
+                     "% cuBLAS": T.fmt(c.get("pct_cublas"), ".1f"),
+                     "dlight % cuBLAS": T.fmt(dl.iloc[0].get("pct_cublas"), ".1f") if len(dl) else ""})
     return pd.DataFrame(rows)
 
 
 def markdown(df: pd.DataFrame) -> str:
     timer = df["timer"].dropna().iloc[0] if "timer" in df and df["timer"].notna().any() else "no GPU: nothing timed"
-    lines = [f"# GEMM benchmark: {df.attrs['provenance']['gpu']}", "", R.provenance_line(df.attrs), "",
+    lines = [f"# GEMM benchmark: {df.attrs['provenance']['gpu']}", "", T.provenance_line(df.attrs), "",
              f"Timer: {timer}; median; every result checked against float64 first. fp32 kernels are compared "
              "with cuBLAS fp32 (TF32 off), tf32 ones with cuBLAS in TF32 mode, fp16/bf16 ones with cuBLAS of "
              "the same input type and an fp32 output.", "", "## The lab's choice per shape", "",
-             R.markdown_table(summary(df)), "## Every kernel", "", R.markdown_table(table(df))]
+             T.markdown_table(summary(df)), "## Every kernel", "", T.markdown_table(table(df))]
     return "\n".join(lines)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="schedlab bench-gemm", description=__doc__.split("\n\n")[0])
-    add_common_args(ap, "out/bench_gemm")
-    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated MxNxK")
-    ap.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated: fp32,tf32,fp16,bf16")
-    ap.add_argument("--steps", action="store_true", help="also the fast fp32 steps at their defaults")
-    ap.add_argument("--random", type=int, default=0, metavar="N", help="N random shapes instead (bench_random)")
-    ap.add_argument("--layouts", action="store_true",
-                    help="the operand layouts nn/nt/tn/tt (4096³, 1024x512x2048; fp32, fp16) and fp16 bmm at "
-                         "attention-like shapes beside cuBLAS of the same layout, instead (bench_layouts)")
-    ap.add_argument("--seed", type=int, default=0, help="with --random: the drawing's seed")
-    args = ap.parse_args(argv)
-    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
-    for p in precisions:
-        if p not in PRECISIONS:
-            raise ValueError(f"--precisions: {p!r} is not one of {', '.join(PRECISIONS)}")
-    if args.layouts:
-        from .bench_layouts import run_layouts
-
-        if args.out == "out/bench_gemm":
-            args.out = "out/bench_layouts"
-        return run_layouts(args)
-    if args.random:
-        from .bench_random import run_random
-
-        return run_random(args, precisions)
-    from schedules import parse_shape
-
-    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+def command(args, precisions) -> int:
+    """``schedlab bench-gemm`` on fixed shapes (``args``: the command's options; ``precisions``: the
+    checked list of ``--precisions``)."""
+    shapes = [s.strip() for s in (",".join(SHAPES) if args.shapes is None else args.shapes).split(",") if s.strip()]
     for s in shapes:
         parse_shape(s, 3)
     df = run_bench(make_jobs(shapes, precisions, args.steps), args.out, "bench-gemm", workers=args.workers,

@@ -16,8 +16,12 @@ import os
 
 import numpy as np
 import pandas as pd
+import tvm
 
-from . import results as R
+from schedules import parse_workload
+
+from ..engine.build import cuda_available
+from ..views import tables as T
 from .bench import run_bench, write_bench
 
 MAX_DIM = 16384
@@ -70,8 +74,8 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     for prec, g in choices.groupby("precision", sort=False):
         pct = g["pct_cublas"].dropna()
         rows.append({"precision": prec, "shapes": len(g), "measured": len(pct),
-                     "geomean % cuBLAS": R.fmt(float(np.exp(np.log(pct).mean())) if len(pct) else float("nan"), ".1f"),
-                     "min %": R.fmt(pct.min() if len(pct) else float("nan"), ".1f"),
+                     "geomean % cuBLAS": T.fmt(float(np.exp(np.log(pct).mean())) if len(pct) else float("nan"), ".1f"),
+                     "min %": T.fmt(pct.min() if len(pct) else float("nan"), ".1f"),
                      "≥ 90% of cuBLAS": f"{(pct >= 90).mean():.0%}" if len(pct) else "",
                      "failed": int((g["status"] != "ok").sum())})
     return pd.DataFrame(rows)
@@ -84,20 +88,18 @@ def per_shape(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "shape": choices["workload"].str.split(":").str[1], "precision": choices["precision"],
         "choice": choices["chosen"] if "chosen" in choices else "",
-        "ms": choices["time_ms"].map(lambda v: R.fmt(v, ".4g")), "cuBLAS ms": choices["cublas_ms"].map(lambda v: R.fmt(v, ".4g")),
-        "% cuBLAS": choices["pct_cublas"].map(lambda v: R.fmt(v, ".1f")),
-        "rel. error": choices["rel_error"].map(lambda v: R.fmt(v, ".1e")) if "rel_error" in choices else "",
+        "ms": choices["time_ms"].map(lambda v: T.fmt(v, ".4g")), "cuBLAS ms": choices["cublas_ms"].map(lambda v: T.fmt(v, ".4g")),
+        "% cuBLAS": choices["pct_cublas"].map(lambda v: T.fmt(v, ".1f")),
+        "rel. error": choices["rel_error"].map(lambda v: T.fmt(v, ".1e")) if "rel_error" in choices else "",
         "status": [s if s == "ok" else f"{s}: {str(e)[:60]}" for s, e in
                    zip(choices["status"], choices["error"] if "error" in choices else [""] * len(choices))]})
 
 
 def chart(df: pd.DataFrame, path: str):
-    import matplotlib
+    import matplotlib  # heavy: only where the chart is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from schedules import parse_workload
 
     choices = df[df["name"].str.startswith("best_") & df["pct_cublas"].notna()]
     if choices.empty:
@@ -123,23 +125,21 @@ def chart(df: pd.DataFrame, path: str):
 
 def markdown(df: pd.DataFrame) -> str:
     props = df.attrs.get("shapes_drawn", {})
-    lines = [f"# Random shapes: {df.attrs['provenance']['gpu']}", "", R.provenance_line(df.attrs), "",
+    lines = [f"# Random shapes: {df.attrs['provenance']['gpu']}", "", T.provenance_line(df.attrs), "",
              f"{props.get('count')} shapes, M, N, K log-uniform in [1, {MAX_DIM}], seed {df.attrs.get('seed')} "
              f"({props.get('not_multiple_of_8')} with a dimension that is not a multiple of 8, {props.get('dim_le_4')} "
              f"with one of 4 or less; {df.attrs.get('redrawn', 0)} redrawn as too large for the GPU's memory). "
              "Every result checked against float64 first; % cuBLAS against cuBLAS of the same precision "
              "(fp32: TF32 off; tf32: cuBLAS in TF32 mode; fp16: fp16 inputs, fp32 output).", "",
-             R.markdown_table(summary(df)), "## Every shape", "", R.markdown_table(per_shape(df))]
+             T.markdown_table(summary(df)), "## Every shape", "", T.markdown_table(per_shape(df))]
     return "\n".join(lines)
 
 
-def run_random(args, precisions) -> int:
-    from .build import cuda_available
-
+def command(args, precisions) -> int:
+    """``schedlab bench-gemm --random N`` (``args``: the command's options; ``precisions``: the
+    checked list of ``--precisions``)."""
     memory = None
     if cuda_available():
-        import tvm
-
         memory = int(tvm.cuda(0).total_global_memory)
     shapes, redrawn = draw_shapes(args.random, args.seed, memory_bytes=memory)
     precisions = [p for p in precisions if p in ("fp32", "tf32", "fp16")] or ["fp32", "tf32", "fp16"]

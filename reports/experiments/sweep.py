@@ -3,20 +3,25 @@
     schedlab sweep --out out/sweep [--set calibration|fp32|fp16|all|round2|wgmma|tf32] [--part all|grid|classes]
                    [--where PARAM=VALUE ...]
 
-``--set calibration`` (the default) is the dispatcher's calibration sweep (reports/calibrate.py):
-``schedlab calibrate out/sweep --write`` fits the model to it. The other sets are the sweeps the
+``--set calibration`` (the default) is the dispatcher's calibration sweep
+(reports/experiments/calibrate.py): ``schedlab calibrate out/sweep --write`` fits the model to it. The other sets are the sweeps the
 steps' default configurations were chosen from. ``--where`` keeps the configurations whose
 parameters have those values (``--where async_copy=true``: the cp.async variants only, e.g. to add
 a new kind of kernel to a calibration measured before), with cuBLAS beside them.
 
 Builds every configuration in parallel, checks and times each through the lab's one measurement
-path (reports.harness), prints one table per workload sorted by speed, and writes results.json.
+path (reports.engine.harness), prints one table per workload sorted by speed, and writes
+results.json.
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
+import json
+
+from ..views import tables as T
+from .bench import label, run_bench, write_bench
+from .calibrate import calibration_jobs, config_of
 
 SHAPES = ("1024x512x2048", "2048x2048x2048", "4096x4096x4096", "3000x1000x2500")
 
@@ -115,8 +120,6 @@ WGMMA_ODD = ("1000x520x2000", "8x8x8", "130x264x72")
 
 def make_jobs(shapes, which, part="all"):
     if which == "calibration":  # the dispatcher's calibration grid (its own shapes; --shapes ignored)
-        from .calibrate import calibration_jobs
-
         return calibration_jobs(part=part)
     if which == "round2":
         jobs = []
@@ -169,8 +172,6 @@ def where(jobs, conditions):
     """The jobs whose configurations match every ``PARAM=VALUE`` of ``conditions`` (values read as
     JSON: true, 16, "k_major"; else as text; a parameter left at the step's default has the
     default's value), and the cuBLAS jobs of the workloads they leave."""
-    import json
-
     wanted = {}
     for cond in conditions:
         name, sep, text = cond.partition("=")
@@ -180,8 +181,6 @@ def where(jobs, conditions):
             wanted[name] = json.loads(text)
         except ValueError:
             wanted[name] = text
-    from .calibrate import config_of
-
     def blas(job):
         return job["name"].startswith("cublas")
 
@@ -197,20 +196,9 @@ def where(jobs, conditions):
     return [j for j, keep in zip(jobs, kept) if keep or (blas(j) and group(j) in groups)]
 
 
-def main(argv=None):
-    from .bench import add_common_args, run_bench, write_bench
-
-    ap = argparse.ArgumentParser(prog="schedlab sweep", description=__doc__.split("\n\n")[0])
-    add_common_args(ap, "out/sweep")
-    ap.add_argument("--set", default="calibration", choices=("calibration", "fp32", "fp16", "all", "round2", "wgmma", "tf32"))
-    ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--part", default="all",
-                    help="with --set calibration: the shape grid (grid), the shape classes (classes), both (all), "
-                         "or the one class whose name starts with PART (reports.calibrate.CLASSES)")
-    ap.add_argument("--where", nargs="+", default=[], metavar="PARAM=VALUE",
-                    help="only the configurations whose parameters have these values (and cuBLAS beside them)")
-    args = ap.parse_args(argv)
-    jobs = make_jobs(args.shapes.split(","), args.set, args.part)
+def command(args) -> int:
+    """``schedlab sweep`` (``args``: the command's options)."""
+    jobs = make_jobs((",".join(SHAPES) if args.shapes is None else args.shapes).split(","), args.set, args.part)
     if args.where:
         jobs = where(jobs, args.where)
     df = run_bench(jobs, args.out, f"sweep-{args.set}", workers=args.workers,
@@ -223,14 +211,11 @@ def main(argv=None):
 
 def tables(df) -> str:
     """One table per workload, fastest first, with the share of cuBLAS of the same precision."""
-    from . import results as R
-    from .bench import label
-
     out = []
     for wl, g in df.groupby("workload", sort=False):
         g = g.sort_values("tflops", ascending=False, na_position="last")
         t = g.assign(kernel=[label(n, p) for n, p in zip(g["name"], g["params"])])
-        out += [f"## {wl}", "", R.markdown_table(t.assign(
-            **{"TFLOP/s": t["tflops"].map(lambda v: R.fmt(v, ".2f")), "% cuBLAS": t["pct_cublas"].map(lambda v: R.fmt(v, ".1f"))}
+        out += [f"## {wl}", "", T.markdown_table(t.assign(
+            **{"TFLOP/s": t["tflops"].map(lambda v: T.fmt(v, ".2f")), "% cuBLAS": t["pct_cublas"].map(lambda v: T.fmt(v, ".1f"))}
         )[["kernel", "TFLOP/s", "% cuBLAS", "status"]])]
     return "\n".join(out)

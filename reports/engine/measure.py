@@ -20,15 +20,16 @@ import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import tvm
+
+from tuning.measure import L2_FLUSH_BYTES
 
 from schedules.reference import LONG_SUM, count_not_finite, product_error, reference  # noqa: F401  (the check)
-
-FLUSH_BYTES = 256 << 20
 
 
 def have_torch_cuda() -> bool:
     try:
-        import torch
+        import torch  # optional: without it TVM's timer and host checks
     except ImportError:
         return False
     return torch.cuda.is_available()
@@ -48,7 +49,7 @@ class Timing:
 
 def numpy_dtype(dtype: str):
     if dtype == "bfloat16":
-        import ml_dtypes
+        import ml_dtypes  # optional: bfloat16 host arrays only
 
         return ml_dtypes.bfloat16
     return np.dtype(dtype)
@@ -68,8 +69,6 @@ class CudaHarness:
                   None: "no L2 flush"}
 
     def __init__(self, flush: str | bool | None = "read"):
-        import tvm
-
         self.tvm = tvm
         self.dev = tvm.cuda(0)
         self.torch = None
@@ -78,13 +77,13 @@ class CudaHarness:
             raise ValueError(f"flush must be 'read', 'write' or None, got {flush!r}")
         self.before_run = None
         if have_torch_cuda():
-            import torch
+            import torch  # optional: CUDA events and device buffers where torch is installed
 
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
             self.torch = torch
             if self.flush:
-                cache = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+                cache = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
                 self.before_run = cache.zero_ if self.flush == "write" else (
                     lambda: cache.sum(dtype=torch.int64))
 

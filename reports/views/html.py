@@ -12,6 +12,8 @@ How the page stores its data
   ``previous`` schedule's text at the same stage as one JSON object, gzip-compressed and base64
   encoded in a ``<script type="application/octet-stream">`` block. Base64 has no ``<``, so nothing
   in the IR can end its script block.
+* The page's CSS and JS are package data (``reports/views/static/report.css`` and ``report.js``),
+  read when a page is built and inlined; the JS is hashed into the page's CSP.
 * The page's JS (vanilla) decodes a block with ``DecompressionStream('gzip')`` only when the user
   opens that schedule/stage, and renders the IR, a unified diff or a side-by-side diff from it.
 * A Content-Security-Policy meta tag forbids every fetch (``default-src 'none'``; images only from
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import difflib
+import functools
 import gzip
 import hashlib
 import html
@@ -31,8 +34,10 @@ import json
 import math
 import os
 import re
-import tempfile
+from importlib import resources
 from typing import Any
+
+from ..engine.files import atomic_write
 
 __all__ = ["write_page", "render_diff_text", "STAGES"]
 
@@ -87,7 +92,7 @@ def _lexer(stage: str):
     if stage not in _lexer_cache:
         lexer = None
         try:
-            from pygments.lexers import get_lexer_by_name
+            from pygments.lexers import get_lexer_by_name  # optional: highlighting
             from pygments.util import ClassNotFound
         except ImportError:  # highlighting is a nicety: plain text without pygments
             get_lexer_by_name = None
@@ -111,7 +116,7 @@ def _css_class(ttype) -> str:
     token is plain text: fewer spans, a faster page)."""
     c = _class_cache.get(ttype)
     if c is None:
-        from pygments.styles import get_style_by_name
+        from pygments.styles import get_style_by_name  # optional: highlighting (a lexer was found)
         from pygments.token import STANDARD_TYPES, Error
         t = ttype
         while t not in STANDARD_TYPES and t.parent is not None:
@@ -197,7 +202,7 @@ def _highlight_lines(text_lines: list[str], stage: str,
 
 def _pygments_css() -> str:
     try:
-        from pygments.formatters import HtmlFormatter
+        from pygments.formatters import HtmlFormatter  # optional: highlighting
     except ImportError:
         return ""
     return HtmlFormatter(style=_STYLE).get_style_defs(".code")
@@ -419,11 +424,11 @@ def _build(page: dict) -> str:
 
     blob_html = "".join(f'<script type="application/octet-stream" id="b{k}">{b}</script>\n'
                         for k, b in enumerate(blobs))
-    js = _JS
+    js = static_text("report.js")
     js_hash = base64.b64encode(hashlib.sha256(js.encode("utf-8")).digest()).decode()
     csp = (f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
            f"script-src 'sha256-{js_hash}'; base-uri 'none'; form-action 'none'")
-    css = _CSS + _pygments_css()
+    css = static_text("report.css") + _pygments_css()
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
@@ -441,346 +446,15 @@ def _build(page: dict) -> str:
 
 def write_page(page: dict, path: str) -> str:
     """Render ``page`` (see module doc) to one self-contained HTML file at ``path``, whole or not at
-    all (reports.files.atomic_write). Returns ``path``."""
-    from .files import atomic_write
-
+    all (reports.engine.files.atomic_write). Returns ``path``."""
     doc = _build(page)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     atomic_write(path, doc)
     return path
 
 
-# ---------------------------------------------------------------------------------------------
-# CSS and JS (the JS is hashed into the page's CSP: keep it one static string)
-
-_CSS = """
-:root{--fg:#1d2330;--mut:#667085;--bd:#d9dee7;--bg2:#f5f7fa;--acc:#2557d6;--add:#e6ffec;--addl:#abf2bc;
---del:#ffebe9;--dell:#ffc1bd;--hunk:#ddf4ff}
-*{box-sizing:border-box}
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:var(--fg);
-margin:0 auto;padding:0 24px 40px;max-width:1400px}
-h1{font-size:22px;margin:18px 0 6px}h2{font-size:18px;margin:26px 0 8px;border-bottom:1px solid var(--bd)}
-.muted{color:var(--mut)}
-.prov{display:flex;flex-wrap:wrap;gap:4px 18px;margin:0 0 6px}.pv{display:flex;gap:6px}
-.prov dt{color:var(--mut)}.prov dd{margin:0;font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
-nav a{color:var(--acc)}
-.notes p{margin:6px 0;max-width:100ch}
-.tw{overflow-x:auto;margin:10px 0 18px}
-table.data{border-collapse:collapse;font-size:13px}
-table.data caption{text-align:left;font-weight:600;padding:4px 0}
-table.data th,table.data td{border:1px solid var(--bd);padding:3px 8px;white-space:nowrap}
-table.data th{background:var(--bg2);padding:0}
-button.sort{all:unset;cursor:pointer;display:block;padding:4px 8px;font-weight:600}
-button.sort:focus-visible{outline:2px solid var(--acc)}
-.arrow{display:inline-block;width:1.2em;text-align:right;color:var(--acc)}
-th[aria-sort=none] .arrow::after{content:"↕";color:#b8bfcc}
-td.num{text-align:right;font-variant-numeric:tabular-nums}
-tr.link{cursor:pointer}tr.link:hover td,tr.link:focus td{background:#eef3ff}
-tr.link td:first-child{color:var(--acc);text-decoration:underline dotted}
-figure{margin:12px 0}figure img{max-width:100%;height:auto;border:1px solid var(--bd)}
-figcaption{color:var(--mut);font-size:13px}
-details.sched{border:1px solid var(--bd);border-radius:6px;margin:8px 0;background:#fff}
-details.sched>summary{cursor:pointer;padding:6px 10px;background:var(--bg2);border-radius:6px}
-details.sched[open]>summary{border-bottom:1px solid var(--bd);border-radius:6px 6px 0 0}
-details.sched.flash{box-shadow:0 0 0 3px #8fb0ff}
-.step{display:inline-block;min-width:2.2em;font-weight:600;color:var(--acc)}
-.tag{font-size:12px;background:#e8ecf3;border-radius:4px;padding:0 6px;margin-left:4px}
-.body{padding:8px 12px}.summary{margin:4px 0 8px;max-width:110ch}
-.kvs{display:flex;flex-wrap:wrap;gap:16px}
-table.kv{border-collapse:collapse;font-size:13px}table.kv caption{text-align:left;color:var(--mut)}
-table.kv th{text-align:left;font-weight:500;padding:1px 12px 1px 0;color:var(--mut)}
-table.kv td{font-family:ui-monospace,Menlo,Consolas,monospace;padding:1px 0}
-.prev{margin:8px 0}.prev a{color:var(--acc)}
-.bar{display:flex;flex-wrap:wrap;gap:10px;align-items:center;margin:6px 0}
-.bar button{font:inherit;font-size:13px;border:1px solid var(--bd);background:#fff;padding:2px 10px;cursor:pointer}
-.bar button.on{background:var(--acc);color:#fff;border-color:var(--acc)}
-.bar button:disabled{opacity:.45;cursor:default}
-.tabs button,.seg button{margin-right:-1px}.tabs button:first-child,.seg button:first-child{border-radius:4px 0 0 4px}
-.tabs button:last-child,.seg button:last-child{border-radius:0 4px 4px 0}
-.delta{font-size:11px;opacity:.8}
-.out{border:1px solid var(--bd);border-radius:4px;max-height:75vh;overflow:auto;background:#fbfcfd}
-.out:empty{display:none}.out .msg{padding:8px 10px;color:var(--mut);font-size:13px}
-pre.code{margin:0;padding:6px 0;font:12px/17.4px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;tab-size:4;
-background:transparent}
-pre.code .x-ck{content-visibility:auto}pre.code .x-l{counter-increment:ln}
-pre.code .x-l::before{content:counter(ln);display:inline-block;width:6ch;padding-right:1.5ch;margin-right:1ch;
-text-align:right;color:#a0a8b6;border-right:1px solid var(--bd);user-select:none}
-.diffview .x-ck{content-visibility:auto}
-table.diff{border-collapse:collapse;table-layout:fixed;width:100%;font:12px/17.4px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
-table.diff col.x-cn{width:7ch}
-table.diff td{padding:0 6px;vertical-align:top}
-table.diff td.x-n{text-align:right;color:#a0a8b6;user-select:none;white-space:nowrap;overflow:hidden}
-table.diff td.x-c{white-space:pre-wrap;overflow-wrap:anywhere}
-table.diff tr.hunk td{background:var(--hunk);color:#445;padding:2px 6px}
-table.diff .add{background:var(--add)}table.diff .del{background:var(--del)}
-table.diff .add td.x-n,table.diff td.add.x-n{background:var(--addl)}table.diff .del td.x-n,table.diff td.del.x-n{background:var(--dell)}
-table.diff .x-s{user-select:none;color:#8a93a3}
-table.diff td.empty{background:#f0f1f4}
-.more{margin:6px}
-footer{margin-top:30px;font-size:12px}
-"""
-
-_JS = r"""
-(function () {
-  "use strict";
-  var META = JSON.parse(document.getElementById("meta").textContent);
-  var MAX_ROWS = 20000;          // diff rows rendered before a "show all" button
-  var cache = new Map();         // blob id -> Promise(decoded object)
-  var state = new Map();         // schedule index -> {stage, view, mode, seq, shown}
-
-  function decode(id) {
-    if (cache.has(id)) return cache.get(id);
-    var p = (async function () {
-      if (typeof DecompressionStream === "undefined") throw new Error("this browser has no DecompressionStream");
-      var el = document.getElementById(id);
-      var bin = atob(el.textContent.trim());
-      var bytes = new Uint8Array(bin.length);
-      for (var k = 0; k < bin.length; k++) bytes[k] = bin.charCodeAt(k);
-      var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-      return JSON.parse(await new Response(stream).text());
-    })();
-    cache.set(id, p);
-    return p;
-  }
-
-  function msg(text) { var d = document.createElement("div"); d.className = "msg"; d.textContent = text; return d; }
-
-  function stOf(i) {
-    if (!state.has(i)) {
-      var stages = Object.keys(META.schedules[i].stages);
-      state.set(i, {stage: stages[0], view: "ir", mode: "unified", seq: 0, shown: null});
-    }
-    return state.get(i);
-  }
-
-  // IR as a <pre> of chunks of CHUNK lines; chunks off screen are neither laid out nor painted
-  // (content-visibility), so a 10k-line stage stays smooth. Line numbers are CSS counters.
-  var CHUNK = 200, LINE_PX = 17.4;
-  function codeView(lines) {
-    var pre = document.createElement("pre");
-    pre.className = "code";
-    for (var c = 0; c < lines.length; c += CHUNK) {
-      var end = Math.min(lines.length, c + CHUNK), parts = [];
-      for (var k = c; k < end; k++) parts.push('<span class="x-l">' + lines[k] + "\n</span>");
-      var ck = document.createElement("div");
-      ck.className = "x-ck";
-      ck.style.counterReset = "ln " + c;
-      ck.style.containIntrinsicSize = "auto " + Math.ceil((end - c) * LINE_PX) + "px";
-      ck.innerHTML = parts.join("");
-      pre.appendChild(ck);
-    }
-    return pre;
-  }
-
-  function range(a, b) { return (b - a === 1) ? String(a + 1) : (a + (b > a ? 1 : 0)) + "," + (b - a); }
-
-  // rows of a diff: {t: "hunk"|"eq"|"del"|"add"|"rep", ...}
-  function diffRows(hunks, split) {
-    var rows = [];
-    hunks.forEach(function (g) {
-      rows.push({t: "hunk", text: "@@ -" + range(g[0][1], g[g.length - 1][2]) + " +" + range(g[0][3], g[g.length - 1][4]) + " @@"});
-      g.forEach(function (op) {
-        var tag = op[0], i1 = op[1], i2 = op[2], j1 = op[3], j2 = op[4], k;
-        if (tag === "equal") { for (k = 0; k < i2 - i1; k++) rows.push({t: "eq", i: i1 + k, j: j1 + k}); return; }
-        if (split && tag === "replace") {
-          for (k = 0; k < Math.max(i2 - i1, j2 - j1); k++)
-            rows.push({t: "rep", i: (i1 + k < i2) ? i1 + k : -1, j: (j1 + k < j2) ? j1 + k : -1});
-          return;
-        }
-        for (k = i1; k < i2; k++) rows.push(split ? {t: "rep", i: k, j: -1} : {t: "del", i: k});
-        for (k = j1; k < j2; k++) rows.push(split ? {t: "rep", i: -1, j: k} : {t: "add", j: k});
-      });
-    });
-    return rows;
-  }
-
-  function rowHTML(r, a, b, split) {
-    if (r.t === "hunk") return '<tr class="hunk"><td colspan="' + (split ? 4 : 3) + '">' + r.text + "</td></tr>";
-    if (split) {
-      if (r.t === "eq")
-        return '<tr class="eq"><td class="x-n">' + (r.i + 1) + '</td><td class="x-c">' + a[r.i] + '</td><td class="x-n">' + (r.j + 1) + '</td><td class="x-c">' + b[r.j] + "</td></tr>";
-      return "<tr>" + (r.i >= 0 ? '<td class="x-n del">' + (r.i + 1) + '</td><td class="x-c del">' + a[r.i] + "</td>" : '<td class="x-n empty"></td><td class="x-c empty"></td>')
-        + (r.j >= 0 ? '<td class="x-n add">' + (r.j + 1) + '</td><td class="x-c add">' + b[r.j] + "</td>" : '<td class="x-n empty"></td><td class="x-c empty"></td>') + "</tr>";
-    }
-    if (r.t === "eq")
-      return '<tr class="eq"><td class="x-n">' + (r.i + 1) + '</td><td class="x-n">' + (r.j + 1) + '</td><td class="x-c"><span class="x-s"> </span>' + a[r.i] + "</td></tr>";
-    if (r.t === "del")
-      return '<tr class="del"><td class="x-n">' + (r.i + 1) + '</td><td class="x-n"></td><td class="x-c"><span class="x-s">-</span>' + a[r.i] + "</td></tr>";
-    return '<tr class="add"><td class="x-n"></td><td class="x-n">' + (r.j + 1) + '</td><td class="x-c"><span class="x-s">+</span>' + b[r.j] + "</td></tr>";
-  }
-
-  // a diff as chunks of CHUNK rows, each its own fixed-layout table (same columns), so that
-  // chunks off screen are skipped by layout (content-visibility) and big diffs stay fast
-  function diffView(hunks, a, b, split) {
-    var wrap = document.createElement("div");
-    wrap.className = "diffview code " + (split ? "split" : "unified");  // .code: the pygments colors
-    if (!hunks || hunks.length === 0) { wrap.appendChild(msg("no changes at this stage")); return wrap; }
-    var rows = diffRows(hunks, split);
-    var cols = split ? '<col class="x-cn"><col><col class="x-cn"><col>' : '<col class="x-cn"><col class="x-cn"><col>';
-    var body = document.createElement("div");
-    var draw = function (from, to) {
-      for (var c = from; c < to; c += CHUNK) {
-        var end = Math.min(to, c + CHUNK), h = [];
-        for (var x = c; x < end; x++) h.push(rowHTML(rows[x], a, b, split));
-        var ck = document.createElement("div");
-        ck.className = "x-ck";
-        ck.style.containIntrinsicSize = "auto " + Math.ceil((end - c) * LINE_PX) + "px";
-        ck.innerHTML = '<table class="diff ' + (split ? "split" : "unified") + '"><colgroup>' + cols + "</colgroup><tbody>" + h.join("") + "</tbody></table>";
-        body.appendChild(ck);
-      }
-    };
-    draw(0, Math.min(rows.length, MAX_ROWS));
-    wrap.appendChild(body);
-    if (rows.length > MAX_ROWS) {
-      var more = document.createElement("button");
-      more.type = "button"; more.className = "more";
-      more.textContent = "show all " + rows.length + " diff rows (" + (rows.length - MAX_ROWS) + " more)";
-      more.addEventListener("click", function () { draw(MAX_ROWS, rows.length); more.remove(); });
-      wrap.appendChild(more);
-    }
-    return wrap;
-  }
-
-  async function render(panel) {
-    var i = +panel.dataset.s, s = META.schedules[i], st = stOf(i);
-    var out = panel.querySelector(".out");
-    if (!out || !st.stage) return;
-    var key = st.stage + "|" + st.view + "|" + st.mode;
-    if (st.shown === key) return;
-    st.shown = key;
-    var seq = ++st.seq;
-    out.replaceChildren(msg("decoding " + st.stage + " …"));
-    try {
-      var info = s.stages[st.stage];
-      var cur = await decode(info.blob);
-      var node;
-      if (st.view === "diff") {
-        var prev = s.prev === null ? null : META.schedules[s.prev];
-        if (!prev) node = msg("no previous schedule to diff against");
-        else if (!prev.stages[st.stage]) node = msg(prev.name + " has no " + st.stage + " stage");
-        else {
-          var old = await decode(prev.stages[st.stage].blob);
-          node = diffView(cur.diff, old.lines, cur.lines, st.mode === "split");
-          node.prepend(msg("diff " + prev.name + " → " + s.name + " at stage " + st.stage + ": +" + info.added + " −" + info.removed + " lines"));
-        }
-      } else {
-        node = codeView(cur.lines);
-      }
-      if (seq === st.seq) { out.replaceChildren(node); panel.dataset.rendered = key; }
-    } catch (e) {
-      if (seq === st.seq) { st.shown = null; out.replaceChildren(msg("could not show this stage: " + e.message)); }
-    }
-  }
-
-  function setPressed(buttons, pred) {
-    buttons.forEach(function (b) { var on = pred(b); b.classList.toggle("on", on); b.setAttribute("aria-pressed", on ? "true" : "false"); });
-  }
-
-  function syncBar(panel) {
-    var st = stOf(+panel.dataset.s);
-    setPressed(panel.querySelectorAll("button.tab"), function (b) { return b.dataset.stage === st.stage; });
-    setPressed(panel.querySelectorAll("button.view"), function (b) { return b.dataset.view === st.view; });
-    var modes = panel.querySelectorAll("button.mode");
-    setPressed(modes, function (b) { return b.dataset.mode === st.mode; });
-    modes.forEach(function (b) { b.disabled = st.view !== "diff"; });
-  }
-
-  function openSchedule(i) {
-    var panel = document.getElementById("sched-" + i);
-    if (!panel) return;
-    panel.open = true;
-    panel.scrollIntoView({block: "start"});
-    // once the IR is in, the page may have grown: scroll again so the panel is at the top
-    render(panel).then(function () { panel.scrollIntoView({block: "start"}); });
-    panel.classList.add("flash");
-    setTimeout(function () { panel.classList.remove("flash"); }, 1200);
-  }
-
-  document.querySelectorAll("details.sched").forEach(function (panel) {
-    panel.addEventListener("toggle", function () { if (panel.open) render(panel); });
-    panel.addEventListener("click", function (ev) {
-      var b = ev.target.closest("button");
-      var st = stOf(+panel.dataset.s);
-      if (b && !b.disabled) {
-        if (b.classList.contains("tab")) st.stage = b.dataset.stage;
-        else if (b.classList.contains("view")) st.view = b.dataset.view;
-        else if (b.classList.contains("mode")) st.mode = b.dataset.mode;
-        else return;
-        syncBar(panel);
-        render(panel);
-        return;
-      }
-      var a = ev.target.closest("a.prevlink");
-      if (a) { ev.preventDefault(); openSchedule(+a.dataset.s); }
-    });
-  });
-
-  var collapse = document.getElementById("collapse-all");
-  if (collapse) collapse.addEventListener("click", function () {
-    document.querySelectorAll("details.sched[open]").forEach(function (d) { d.open = false; });
-  });
-
-  // ---- tables: step rows open schedules; headers sort
-  var collator = new Intl.Collator(undefined, {numeric: true, sensitivity: "base"});
-
-  function cellKey(row, col) {
-    var c = row.cells[col];
-    if (!c) return {k: 2};
-    var raw = c.hasAttribute("data-v") ? c.getAttribute("data-v") : c.textContent.trim();
-    if (raw === "") return {k: 2};
-    var n = Number(raw);
-    if (!Number.isNaN(n)) return {k: 0, v: n};
-    return {k: 1, v: raw};
-  }
-
-  function sortBy(table, th) {
-    var col = +th.dataset.col;
-    var dir = th.getAttribute("aria-sort") === "ascending" ? "descending" : "ascending";
-    table.querySelectorAll("thead th").forEach(function (h) {
-      h.setAttribute("aria-sort", "none");
-      h.querySelector(".arrow").textContent = "";
-    });
-    th.setAttribute("aria-sort", dir);
-    th.querySelector(".arrow").textContent = dir === "ascending" ? "▲" : "▼";
-    var sign = dir === "ascending" ? 1 : -1;
-    var tbody = table.tBodies[0];
-    var rows = Array.from(tbody.rows).map(function (r) { return {r: r, key: cellKey(r, col), o: +r.dataset.o}; });
-    rows.sort(function (x, y) {
-      var a = x.key, b = y.key, c;
-      if (a.k === 2 || b.k === 2) c = (a.k === 2 ? 1 : 0) - (b.k === 2 ? 1 : 0);   // blanks last, both ways
-      else {
-        if (a.k !== b.k) c = a.k - b.k;
-        else if (a.k === 0) c = a.v < b.v ? -1 : a.v > b.v ? 1 : 0;
-        else c = collator.compare(a.v, b.v);
-        c *= sign;
-      }
-      return c || (x.o - y.o);
-    });
-    var frag = document.createDocumentFragment();
-    rows.forEach(function (x) { frag.appendChild(x.r); });
-    tbody.appendChild(frag);
-  }
-
-  document.querySelectorAll("table.data").forEach(function (table) {
-    table.tHead.addEventListener("click", function (ev) {
-      var th = ev.target.closest("th");
-      if (th) sortBy(table, th);
-    });
-    table.tBodies[0].addEventListener("click", function (ev) {
-      var tr = ev.target.closest("tr.link");
-      if (tr) openSchedule(+tr.dataset.s);
-    });
-    table.tBodies[0].addEventListener("keydown", function (ev) {
-      var tr = ev.target.closest("tr.link");
-      if (tr && (ev.key === "Enter" || ev.key === " ")) { ev.preventDefault(); openSchedule(+tr.dataset.s); }
-    });
-  });
-
-  function fromHash() {
-    var m = /^#sched-(\d+)$/.exec(location.hash);
-    if (m) openSchedule(+m[1]);
-  }
-  window.addEventListener("hashchange", fromHash);
-  fromHash();
-})();
-"""
+@functools.lru_cache(maxsize=None)
+def static_text(name: str) -> str:
+    """A file of the page's static part (``reports/views/static``: ``report.css``, ``report.js``),
+    inlined into every page as it is (the JS's hash goes into the page's CSP)."""
+    return (resources.files("reports.views") / "static" / name).read_text(encoding="utf-8")

@@ -5,8 +5,11 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
-import re
 import subprocess
+
+import tvm
+
+from schedules.names import slug as _slug
 
 
 def git_commit(path: str | None = None) -> str:
@@ -14,7 +17,7 @@ def git_commit(path: str | None = None) -> str:
     not the one it came from), else the checkout's HEAD (+dirty)."""
     if os.environ.get("SCHEDLAB_COMMIT"):
         return os.environ["SCHEDLAB_COMMIT"]
-    path = path or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = path or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=path, capture_output=True,
                                 text=True, timeout=10).stdout.strip()
@@ -29,8 +32,6 @@ def git_commit(path: str | None = None) -> str:
 
 def gpu_name() -> str | None:
     try:
-        import tvm
-
         dev = tvm.cuda(0)
         return dev.device_name if dev.exist else None
     except Exception:  # noqa: BLE001
@@ -38,12 +39,12 @@ def gpu_name() -> str | None:
 
 
 def slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "unknown"
+    """A GPU's or a workload's name as a file or directory name (``reports/results/<gpu>``,
+    ``tuning_<workload>.md``); ``unknown`` where nothing is left."""
+    return _slug(name, keep="._-") or "unknown"
 
 
 def provenance() -> dict:
-    import tvm
-
     return {"gpu": gpu_name() or "no GPU", "tvm": tvm.__version__, "commit": git_commit(),
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "host": platform.node(), "python": platform.python_version()}

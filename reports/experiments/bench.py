@@ -1,19 +1,21 @@
 """What every benchmark shares: a list of jobs through the lab's one measurement path
-(:func:`reports.harness.run_jobs`), the device's ceilings measured in the same run, progress, and the
-results as a DataFrame with its provenance. A benchmark module only says which jobs to run and how
-to tabulate them (:mod:`reports.bench_gemm`, :mod:`reports.bench_gemv`, :mod:`reports.bench_random`,
-:mod:`reports.sweep`)."""
+(:func:`reports.engine.harness.run_jobs`), the device's ceilings measured in the same run, progress,
+and the results as a DataFrame with its provenance. A benchmark module only says which jobs to run
+and how to tabulate them (:mod:`reports.experiments.bench_gemm`, :mod:`~.bench_gemv`,
+:mod:`~.bench_layouts`, :mod:`~.bench_random`, :mod:`~.sweep`)."""
 
 from __future__ import annotations
 
-import os
-
 import pandas as pd
 
-from . import results as R
-from .files import ensure_out_dir
-from .harness import LIBRARY, run_jobs
-from .progress import Progress
+from schedules import ScheduleParamError, get, parse_workload
+
+from ..engine import results as R
+from ..engine.build import cuda_available, device_arch, device_spec
+from ..engine.files import ensure_out_dir
+from ..engine.harness import LIBRARY, run_jobs
+from ..engine.progress import Progress
+from ..engine.provenance import provenance
 
 
 def label(name: str, params) -> str:
@@ -23,15 +25,27 @@ def label(name: str, params) -> str:
     return name + (f"[{text}]" if text else "")
 
 
+def applies(name: str, workload: str, params=None) -> bool:
+    """Whether a step takes this workload (its input type, its shape) with these parameters."""
+    if name in ("cublas", "cublas_tf32", "tvm_dlight"):
+        return True
+    try:
+        spec = get(name)
+        wl = parse_workload(workload)
+        if not spec.accepts_dtype(wl):
+            return False
+        spec.validate(wl, spec.config(**(params or {})))
+    except ScheduleParamError:
+        return False
+    return True
+
+
 def run_bench(jobs: list[dict], out_dir: str, kind: str, *, workers: int | None = None, timeout: float = 300.0,
               budget_s: float = 0.3, progress: bool = True, meta: dict | None = None, ceilings: bool = True,
               write_ir: bool = False) -> pd.DataFrame:
     """Run ``jobs`` (each checked against float64, then timed) and return the results frame, written
     to ``out_dir`` after every row (a run cut short leaves what it measured). ``kind`` names the
     benchmark in the results' meta."""
-    from .build import cuda_available, device_arch, device_spec
-    from .provenance import provenance
-
     ensure_out_dir(out_dir)
     gpu = cuda_available()
     spec = device_spec()
@@ -80,12 +94,3 @@ def run_bench(jobs: list[dict], out_dir: str, kind: str, *, workers: int | None 
 
 def write_bench(df: pd.DataFrame, out_dir: str, table_md: str) -> dict:
     return R.write_results(df, out_dir, table_md=table_md, keep_files=False)
-
-
-def add_common_args(ap, out_default: str):
-    ap.add_argument("--out", default=out_default, help="where results.json/.csv, table.md and charts go")
-    ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1),
-                    help="parallel build processes (default: CPU count - 1)")
-    ap.add_argument("--budget", type=float, default=0.3, help="seconds of timed runs per kernel")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per kernel, per phase")
-    ap.add_argument("--quiet", action="store_true", help="no progress")

@@ -15,13 +15,16 @@ device-to-device copy, bytes read + written) is measured in the same run.
 
 from __future__ import annotations
 
-import argparse
 import os
 
 import pandas as pd
 
-from . import results as R
-from .bench import add_common_args, label, run_bench, write_bench
+from schedules import parse_workload
+from schedules.gemv import aligned_vector, widest_vector
+
+from ..engine import results as R
+from ..views import tables as T
+from .bench import label, run_bench, write_bench
 
 BENCH_SHAPES = ("gemv:16384x16", "gemv:16384x32", "gemv:16384x64", "gemv:16384x128", "gemv:16384x1024",
                 "gemv:16384x4096", "gemv:8192x8192")
@@ -34,8 +37,6 @@ POLICIES = ("read", "write", "warm")
 
 def variants(wl, sweep: bool):
     """(schedule name, params) for one workload; dlight and cuBLAS are added by :func:`make_jobs`."""
-    from schedules.gemv import aligned_vector, widest_vector
-
     if wl.kind == "gemv_t":
         out = [("column_gemv_t", {})]
         if sweep:
@@ -81,8 +82,6 @@ def variants(wl, sweep: bool):
 
 
 def make_jobs(shapes, sweep=False):
-    from schedules import parse_workload
-
     jobs = []
     for text in shapes:
         wl = parse_workload(text)
@@ -98,7 +97,7 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
     """µs, GB/s, × cuBLAS (its time / ours: > 1 is faster) and share of the copy bandwidth, per policy."""
     df = df.copy()
     copy = (df.attrs.get("ceilings") or {}).get("copy_gbps")
-    nbytes = R._per_workload(df, lambda w: w.min_bytes)
+    nbytes = R.per_workload(df, lambda w: w.min_bytes)
     cublas = df[df["name"] == "cublas"].set_index("workload")
     for p in POLICIES:
         col = f"time_{p}_ms"
@@ -116,7 +115,7 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
 def markdown(df: pd.DataFrame) -> str:
     d = derive(df)
     copy = (df.attrs.get("ceilings") or {}).get("copy_gbps")
-    lines = ["# GEMV bandwidth benchmark", "", R.provenance_line(df.attrs), "",
+    lines = ["# GEMV bandwidth benchmark", "", T.provenance_line(df.attrs), "",
              f"Copy bandwidth (1 GiB device-to-device copy, bytes read + written): **{copy:.0f} GB/s**." if copy
              else "No GPU: nothing timed.", "",
              "One timer (CUDA events, median) under three cache policies: *read* (L2 emptied by reading 256 MiB "
@@ -124,19 +123,19 @@ def markdown(df: pd.DataFrame) -> str:
              "flush), *warm* (no flush, a GPU spin before each run). × cuBLAS = cuBLAS time / variant time "
              "(> 1: faster); of copy = GB/s / copy bandwidth.", ""]
     t = pd.DataFrame({"workload": d["workload"], "variant": d["label"],
-                      **{f"µs {p}": d[f"us_{p}"].map(lambda v: R.fmt(v, ".1f")) for p in POLICIES},
-                      "GB/s read": d["gbps_read"].map(lambda v: R.fmt(v, ".0f")),
-                      "× cuBLAS read": d["vs_cublas_read"].map(lambda v: R.fmt(v, ".2f")),
-                      "of copy read": d["of_copy_read"].map(lambda v: R.fmt(v, ".0%")),
-                      "× cuBLAS write": d["vs_cublas_write"].map(lambda v: R.fmt(v, ".2f")),
-                      "rel. error": d["rel_error"].map(lambda v: R.fmt(v, ".1e")) if "rel_error" in d else "",
+                      **{f"µs {p}": d[f"us_{p}"].map(lambda v: T.fmt(v, ".1f")) for p in POLICIES},
+                      "GB/s read": d["gbps_read"].map(lambda v: T.fmt(v, ".0f")),
+                      "× cuBLAS read": d["vs_cublas_read"].map(lambda v: T.fmt(v, ".2f")),
+                      "of copy read": d["of_copy_read"].map(lambda v: T.fmt(v, ".0%")),
+                      "× cuBLAS write": d["vs_cublas_write"].map(lambda v: T.fmt(v, ".2f")),
+                      "rel. error": d["rel_error"].map(lambda v: T.fmt(v, ".1e")) if "rel_error" in d else "",
                       "status": [s if s == "ok" else f"{s}: {str(e)[:80]}" for s, e in
                                  zip(d["status"], d["error"] if "error" in d else [""] * len(d))]})
-    return "\n".join(lines + [R.markdown_table(t, {"variant": "left"})])
+    return "\n".join(lines + [T.markdown_table(t, {"variant": "left"})])
 
 
 def chart(df: pd.DataFrame, path: str):
-    import matplotlib
+    import matplotlib  # heavy: only where the chart is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -169,15 +168,8 @@ def chart(df: pd.DataFrame, path: str):
     return path
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="schedlab bench-gemv", description=__doc__.split("\n\n")[0])
-    add_common_args(ap, "out/bench_gemv")
-    ap.add_argument("--workload", action="append", help="override the shapes (repeatable)")
-    ap.add_argument("--extra", action="store_true", help="also odd shapes, fp16 and the transposed form")
-    ap.add_argument("--sweep", action="store_true", help="also every parameter sweep point")
-    args = ap.parse_args(argv)
-    from schedules import parse_workload
-
+def command(args) -> int:
+    """``schedlab bench-gemv`` (``args``: the command's options)."""
     shapes = args.workload or (list(BENCH_SHAPES) + (list(EXTRA_SHAPES) if args.extra else []))
     for s in shapes:
         parse_workload(s)

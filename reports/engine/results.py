@@ -1,5 +1,5 @@
 """Results as pandas DataFrames: one row per kernel or baseline on one workload, the derived figures
-computed per workload group, and the files (JSON, CSV, Markdown) written from the frame.
+computed per workload group, and the files (JSON, CSV, and a given Markdown table) written from the frame.
 
 Every results directory the lab writes (``schedlab run``, ``bench-gemm``, ``bench-gemv``, the random
 benchmark, sweeps) holds a ``results.json`` of the same shape, ``{"meta": {...}, "rows": [...]}``, so
@@ -14,6 +14,7 @@ benchmark, sweeps) holds a ``results.json`` of the same shape, ``{"meta": {...},
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 
@@ -41,7 +42,7 @@ def frame(rows: list[dict], meta: dict | None = None) -> pd.DataFrame:
     return df
 
 
-def _per_workload(df: pd.DataFrame, what) -> pd.Series:
+def per_workload(df: pd.DataFrame, what) -> pd.Series:
     values = {w: what(parse_workload(w)) for w in df["workload"].dropna().unique()}
     return df["workload"].map(values).astype(float)
 
@@ -56,8 +57,8 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
             df[col] = np.nan
     ok = (df["status"] == "ok") & df["time_ms"].notna() & (df["time_ms"] > 0)
     time = df["time_ms"].where(ok)
-    df["tflops"] = _per_workload(df, lambda w: w.flops) / time / 1e9
-    df["gbps"] = _per_workload(df, lambda w: w.min_bytes) / time / 1e6
+    df["tflops"] = per_workload(df, lambda w: w.flops) / time / 1e9
+    df["gbps"] = per_workload(df, lambda w: w.min_bytes) / time / 1e6
     steps = df[(df["role"] == "schedule") & ok].sort_values(["workload", "step"], kind="stable")
     first = steps.groupby("workload")["time_ms"].transform("first")
     prev = steps.groupby("workload")["time_ms"].shift(1)
@@ -77,7 +78,7 @@ def write_results(df: pd.DataFrame, out_dir: str, table_md: str | None = None, k
     drops the per-row IR paths and tracebacks (for published copies)."""
     os.makedirs(out_dir, exist_ok=True)
     rows = df.drop(columns=[c for c in ("files", "traceback", "stderr") if c in df and not keep_files])
-    records = [{k: v for k, v in r.items() if not _missing(v)} for r in rows.to_dict("records")]
+    records = [{k: v for k, v in r.items() if not missing(v)} for r in rows.to_dict("records")]
     meta = _plain(dict(df.attrs))
     atomic_write(os.path.join(out_dir, RESULTS_FILE), json.dumps({"meta": meta, "rows": records}, indent=1,
                                                                    default=_json_default))
@@ -104,8 +105,6 @@ def load_results(path: str) -> pd.DataFrame:
         raise ResultsError(f"{path}: no results here (expected {RESULTS_FILE})")
     try:
         if file.endswith(".gz"):
-            import gzip
-
             with gzip.open(file, "rt") as f:
                 data = json.load(f)
         else:
@@ -123,7 +122,8 @@ def load_results(path: str) -> pd.DataFrame:
         raise ResultsError(f"{file}: its rows cannot be read ({type(e).__name__}: {str(e)[:120]})") from None
 
 
-def _missing(v) -> bool:
+def missing(v) -> bool:
+    """None or NaN: a cell with no value."""
     return v is None or (isinstance(v, float) and np.isnan(v))
 
 
@@ -147,22 +147,3 @@ def _json_default(x):
     if isinstance(x, np.ndarray):
         return x.tolist()
     return str(x)
-
-
-# --- Markdown --------------------------------------------------------------------------------------
-def fmt(v, spec: str) -> str:
-    return "" if _missing(v) else format(v, spec)
-
-
-def markdown_table(df: pd.DataFrame, align: dict | None = None) -> str:
-    """A GitHub Markdown table of an already formatted frame (tabulate, through pandas)."""
-    if df.empty:
-        return "(no rows)\n"
-    colalign = [(align or {}).get(c, "right" if c not in ("workload", "schedule", "kernel", "name", "parameters",
-                                                          "status", "choice", "shape") else "left") for c in df.columns]
-    return df.to_markdown(index=False, colalign=colalign) + "\n"
-
-
-def provenance_line(meta: dict) -> str:
-    p = meta.get("provenance", meta)
-    return f"GPU: {p.get('gpu')} · TVM {p.get('tvm')} · commit {p.get('commit')} · {p.get('date')}"

@@ -10,6 +10,8 @@ strides and runs its own transposed product), and a batch of products (bmm) as o
 from __future__ import annotations
 
 import numpy as np
+import tvm
+from tvm.s_tir import dlight as dl
 
 from .measure import bench_cpu
 
@@ -20,16 +22,13 @@ class Unavailable(RuntimeError):
 
 def _torch():
     try:
-        import torch
+        import torch  # optional: the torch baselines say "unavailable" without it
     except ImportError:
         raise Unavailable("torch is not installed") from None
     return torch
 
 
 def dlight_module(workload, target):
-    import tvm
-    from tvm.s_tir import dlight as dl
-
     mod = tvm.IRModule({"main": workload.prim_func()})
     with target:
         return dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),

@@ -18,7 +18,8 @@ import tvm_ffi
 # the target and the compiler are shared with the tuner's build processes (one definition each)
 from tuning.cuda_compile import (DEFAULT_ARCH, compile_to_cubin, cuda_available,  # noqa: F401
                                  cuda_target, device_arch, setup_cuda_env)
-from schedules.common import pass_config_of
+from schedules import get, parse_workload
+from schedules.common import GpuSpec, pass_config_of
 
 
 @dataclass
@@ -199,8 +200,6 @@ def device_spec():
     """The GPU's properties a shape-driven choice reads (schedules.common.GpuSpec), from the device:
     SM count, registers and shared memory per SM and per block, L2 size. Without a GPU, an sm_90
     GPU is assumed (the defaults of GpuSpec)."""
-    from schedules.common import GpuSpec
-
     if not cuda_available():
         return GpuSpec()
     dev = tvm.cuda(0)
@@ -211,7 +210,7 @@ def device_spec():
     except Exception:  # noqa: BLE001 - older runtimes: keep the default
         pass
     try:
-        import torch
+        import torch  # optional: the device's figures where torch is installed
 
         props = torch.cuda.get_device_properties(0)
         for key, attr in (("regs_per_sm", "regs_per_multiprocessor"),
@@ -245,8 +244,6 @@ def parse_params(items) -> dict:
 def build_named(schedule: str, workload: str, params: dict | None = None, arch: str | None = None):
     """(spec, workload, config, Built) of a registered schedule by name, its configuration
     overridden by ``params`` and checked first."""
-    from schedules import get, parse_workload
-
     spec, wl = get(schedule), parse_workload(workload)
     cfg = spec.config(**(params or {}))
     resolved = spec.resolve(wl, cfg)

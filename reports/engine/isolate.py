@@ -2,7 +2,7 @@
 faults (a CUDA illegal address aborts the whole process) or one that hangs becomes that job's error
 row, and the other jobs go on.
 
-A worker is a long-lived ``python -m reports.isolate MODULE:FUNCTION`` process: it imports TVM and
+A worker is a long-lived ``python -m reports.engine.isolate MODULE:FUNCTION`` process: it imports TVM and
 the lab once, then reads one JSON job per line on stdin, calls ``FUNCTION(job)`` and writes one JSON
 row per line on a private copy of its stdout (whatever the job prints goes to its stderr file). The
 parent (:class:`Pool`) gives every job a deadline; a worker that dies or runs past it is killed
@@ -23,7 +23,11 @@ import tempfile
 import time
 import traceback
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from schedules import ScheduleParamError
+
+from .baselines import Unavailable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 START_TIMEOUT = 180.0  # seconds a worker may take to import what it needs
 
 
@@ -37,10 +41,6 @@ def error_line(e) -> str:
 
 def failure_row(e) -> dict:
     """A job's row for an exception raised inside it: bad input keeps its one-line message."""
-    from schedules import ScheduleParamError
-
-    from .baselines import Unavailable
-
     if isinstance(e, Unavailable):
         return {"status": "unavailable", "error": str(e)}
     return {"status": "error", "error": str(e) if isinstance(e, ScheduleParamError) else error_line(e),
@@ -57,7 +57,7 @@ def _json_default(x):
 class _Worker:
     def __init__(self, handler: str, env: dict):
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "reports.isolate", handler], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "reports.engine.isolate", handler], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=ROOT, env=env,
                                      start_new_session=True)
         self.job = self.deadline = None

@@ -1,6 +1,6 @@
 """The main job (``schedlab run``, or :func:`run` from Python): every step of the ladders on each
 workload beside the library baselines, built, checked against float64 and timed through the lab's
-one measurement path (:mod:`reports.harness`); then the results as a DataFrame and its files:
+one measurement path (:mod:`reports.engine.harness`); then the results as a DataFrame and its files:
 ``results.json``, ``results.csv``, ``table.md``, the charts and ``report.html``.
 
 From a notebook::
@@ -15,14 +15,21 @@ from __future__ import annotations
 import os
 
 import pandas as pd
+import psutil
+import tvm
 
 from schedules import ScheduleParamError, all_schedules, get, parse_workload
 from schedules.workloads import itemsize
 
-from . import charts, results as R
-from .files import ensure_out_dir
-from .harness import BASELINES, CPU_BASELINES, GPU_BASELINES, LIBRARY, run_jobs
-from .progress import Progress
+from ..engine import results as R
+from ..engine.build import cuda_available, device_arch, device_spec
+from ..engine.files import ensure_out_dir
+from ..engine.harness import BASELINES, CPU_BASELINES, GPU_BASELINES, LIBRARY, run_jobs
+from ..engine.progress import Progress
+from ..engine.provenance import provenance
+from ..views import charts
+from ..views.page import write_run_report
+from ..views.tables import markdown
 
 DEFAULT_WORKLOADS = ("gemm:1024x512x2048", "gemv:16384x16", "gemv:16384x32", "gemv:16384x128")
 LEFT_OUT_TAGS = ("tuned", "tf32")  # run by name only: a tuning record / another precision than the fp32 rows
@@ -76,12 +83,8 @@ def check_fits(workloads, gpu: bool, host_copies: bool):
     """Refuse, in one line, a workload whose buffers cannot fit: on the GPU its inputs, output and
     the float64 check (a float64 copy of each and the reference); on the host the same where CPU
     baselines run or the check is made there. Nothing is built before this passes."""
-    import psutil
-
     gpu_total = None
     if gpu:
-        import tvm
-
         try:
             gpu_total = int(tvm.cuda(0).total_global_memory)
         except Exception:  # noqa: BLE001 - unknown: checked by the allocation itself
@@ -110,9 +113,6 @@ def run(workloads=DEFAULT_WORKLOADS, schedules=None, baselines=None, out_dir="ou
     """The main job. Returns the results DataFrame (``df.attrs``: provenance, ceilings, ``out_dir``)
     after writing its files into ``out_dir``; a run cut short (Ctrl-C) leaves the rows it finished,
     marked incomplete. ``gpu=False`` builds everything and times nothing even where there is a GPU."""
-    from .build import cuda_available, device_arch, device_spec
-    from .provenance import provenance
-
     workloads = list(workloads)
     for text in workloads:  # bad input fails before anything is built
         parse_workload(text)
@@ -176,72 +176,5 @@ def write_all(df: pd.DataFrame, out_dir: str, report: bool = True, ir: bool = Tr
     paths["time_chart"] = charts.time_chart(df, os.path.join(out_dir, "time_per_step.png"))
     paths["roofline"] = charts.roofline_chart(df, os.path.join(out_dir, "roofline.png"))
     if report:
-        from .page import write_run_report
-
         paths["report"] = write_run_report(df, out_dir)
     return paths
-
-
-# --- the Markdown table ------------------------------------------------------------------------------
-def ordered(group: pd.DataFrame) -> pd.DataFrame:
-    """Schedules in ladder order, then the baselines."""
-    return group.assign(_b=group["role"] != "schedule", _s=group["step"].fillna(0)).sort_values(
-        ["_b", "_s"], kind="stable").drop(columns=["_b", "_s"])
-
-
-def _time_cell(r) -> tuple[str, str, str]:
-    status = r.get("status")
-    rate = "tflops" if str(r["workload"]).startswith("gemm") else "gbps"
-    if status == "ok" and not R._missing(r.get("time_ms")):
-        return R.fmt(r["time_ms"], ".4g"), R.fmt(r.get(rate), ".3g"), ""
-    if status == "no-gpu":
-        return "no GPU", "no GPU", ""
-    if status == "unavailable":
-        return "n/a", str(r.get("error", ""))[:60], ""
-    return f"**{status}**", "", ""
-
-
-def _params(p) -> str:
-    if not isinstance(p, dict):
-        return ""
-    return ", ".join(f"{k}={v}" for k, v in p.items() if k != "unroll")
-
-
-def markdown(df: pd.DataFrame) -> str:
-    meta = df.attrs
-    lines = [R.provenance_line(meta), ""]
-    if meta.get("complete") is False:
-        lines += ["**Partial: the run was cut short; the rows below are those it finished.**", ""]
-    c = meta.get("ceilings") or {}
-    if c.get("copy_gbps"):
-        lines += [f"Measured ceilings: copy bandwidth {c['copy_gbps']:.0f} GB/s, cuBLAS 8192³ "
-                  f"{c['fp32_tflops']:.1f} TFLOP/s fp32 (TF32 off), {c['fp16_tflops']:.1f} TFLOP/s fp16.", ""]
-    timers = df.loc[df.get("device", pd.Series(dtype=object)) == "gpu", "timer"].dropna() if "timer" in df else []
-    if len(timers):
-        lines += [f"GPU timer: {timers.iloc[0]}; median of the runs.", ""]
-    for wl_text, group in df.groupby("workload", sort=False):
-        rate = "TFLOP/s" if wl_text.startswith("gemm") else "GB/s"
-        table = []
-        for _, r in ordered(group).iterrows():
-            t, thr, _ = _time_cell(r)
-            sched = r.get("role") == "schedule"
-            table.append({"step": r.get("ladder") if sched and isinstance(r.get("ladder"), str) else "",
-                          "schedule": f"`{r['name']}`" if sched else r["name"], "time (ms)": t, rate: thr,
-                          "× first": R.fmt(r.get("speedup_vs_first"), ".2f"),
-                          "× prev": R.fmt(r.get("speedup_vs_prev"), ".2f"),
-                          "% cuBLAS": R.fmt(r.get("pct_cublas"), ".1f"), "rel. error": R.fmt(r.get("rel_error"), ".1e"),
-                          "threads/block": R.fmt(r.get("threads_per_block"), ".0f"),
-                          "regs": R.fmt(r.get("registers"), ".0f"), "smem (B)": R.fmt(r.get("shared_bytes"), ".0f"),
-                          "spills (B)": R.fmt(r.get("spill_bytes"), ".0f"), "parameters": _params(r.get("params"))})
-        lines += [f"### {wl_text}", "", R.markdown_table(pd.DataFrame(table), {"step": "left"})]
-        skipped = (meta.get("left_out") or {}).get(wl_text)
-        if skipped:
-            wl = parse_workload(wl_text)
-            what = f"{wl.dtype} inputs" if wl.kind != "gemm" or (wl.layout == "nn" and not wl.batched) else \
-                f"{wl.dtype} inputs, the {wl.layout} layout{' or a batch' if wl.batched else ''}"
-            lines += [f"Left out (they do not take {what}): {', '.join(skipped)}.", ""]
-    bad = df[~df["status"].isin(["ok", "no-gpu", "unavailable"])] if "status" in df else df.iloc[0:0]
-    if len(bad):
-        lines += ["### Errors", ""] + [f"- `{r['name']}` on {r['workload']}: {r.get('error', '')}"
-                                       for _, r in bad.iterrows()] + [""]
-    return "\n".join(lines)

@@ -7,7 +7,7 @@ A *job* is one kernel or library call on one workload: a dict with ``workload`` 
 optionally ``params`` (the step's configuration overrides) and measuring options (``timing``: the
 cache policies to time under; ``budget_s``; ``time``: false to only check).
 
-:func:`run_jobs` runs a list of jobs in two phases, each in worker processes (:mod:`reports.isolate`)
+:func:`run_jobs` runs a list of jobs in two phases, each in worker processes (:mod:`reports.engine.isolate`)
 so that a crash or a hang is one job's error row:
 
 1. **build** (in parallel, one job per worker at a time): the schedule is built and compiled (the
@@ -17,7 +17,7 @@ so that a crash or a hang is one job's error row:
    random inputs, the output poisoned with NaN, one run, the error against a float64 product of the
    same inputs (every output must be written and finite, the error under the step's tolerance), then
    the timing: CUDA events around each run, L2 emptied before each, median
-   (:class:`reports.measure.CudaHarness`). CPU baselines are timed here too, alone.
+   (:class:`reports.engine.measure.CudaHarness`). CPU baselines are timed here too, alone.
 
 Without a GPU, phase 2 only times the CPU baselines; kernel rows say ``no-gpu`` and carry their
 build figures, and no time is invented.
@@ -25,12 +25,23 @@ build figures, and no time is invented.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 
-from . import measure as M
+import tvm
+
+from schedules import ScheduleParamError, get, parse_workload
+from schedules.common import use_gpu
+from schedules.names import slug
+from schedules.registry import TOLERANCE
+
+from . import baselines, build as B, measure as M
+from .build import cuda_available, device_arch
+from .isolate import Pool
 
 BASELINES = {
     "numpy_cpu": "NumPy on the CPU (its BLAS)",
@@ -55,8 +66,6 @@ def precision(name: str, dtype: str) -> str:
     fp32 inputs as tf32 (and cuBLAS in TF32 mode)."""
     if name == "cublas_tf32":
         return "tf32"
-    from schedules import ScheduleParamError, get
-
     try:
         spec = get(name)
     except ScheduleParamError:
@@ -105,11 +114,6 @@ def ir_dir(out_dir: str, workload: str) -> str:
 
 def build_kernel(job: dict):
     """(row, Built) for a kernel job (a step or tvm_dlight), built as everything in the lab is."""
-    from schedules import get, parse_workload
-    from schedules.common import use_gpu
-
-    from . import baselines, build as B
-
     use_gpu(job.get("gpu"))  # the GPU shape-driven choices are made for (the parent read it)
     wl = parse_workload(job["workload"])
     target = B.cuda_target(job.get("arch"))
@@ -165,10 +169,6 @@ def _harness(policy: str):
 def measure_job(job: dict, executable=None) -> dict:
     """Phase 2 for one job: check against float64, then time. ``executable``: an already built
     module (in-process callers: the GPU tests); otherwise the job's exported ``lib`` is loaded."""
-    from schedules import parse_workload
-
-    from . import baselines
-
     wl = parse_workload(job["workload"])
     name = job["name"]
     row = {"workload": str(wl), "name": name}
@@ -188,8 +188,6 @@ def measure_job(job: dict, executable=None) -> dict:
         tol = baselines.cublas_tolerance(wl, tf32=name == "cublas_tf32")
         tvm_module, tvm_args = None, None
     else:
-        import tvm
-
         module = executable if executable is not None else tvm.runtime.load_module(job["lib"])
         f = module["main"]
         views = [h.tvm_view(b) for b in (*inputs, out)]
@@ -222,9 +220,6 @@ def measure_job(job: dict, executable=None) -> dict:
 
 def _step_tolerance(name, wl) -> float:
     """A step's own tolerance; the input type's for kernels that are not steps (tvm_dlight)."""
-    from schedules import ScheduleParamError, get
-    from schedules.registry import TOLERANCE
-
     try:
         return get(name).tolerance_for(wl)
     except ScheduleParamError:
@@ -268,8 +263,6 @@ def run_jobs(jobs: list[dict], *, gpu: bool | None = None, out_dir: str | None =
     """Build, check and time ``jobs`` (see the module's docstring). ``on_row(row)`` is called with
     each job's final row as it is measured (in job order), ``on_build(row)`` with each build's row
     as it finishes. Returns the rows in job order."""
-    from .build import cuda_available, device_arch
-
     gpu = cuda_available() if gpu is None else gpu
     arch = device_arch()
     jobs = [dict(j, id=j.get("id") or job_id(j), arch=j.get("arch") or arch) for j in jobs]
@@ -280,13 +273,11 @@ def run_jobs(jobs: list[dict], *, gpu: bool | None = None, out_dir: str | None =
                 job["ir_dir"] = ir_dir(out_dir, job["workload"])
             if gpu:
                 job["lib"] = os.path.join(lib_dir, f"k{n}.so")
-    from .isolate import Pool
-
     to_build = [j for j in jobs if j["name"] not in LIBRARY]
     built: dict[str, dict] = {}
     if to_build:
         workers = workers or max(1, min(len(to_build), (os.cpu_count() or 2) - 1))
-        with Pool("reports.harness:build_job", workers, timeout) as pool:
+        with Pool("reports.engine.harness:build_job", workers, timeout) as pool:
             for job, row in zip(to_build, pool.map(to_build, on_row=(lambda i, r: on_build(r)) if on_build else None)):
                 built[job["id"]] = row
     rows: list[dict] = []
@@ -315,11 +306,9 @@ def run_jobs(jobs: list[dict], *, gpu: bool | None = None, out_dir: str | None =
                 on_row(final)
 
         meas = [dict(j, tolerance=built.get(j["id"], {}).get("tolerance")) for j in measurable]
-        with Pool("reports.harness:measure_job", 1, timeout) as pool:
+        with Pool("reports.engine.harness:measure_job", 1, timeout) as pool:
             pool.map(meas, on_row=done)
     if lib_dir:
-        import shutil
-
         shutil.rmtree(lib_dir, ignore_errors=True)
     return rows
 
@@ -339,8 +328,6 @@ def _final(job: dict, built: dict, measured: dict) -> dict:
 
 
 def _defaults(job):
-    from schedules import parse_workload
-
     wl = parse_workload(job["workload"])
     name = job["name"]
     role = "baseline" if name in BASELINES or name == "ceilings" else "schedule"
@@ -352,22 +339,20 @@ def _defaults(job):
 
 
 def _asdict(cfg) -> dict:
-    import dataclasses
-
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
 def _slug(text: str) -> str:
+    """A job's IR file name: its parameters (character for character), cut short, and a hash of
+    the whole id."""
     short = hashlib.sha1(text.encode()).hexdigest()[:8]
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text.split("|", 1)[-1])[:60] + "-" + short
+    return slug(text.split("|", 1)[-1], keep="._-", squeeze=False)[:60] + "-" + short
 
 
 # --- in-process use (the GPU tests, profiling) ------------------------------------------------------------
 def check_in_process(name: str, workload: str, params: dict | None = None, time: bool = False, **options) -> dict:
     """Build and check one kernel in this process (no isolation), through the same functions the
     workers run. Returns the measured row (``rel_error``, ``status``...)."""
-    from .build import device_arch
-
     job = {"workload": workload, "name": name, "params": params or {}, "arch": device_arch(), "time": time, **options}
     if name in LIBRARY:
         return measure_job(job)

@@ -13,6 +13,8 @@ from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from schedules import parse_workload  # noqa: E402
 
+from .tables import ordered  # noqa: E402
+
 COLORS = {"cublas": "tab:red", "cublas_tf32": "tab:orange", "tvm_dlight": "tab:green"}
 
 
@@ -22,14 +24,9 @@ def _timed_gpu(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["status"] == "ok") & df["time_ms"].notna() & (df.get("device") == "gpu")]
 
 
-def _ordered(group):
-    return group.assign(_b=group["role"] != "schedule", _s=group["step"].fillna(0)).sort_values(
-        ["_b", "_s"], kind="stable")
-
-
 def time_chart(df: pd.DataFrame, path: str):
     timed = _timed_gpu(df)
-    groups = [(w, _ordered(g)) for w, g in timed.groupby("workload", sort=False)]
+    groups = [(w, ordered(g)) for w, g in timed.groupby("workload", sort=False)]
     if not groups:
         return None
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.8), squeeze=False)

@@ -1,5 +1,5 @@
 """``report.html``: the results of a run (or of a tuning directory) as one self-contained page
-(:mod:`reports.html`): provenance, the step tables (sortable), the charts, and per schedule its
+(:mod:`reports.views.html`): provenance, the step tables (sortable), the charts, and per schedule its
 parameters, compiler resources and IR at every stage with a diff against the previous step of its
 ladder. ``schedlab run`` and ``schedlab tune`` write it at the end; ``schedlab report DIR`` writes it
 for any results directory, rebuilding the IR (no GPU needed) where the directory holds none (the
@@ -7,13 +7,22 @@ published results keep only the figures)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pandas as pd
 
-from . import results as R
-from .files import OutputError
+from schedules import ScheduleParamError, get
+from schedules.names import slug as _id_slug
+from tuning import records as Rec
+
+from ..engine import results as R
+from ..engine.files import OutputError
+from ..engine.harness import build_kernel
+from ..engine.provenance import provenance, slug
 from .html import write_page
+from .tables import knobs, ordered, params_text, time_cell
+from .tuning_report import harness_bests, load_runs, summarize, write_report
 
 STAGE_FILES = {"scheduled": "scheduled", "lowered": "lowered", "cuda": "cuda", "ptx": "ptx"}
 
@@ -39,14 +48,10 @@ def _stages_from_files(files) -> dict:
 
 def _rebuild(row) -> dict:
     """The IR of a row's schedule, built again here (same configuration, the run's architecture)."""
-    from .harness import build_kernel
-
     job = {"workload": row["workload"], "name": row["name"], "params": row.get("params") or {},
            "arch": row.get("_arch")}
     params = job["params"]
     if isinstance(params, dict):  # the full configuration was saved: pass only what differs from the defaults
-        from schedules import get
-
         defaults = get(row["name"]).config().__dict__
         job["params"] = {k: v for k, v in params.items() if defaults.get(k) != v}
     _, built = build_kernel(job)
@@ -62,11 +67,7 @@ def _png(path):
 
 
 def run_page(df: pd.DataFrame, out_dir: str, rebuild: bool = True) -> dict:
-    """The page dict (see reports.html.write_page) of a run's results."""
-    from schedules import ScheduleParamError
-
-    from .runner import _params, _time_cell, ordered
-
+    """The page dict (see reports.views.html.write_page) of a run's results."""
     meta = df.attrs
     prov = meta.get("provenance", {})
     notes = []
@@ -89,13 +90,13 @@ def run_page(df: pd.DataFrame, out_dir: str, rebuild: bool = True) -> dict:
         rows, keys = [], []
         previous = None
         for _, r in ordered(group).iterrows():
-            t, thr, _ = _time_cell(r)
+            t, thr, _ = time_cell(r)
             sched = r.get("role") == "schedule"
             key = f"{wl_text}/{r['name']}" if sched else None
             rows.append([r.get("ladder") if sched and isinstance(r.get("ladder"), str) else "", r["name"], t, thr,
                          _num(r.get("speedup_vs_first")), _num(r.get("speedup_vs_prev")), _num(r.get("pct_cublas")),
                          _num(r.get("rel_error")), _num(r.get("threads_per_block")), _num(r.get("registers")),
-                         _num(r.get("shared_bytes")), _num(r.get("spill_bytes")), _params(r.get("params"))])
+                         _num(r.get("shared_bytes")), _num(r.get("spill_bytes")), params_text(r.get("params"))])
             if not sched:
                 keys.append(None)
                 continue
@@ -112,7 +113,7 @@ def run_page(df: pd.DataFrame, out_dir: str, rebuild: bool = True) -> dict:
                                   "params": r.get("params") if isinstance(r.get("params"), dict) else {},
                                   "resources": {k: _plain(r.get(k)) for k in ("registers", "shared_bytes", "spill_bytes",
                                                                               "threads_per_block", "grid", "kernels")
-                                                if not R._missing(r.get(k)) if k in r},
+                                                if not R.missing(r.get(k)) if k in r},
                                   "stages": stages, "previous": previous})
                 previous = key
         tables.append({"id": _slug(wl_text), "caption": wl_text, "columns": cols, "rows": rows, "row_schedule": keys})
@@ -133,12 +134,6 @@ def write_run_report(df: pd.DataFrame, out_dir: str, rebuild: bool = True) -> st
 def tuning_page(db: str, workload: str, out_dir: str) -> dict:
     """The page of a tuning directory: convergence chart, runs, best configuration, top trials and
     the final choice in the harness."""
-    import json
-
-    from tuning import records as Rec
-
-    from .tuning_report import _knobs, harness_bests, load_runs, summarize
-
     runs = load_runs(db, workload)
     if not runs:
         raise R.ResultsError(f"{db}: no tuning trials for {workload}")
@@ -147,15 +142,13 @@ def tuning_page(db: str, workload: str, out_dir: str) -> dict:
     if os.path.exists(measured_on):
         with open(measured_on) as f:
             prov = json.load(f)
-    from .provenance import provenance, slug
-
     prov = {**provenance(), **{k: v for k, v in prov.items() if k in ("gpu", "date", "host", "timer")}}
     summaries = {run: summarize(rows) for run, rows in runs.items()}
     table_runs = [[run, s["trials"], s["valid"], s["failed"], _num(s["trials_per_minute"]), _num(s["best_gflops"]),
-                   _num(s["best_ms"]), s["first_trial_at_best"], _knobs(s["best_knobs"])] for run, s in summaries.items()]
+                   _num(s["best_ms"]), s["first_trial_at_best"], knobs(s["best_knobs"])] for run, s in summaries.items()]
     ok = sorted((r for rows in runs.values() for r in rows if r.get("status") == "ok" and not r.get("reused")),
                 key=lambda r: -r["gflops"])[:20]
-    top = [[i + 1, r["run"], _num(r["time_ms"]), _num(r["gflops"]), _knobs(r.get("knobs"))] for i, r in enumerate(ok)]
+    top = [[i + 1, r["run"], _num(r["time_ms"]), _num(r["gflops"]), knobs(r.get("knobs"))] for i, r in enumerate(ok)]
     tables = [{"id": "runs", "caption": "Runs", "columns": ["run", "trials", "valid", "failed", "trials/min",
                                                               "best GFLOP/s", "best ms", "at trial", "best configuration"],
                "rows": table_runs, "row_schedule": [None] * len(table_runs)},
@@ -167,7 +160,7 @@ def tuning_page(db: str, workload: str, out_dir: str) -> dict:
         with open(best_file) as f:
             best = json.load(f)
         notes.append(f"Best configuration (tuned_gemm): {best['run']}, {best['time_ms']:.4g} ms, {best['gflops']:.0f} "
-                     f"GFLOP/s; {_knobs(best.get('knobs'))}"
+                     f"GFLOP/s; {knobs(best.get('knobs'))}"
                      + (f"; chosen as the {best['selected_by']} ({best['harness_ms']:.4g} ms there)"
                         if best.get("selected_by") else ""))
     reselect_file = os.path.join(db, f"reselect_{slug(workload)}.json")
@@ -175,7 +168,7 @@ def tuning_page(db: str, workload: str, out_dir: str) -> dict:
         with open(reselect_file) as f:
             cands = json.load(f)["candidates"]
         bests = harness_bests(cands)
-        rows = [[run, _num(r["harness_ms"]), _knobs(r.get("knobs")), "hand seed" if r.get("seed") else ""]
+        rows = [[run, _num(r["harness_ms"]), knobs(r.get("knobs")), "hand seed" if r.get("seed") else ""]
                 for run, r in sorted(bests.items(), key=lambda kv: kv[1]["harness_ms"])]
         tables.append({"id": "final", "caption": "Final choice in the harness (each run's best there)",
                        "columns": ["run", "harness ms", "configuration", ""], "rows": rows,
@@ -196,13 +189,9 @@ def report(directory: str) -> str:
     if not os.path.isdir(directory):
         raise R.ResultsError(f"{directory}: not a directory")
     if os.path.exists(os.path.join(directory, "trials.jsonl")):
-        from tuning import records as Rec
-
         workloads = sorted({r["workload"] for r in Rec.trials(directory) if r.get("workload")})
         if not workloads:
             raise R.ResultsError(f"{directory}: its trials.jsonl holds no trials")
-        from .tuning_report import write_report
-
         write_report(directory, workloads[0], directory)
         return write_tuning_page(directory, workloads[0], directory)
     df = R.load_results(directory)
@@ -215,8 +204,6 @@ def report(directory: str) -> str:
 
 
 def _summary(name):
-    from schedules import get
-
     try:
         return get(name).summary
     except Exception:  # noqa: BLE001
@@ -224,7 +211,7 @@ def _summary(name):
 
 
 def _num(v):
-    if R._missing(v):
+    if R.missing(v):
         return None
     return float(v) if isinstance(v, float) else v
 
@@ -236,4 +223,5 @@ def _plain(v):
 
 
 def _slug(text):
-    return "".join(c if c.isalnum() else "-" for c in text)
+    """A table's HTML id: every character other than a letter or a digit a hyphen."""
+    return _id_slug(text, sep="-", squeeze=False)

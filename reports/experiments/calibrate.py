@@ -25,10 +25,9 @@ model's pick over the best measured time (the *regret*), before and after the fi
 
 from __future__ import annotations
 
-import argparse
 import copy
-import itertools
 import dataclasses
+import itertools
 import json
 import math
 import pprint
@@ -37,7 +36,11 @@ import numpy as np
 import pandas as pd
 
 from schedules import dispatch, get, parse_workload
-from schedules.calibration import calibration_path
+from schedules.calibration import CALIBRATION, calibration_path
+from schedules.common import GpuSpec
+
+from ..engine.files import atomic_write
+from ..engine.results import load_results
 
 CAL_FILE = calibration_path()
 SIZES = (128, 2048, 12288)
@@ -310,9 +313,6 @@ def _fit_cp_copy_factor(pts, cal, gpu):
 
 def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     """(new calibration, report) fitted to a calibration sweep's results."""
-    from schedules.calibration import CALIBRATION
-    from schedules.common import GpuSpec
-
     if gpu is None:
         gpu = GpuSpec(**df.attrs["gpu_spec"]) if df.attrs.get("gpu_spec") else GpuSpec()
     ceilings = df.attrs.get("ceilings") or {}
@@ -389,20 +389,13 @@ def regret(pts, cal, gpu) -> dict:
 def write_calibration(cal: dict, path: str = CAL_FILE):
     """Write the model's constants as JSON (the packaged ``schedules/data/calibration.json`` by
     default), read back by :func:`schedules.calibration.load_calibration`."""
-    from .files import atomic_write
-
     atomic_write(path, json.dumps(cal, indent=1, sort_keys=True) + "\n")
     return path
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="schedlab calibrate", description=__doc__.split("\n\n")[0])
-    ap.add_argument("dirs", nargs="+", metavar="DIR", help="results of `schedlab sweep --set calibration` (one or more)")
-    ap.add_argument("--write", action="store_true", help="write the fitted constants to schedules/data/calibration.json")
-    ap.add_argument("--report", default=None, help="also write the fit's report (JSON) here")
-    args = ap.parse_args(argv)
-    from .results import load_results
-
+def command(args) -> int:
+    """``schedlab calibrate DIR...`` (``args``: the command's options): fit, print the fit's report,
+    and with ``--write`` write the constants to schedules/data/calibration.json."""
     frames = [load_results(d) for d in args.dirs]
     df = pd.concat(frames, ignore_index=True)
     df.attrs.update(frames[-1].attrs)
@@ -411,8 +404,6 @@ def main(argv=None):
     text = json.dumps(report, indent=1)
     print(text)
     if args.report:
-        from .files import atomic_write
-
         atomic_write(args.report, text + "\n")
     if args.write:
         print(f"wrote {write_calibration(cal)}")

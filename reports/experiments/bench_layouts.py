@@ -22,7 +22,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import results as R
+from schedules import LAYOUTS, parse_workload
+
+from ..views import tables as T
+from .bench import applies, run_bench, write_bench
+from .bench_gemm import table
 
 LAYOUT_SHAPES = ("4096x4096x4096", "1024x512x2048")
 LAYOUT_PRECISIONS = {"fp32": ("float32", "best_gemm"), "fp16": ("float16", "best_fp16_gemm")}
@@ -40,18 +44,12 @@ BMM_MIN_PCT_CUBLAS = 70.0    # best_fp16_gemm against torch.bmm at each shape
 
 def workload_text(kind: str, shape: str, dtype: str, layout: str) -> str:
     """The lab's spelling of a workload (defaults left out), e.g. ``gemm:1024x512x2048:nt``."""
-    from schedules import parse_workload
-
     return str(parse_workload(f"{kind}:{shape}:{dtype}:{layout}"))
 
 
 def make_jobs(layout_shapes=None, precisions=None, bmm_shapes=None, lesson=True) -> list[dict]:
     """The benchmark's jobs (see the module's docstring); the arguments narrow them (defaults: the
     module's shapes and precisions)."""
-    from schedules import LAYOUTS
-
-    from .bench_gemm import applies
-
     layout_shapes = LAYOUT_SHAPES if layout_shapes is None else layout_shapes
     precisions = tuple(LAYOUT_PRECISIONS) if precisions is None else precisions
     bmm_shapes = BMM_SHAPES if bmm_shapes is None else bmm_shapes
@@ -84,8 +82,6 @@ def make_jobs(layout_shapes=None, precisions=None, bmm_shapes=None, lesson=True)
 
 
 def _parsed(df):
-    from schedules import parse_workload
-
     wls = {w: parse_workload(w) for w in df["workload"].dropna().unique()}
     return df.assign(_wl=df["workload"].map(wls))
 
@@ -132,9 +128,9 @@ def layout_summary(df: pd.DataFrame) -> pd.DataFrame:
                 status = _first(g, choice, "status")
                 rows.append({"shape": shape, "precision": prec, "layout": layout,
                              "choice": str(_first(g, choice, "chosen") or choice),
-                             "TFLOP/s": R.fmt(t, ".2f"), "% cuBLAS (same layout)": R.fmt(pct, ".1f"),
-                             "% of own nn": R.fmt(of_nn, ".1f"), "cuBLAS TFLOP/s": R.fmt(c, ".2f"),
-                             "cuBLAS % of its nn": R.fmt(100 * c / nn_cublas if nn_cublas == nn_cublas and nn_cublas
+                             "TFLOP/s": T.fmt(t, ".2f"), "% cuBLAS (same layout)": T.fmt(pct, ".1f"),
+                             "% of own nn": T.fmt(of_nn, ".1f"), "cuBLAS TFLOP/s": T.fmt(c, ".2f"),
+                             "cuBLAS % of its nn": T.fmt(100 * c / nn_cublas if nn_cublas == nn_cublas and nn_cublas
                                                          else float("nan"), ".1f"),
                              "targets": "; ".join(targets) if status == "ok" else f"**{status}**"})
     return pd.DataFrame(rows)
@@ -151,8 +147,8 @@ def lesson_table(df: pd.DataFrame) -> pd.DataFrame:
         t = {lay: _tflops(by_layout[lay], name) if lay in by_layout else float("nan") for lay in LESSON_LAYOUTS}
         if all(v != v for v in t.values()):
             continue
-        rows.append({"kernel": name, "nn TFLOP/s": R.fmt(t["nn"], ".2f"), "nt TFLOP/s": R.fmt(t["nt"], ".2f"),
-                     "nt / nn": R.fmt(t["nt"] / t["nn"] if t["nn"] == t["nn"] and t["nn"] else float("nan"), ".2f")})
+        rows.append({"kernel": name, "nn TFLOP/s": T.fmt(t["nn"], ".2f"), "nt TFLOP/s": T.fmt(t["nt"], ".2f"),
+                     "nt / nn": T.fmt(t["nt"] / t["nn"] if t["nn"] == t["nn"] and t["nn"] else float("nan"), ".2f")})
     return pd.DataFrame(rows)
 
 
@@ -168,38 +164,34 @@ def bmm_table(df: pd.DataFrame) -> pd.DataFrame:
         target = ("" if pct is None or pd.isna(pct) else
                   f"≥{BMM_MIN_PCT_CUBLAS:.0f}% cuBLAS: {'yes' if pct >= BMM_MIN_PCT_CUBLAS else 'NO'}")
         rows.append({"shape": w.shape, "layout": w.layout, "choice": str(_first(g, BMM_CHOICE, "chosen") or BMM_CHOICE),
-                     "TFLOP/s": R.fmt(_tflops(g, BMM_CHOICE), ".2f"), "% cuBLAS bmm": R.fmt(pct, ".1f"),
-                     "cuBLAS TFLOP/s": R.fmt(_tflops(g, "cublas"), ".2f"),
+                     "TFLOP/s": T.fmt(_tflops(g, BMM_CHOICE), ".2f"), "% cuBLAS bmm": T.fmt(pct, ".1f"),
+                     "cuBLAS TFLOP/s": T.fmt(_tflops(g, "cublas"), ".2f"),
                      "target": target if status == "ok" else f"**{status}**"})
     return pd.DataFrame(rows)
 
 
 def markdown(df: pd.DataFrame) -> str:
-    from .bench_gemm import table
-
     timer = df["timer"].dropna().iloc[0] if "timer" in df and df["timer"].notna().any() else "no GPU: nothing timed"
     lines = [f"# GEMM operand layouts and batched products: {df.attrs['provenance']['gpu']}", "",
-             R.provenance_line(df.attrs), "",
+             T.provenance_line(df.attrs), "",
              f"Timer: {timer}; median; every result checked against a float64 product of the same stored "
              "operands first. Layouts in the BLAS convention, C = op(A)·op(B): t = stored transposed (A as "
              "K×M, B as N×K, row-major). cuBLAS gets the same buffers as transposed views (no copy).", "",
              "## Every layout: the lab's choice beside cuBLAS of the same layout", "",
-             R.markdown_table(layout_summary(df)),
+             T.markdown_table(layout_summary(df)),
              "## The layout lesson (1024×512×2048 fp32)", "",
              "thread_2d_gemm and shared_cache_gemm index the stored B as it is: in nt a warp's lanes "
              "read B a row of K apart (uncoalesced) where nn reads 32 consecutive floats; warp_tiled_gemm "
              "transposes B on its way into shared memory and reads it along K with vector loads.", "",
-             R.markdown_table(lesson_table(df)),
+             T.markdown_table(lesson_table(df)),
              "## Batched products (fp16, attention-like shapes)", "",
-             R.markdown_table(bmm_table(df)),
-             "## Every kernel", "", R.markdown_table(table(df))]
+             T.markdown_table(bmm_table(df)),
+             "## Every kernel", "", T.markdown_table(table(df))]
     return "\n".join(lines)
 
 
-def run_layouts(args) -> int:
-    """The ``--layouts`` benchmark (bench_gemm's common arguments: --out, --workers, --budget...)."""
-    from .bench import run_bench, write_bench
-
+def command(args) -> int:
+    """``schedlab bench-gemm --layouts`` (``args``: the command's options: --out, --workers, --budget...)."""
     df = run_bench(make_jobs(), args.out, "bench-gemm-layouts", workers=args.workers, timeout=args.timeout,
                    budget_s=args.budget, progress=not args.quiet)
     md = markdown(df)

@@ -1,7 +1,8 @@
 """The tuning report of a tuning directory: convergence chart (best throughput so far against
 trials, one line per run = space/strategy), the runs' summary (trials, failures, trials per minute,
-best), the top configurations, failure reasons, and optionally the tuned schedule timed beside the
-hand-written steps, cuBLAS and dlight in ``schedlab run``'s harness (L2 flushed, CUDA events).
+best), the top configurations, failure reasons, the final choice in the harness, and optionally the
+tuned schedule timed beside the hand-written steps, cuBLAS and dlight in ``schedlab run``'s harness
+(L2 flushed, CUDA events; timed by :mod:`reports.experiments.tuned`).
 """
 
 from __future__ import annotations
@@ -16,18 +17,11 @@ import pandas as pd
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from schedules import parse_workload  # noqa: E402
 from tuning import records as R  # noqa: E402
 
-from .provenance import provenance, slug  # noqa: E402
-from .results import fmt, markdown_table  # noqa: E402
-
-
-def R_missing(v) -> bool:
-    return v is None or (isinstance(v, float) and v != v)
-
-# the classic steps the classic space tiles, and the fast hand-written ones the fast space spans
-HAND_SCHEDULES = ("block_tiling_gemm", "thread_tiling_gemm", "double_buffer_gemm",
-                  "warp_tiled_gemm", "split_k_gemm", "rasterized_gemm", "best_gemm")
+from ..engine.provenance import provenance, slug  # noqa: E402
+from .tables import fmt, knobs, markdown_table  # noqa: E402
 
 
 def load_runs(db: str, workload: str) -> dict[str, list[dict]]:
@@ -93,10 +87,6 @@ def convergence_chart(runs: dict, path: str, title: str, lines: dict | None = No
     return path
 
 
-def _knobs(k) -> str:
-    return ", ".join(f"{a}={b}" for a, b in (k or {}).items())
-
-
 def trials_frame(runs: dict) -> pd.DataFrame:
     """Every trial of every run (one row each), as a DataFrame."""
     rows = [r for rs in runs.values() for r in rs]
@@ -105,7 +95,7 @@ def trials_frame(runs: dict) -> pd.DataFrame:
 
 def runs_frame(summaries: dict) -> pd.DataFrame:
     """One row per run: trials, failures, trials per minute, the best."""
-    return pd.DataFrame([{"run": run, **s, "best configuration": _knobs(s["best_knobs"])}
+    return pd.DataFrame([{"run": run, **s, "best configuration": knobs(s["best_knobs"])}
                          for run, s in summaries.items()]).drop(columns=["best_knobs"], errors="ignore")
 
 
@@ -119,7 +109,7 @@ def top_frame(runs: dict, n: int = 10) -> pd.DataFrame:
     return pd.DataFrame({"#": range(1, len(top) + 1), "run": top["run"].to_numpy(),
                          "time (ms)": top["time_ms"].map(lambda v: f"{v:.4g}").to_numpy(),
                          "GFLOP/s": top["gflops"].map(lambda v: f"{v:.0f}").to_numpy(),
-                         "configuration": top["knobs"].map(_knobs).to_numpy()})
+                         "configuration": top["knobs"].map(knobs).to_numpy()})
 
 
 def top_table(runs: dict, n: int = 10) -> list[str]:
@@ -131,98 +121,6 @@ TIMER_TEXT = {
     "cold": "the cold timer (time_evaluator, one run per timing, L2 flushed before each by a 256 MiB device "
             "copy, median of up to 20)",
 }
-
-
-def hand_comparison(db: str, workload: str, out_dir: str, timeout: float = 300.0) -> dict:
-    """Time tuned_gemm, the fast hand schedules, cuBLAS and dlight in schedlab run's harness."""
-    from . import runner
-
-    df = runner.run([workload], ["tuned_gemm", *HAND_SCHEDULES], ["cublas", "tvm_dlight"],
-                    out_dir=os.path.join(out_dir, "hand"), timeout=timeout, progress=False, report=False,
-                    params={"tuned_gemm": {"source": os.path.abspath(db)}})
-    return {"provenance": df.attrs["provenance"], "rows": [{k: v for k, v in r.items() if not R_missing(v)}
-                                                           for r in df.to_dict("records")]}
-
-
-SEEDED_SPACES = ("fast", "tiled")  # the spaces whose runs measure hand-written configurations first
-
-
-def seed_keys(rows: list[dict]) -> set:
-    """The hand-written configurations the runs started from: the rows marked ``seed``; in logs from
-    before the mark, trial 1 of each run over a seeded space (seeds are measured first)."""
-    if any("seed" in r for r in rows):
-        return {r["key"] for r in rows if r.get("seed")}
-    return {r["key"] for r in rows if r.get("trial") == 1 and r.get("space") in SEEDED_SPACES
-            and r.get("status") == "ok"}
-
-
-def reselect_candidates(rows: list[dict], k: int) -> list[dict]:
-    """Each run's ``k`` fastest distinct valid configurations, fastest first within a run, then the
-    runs' seeds (the hand-written configurations the search started from, timed again whatever the
-    tuner's timer said: the final choice is then never slower in the harness than the hand schedule
-    the search started from). dlight, one fixed schedule, is timed in the hand comparison instead; a
-    configuration two runs share is taken once."""
-    bad = {r["key"] for r in rows if r.get("status") == "verify" and not r.get("passed")}
-    seeds = seed_keys(rows)
-    ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("trace") and r.get("key") not in bad
-                 and r.get("run") != "dlight"), key=lambda r: r["time_ms"])
-    picked, seen, per_run = [], set(), {}
-    for r in ok:
-        if r["key"] in seen or per_run.get(r["run"], 0) >= k:
-            continue
-        seen.add(r["key"])
-        per_run[r["run"]] = per_run.get(r["run"], 0) + 1
-        picked.append(dict(r, seed=r["key"] in seeds))
-    for r in ok:
-        if r["key"] in seeds and r["key"] not in seen:
-            seen.add(r["key"])
-            picked.append(dict(r, seed=True))
-    return picked
-
-
-def reselect(db: str, workload: str, out_dir: str, k: int = 5, timeout: float = 300.0) -> list[dict]:
-    """Time each run's ``k`` fastest distinct configurations (by the tuner's timer) and the hand
-    seeds (:func:`reselect_candidates`) in ``schedlab run``'s harness (L2 emptied before every run by reading, CUDA events, full float64 check), and
-    save the fastest there as the workload's best, the one ``tuned_gemm`` replays. The tuner's timer
-    and the harness can order close configurations differently (a warm tuner keeps the inputs in L2;
-    the cold one flushes by copying), so the final choice is made where the report measures, and
-    every space (fast, MetaSchedule's default, classic) is compared there on the same footing."""
-    import shutil
-    import tempfile
-
-    from schedules import parse_workload
-    from tuning.tuner import make_target, save_best
-
-    from .build import cuda_available
-    from .harness import run_jobs
-
-    if not cuda_available():
-        raise RuntimeError("--reselect times configurations on the GPU, and there is no CUDA GPU here")
-    top = reselect_candidates(R.trials(db, workload), k)
-    wl = parse_workload(workload)
-    target = make_target("cuda")
-    files = {rank: save_best(tempfile.mkdtemp(prefix="reselect"), wl, target, row["run"], row.get("space"), row)
-             for rank, row in enumerate(top, 1)}
-    jobs = [{"workload": workload, "name": "tuned_gemm", "params": {"source": files[rank]}} for rank in files]
-    measured = run_jobs(jobs, timeout=timeout) if jobs else []
-    results = [{"rank": rank, "run": row["run"], "key": row["key"], "knobs": row.get("knobs"),
-                "seed": bool(row.get("seed")), "tuner_ms": row["time_ms"], "harness_ms": res.get("time_ms"),
-                "status": res.get("status"), "rel_error": res.get("rel_error"), "error": res.get("error")}
-               for (rank, row), res in zip(enumerate(top, 1), measured)]
-    ok = [r for r in results if r["status"] == "ok" and r["harness_ms"]]
-    if ok:
-        chosen = min(ok, key=lambda r: r["harness_ms"])
-        with open(files[chosen["rank"]]) as f:
-            best = json.load(f)
-        best.update(rel_error=chosen["rel_error"], harness_ms=chosen["harness_ms"],
-                    selected_by=f"fastest in schedlab run's harness of {len(top)} configurations "
-                    f"(each run's top {k} by the tuner's timer, and the hand seeds)")
-        R.save_json(R.best_path(db, workload), best)
-    for path in files.values():
-        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
-    R.save_json(os.path.join(db, f"reselect_{slug(workload)}.json"),
-                {"workload": workload, "per_run": k, "candidates": results})
-    return results
 
 
 def improvement_lines(runs: dict) -> list[str]:
@@ -237,7 +135,7 @@ def improvement_lines(runs: dict) -> list[str]:
         start = min(seeds, key=lambda r: r.get("trial", 0))
         best = min(ok, key=lambda r: r["time_ms"])
         gain = start["time_ms"] / best["time_ms"]
-        what = (f"{gain:.2f}× faster: {best['time_ms']:.4g} ms ({_knobs(best.get('knobs'))})" if best is not start
+        what = (f"{gain:.2f}× faster: {best['time_ms']:.4g} ms ({knobs(best.get('knobs'))})" if best is not start
                 else "nothing faster was found")
         out.append(f"- {run}: started from the dispatcher's choice (best_gemm's configuration, {start['time_ms']:.4g} ms "
                    f"in the tuner's timer); the best it found is {what}.")
@@ -255,8 +153,6 @@ def harness_bests(rows: list[dict]) -> dict:
 
 
 def _reselect_table(db: str, workload: str) -> list[str]:
-    from schedules import parse_workload
-
     path = os.path.join(db, f"reselect_{slug(workload)}.json")
     if not os.path.exists(path):
         return []
@@ -270,18 +166,21 @@ def _reselect_table(db: str, workload: str) -> list[str]:
     per_run = pd.DataFrame([{
         "run": run + (" (hand seed)" if r.get("seed") else "") + (" **(chosen: tuned_gemm)**" if r is chosen else ""),
         "its best in the harness: ms": f"{r['harness_ms']:.4g}", "TFLOP/s": f"{flops / r['harness_ms'] / 1e9:.2f}",
-        "vs the chosen": f"{chosen['harness_ms'] / r['harness_ms']:.2f}×", "configuration": _knobs(r.get("knobs") or {})}
+        "vs the chosen": f"{chosen['harness_ms'] / r['harness_ms']:.2f}×", "configuration": knobs(r.get("knobs") or {})}
         for run, r in sorted(bests.items(), key=lambda kv: kv[1]["harness_ms"])])
     every = pd.DataFrame([{
         "#": r["rank"], "run": r["run"] + (" (hand seed)" if r.get("seed") else ""), "tuner ms": f"{r['tuner_ms']:.4g}",
         "harness ms": f"{r['harness_ms']:.4g}" if r.get("harness_ms") else f"{r.get('status')}: {(r.get('error') or '')[:60]}",
         "rel. error": f"{r['rel_error']:.1e}" if r.get("rel_error") is not None else "",
-        "configuration": _knobs(r.get("knobs") or {})} for r in rows])
+        "configuration": knobs(r.get("knobs") or {})} for r in rows])
     return ["", f"## Final choice in the harness (each run's top {saved.get('per_run', '?')} by the tuner's timer{seeds}, "
             "timed again with L2 emptied by reading)", "", markdown_table(per_run), markdown_table(every)]
 
 
-def write_report(db: str, workload: str, out_dir: str, hand: bool = False) -> dict:
+def write_report(db: str, workload: str, out_dir: str, hand: dict | None = None) -> dict:
+    """The tuning report of ``db``'s trials on ``workload`` in ``out_dir``: ``tuning_<workload>.md``
+    (and ``.json``) and the convergence chart. ``hand``: the hand comparison's results
+    (:func:`reports.experiments.tuned.hand_comparison`) to draw and tabulate beside the runs."""
     os.makedirs(out_dir, exist_ok=True)
     prov = provenance()
     measured_on = os.path.join(db, "provenance.json")
@@ -297,9 +196,8 @@ def write_report(db: str, workload: str, out_dir: str, hand: bool = False) -> di
         lines["dlight (tuning runner)"] = summaries["dlight"]["best_gflops"]
     hand_rows = []
     if hand:
-        res = hand_comparison(db, workload, out_dir)
-        prov["gpu"] = res["provenance"].get("gpu", prov["gpu"])
-        hand_rows = res["rows"]
+        prov["gpu"] = hand["provenance"].get("gpu", prov["gpu"])
+        hand_rows = hand["rows"]
         for r in hand_rows:
             if r.get("status") == "ok" and r.get("tflops") and r["name"] in CHART_LINES:
                 lines[f"{r['name']} (harness)"] = r["tflops"] * 1e3
@@ -338,7 +236,7 @@ def write_report(db: str, workload: str, out_dir: str, hand: bool = False) -> di
             best = json.load(f)
         md += ["", "## Best configuration (tuned_gemm)", "",
                f"{best['run']}: {best['time_ms']:.4g} ms, {best['gflops']:.0f} GFLOP/s, relative error vs "
-               f"float64 {best.get('rel_error')}; {_knobs(best['knobs'])}; launch {best.get('launch')}"
+               f"float64 {best.get('rel_error')}; {knobs(best['knobs'])}; launch {best.get('launch')}"
                + (f"; chosen as the {best['selected_by']} ({best['harness_ms']:.4g} ms there)"
                   if best.get("selected_by") else ""), "",
                f"`SCHEDLAB_TUNED={db} schedlab run --workload {workload} --schedules tuned_gemm`"]

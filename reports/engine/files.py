@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+from tuning import records
+
 
 class OutputError(ValueError):
     """An output directory or file that cannot be written; the message names it and says why."""
@@ -31,26 +33,9 @@ def ensure_out_dir(path: str, what: str = "--out") -> str:
 
 
 def atomic_write(path: str, data: str | bytes):
-    """Write ``data`` to ``path`` whole or not at all. Raises OutputError (one line) on failure,
-    leaving any previous file untouched."""
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = None
+    """Write ``data`` to ``path`` whole or not at all (:func:`tuning.records.atomic_write`). Raises
+    OutputError (one line) on failure, leaving any previous file untouched."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-" + os.path.basename(path) + "-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as an ordinary file would be (mkstemp makes it private)
-        os.replace(tmp, path)
-        tmp = None
+        records.atomic_write(path, data.encode() if isinstance(data, str) else data)
     except OSError as e:
         raise OutputError(f"cannot write {path}: {e.strerror or type(e).__name__}") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass

@@ -1,0 +1,116 @@
+"""Tuned configurations timed in ``schedlab run``'s harness: the hand comparison (tuned_gemm beside
+the hand-written steps, cuBLAS and dlight) and the reselection (each run's fastest configurations
+timed again, the fastest there kept as tuned_gemm); then the tuning report
+(:mod:`reports.views.tuning_report`) with what was timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+from schedules import parse_workload
+from tuning import records as R
+from tuning.tuner import make_target, save_best
+
+from ..engine.build import cuda_available
+from ..engine.harness import run_jobs
+from ..engine.provenance import slug
+from ..engine.results import missing
+from ..views import tuning_report
+from .run import run
+
+# the classic steps the classic space tiles, and the fast hand-written ones the fast space spans
+HAND_SCHEDULES = ("block_tiling_gemm", "thread_tiling_gemm", "double_buffer_gemm",
+                  "warp_tiled_gemm", "split_k_gemm", "rasterized_gemm", "best_gemm")
+
+
+def hand_comparison(db: str, workload: str, out_dir: str, timeout: float = 300.0) -> dict:
+    """Time tuned_gemm, the fast hand schedules, cuBLAS and dlight in schedlab run's harness."""
+    df = run([workload], ["tuned_gemm", *HAND_SCHEDULES], ["cublas", "tvm_dlight"],
+             out_dir=os.path.join(out_dir, "hand"), timeout=timeout, progress=False, report=False,
+             params={"tuned_gemm": {"source": os.path.abspath(db)}})
+    return {"provenance": df.attrs["provenance"], "rows": [{k: v for k, v in r.items() if not missing(v)}
+                                                           for r in df.to_dict("records")]}
+
+
+SEEDED_SPACES = ("fast", "tiled")  # the spaces whose runs measure hand-written configurations first
+
+
+def seed_keys(rows: list[dict]) -> set:
+    """The hand-written configurations the runs started from: the rows marked ``seed``; in logs from
+    before the mark, trial 1 of each run over a seeded space (seeds are measured first)."""
+    if any("seed" in r for r in rows):
+        return {r["key"] for r in rows if r.get("seed")}
+    return {r["key"] for r in rows if r.get("trial") == 1 and r.get("space") in SEEDED_SPACES
+            and r.get("status") == "ok"}
+
+
+def reselect_candidates(rows: list[dict], k: int) -> list[dict]:
+    """Each run's ``k`` fastest distinct valid configurations, fastest first within a run, then the
+    runs' seeds (the hand-written configurations the search started from, timed again whatever the
+    tuner's timer said: the final choice is then never slower in the harness than the hand schedule
+    the search started from). dlight, one fixed schedule, is timed in the hand comparison instead; a
+    configuration two runs share is taken once."""
+    bad = {r["key"] for r in rows if r.get("status") == "verify" and not r.get("passed")}
+    seeds = seed_keys(rows)
+    ok = sorted((r for r in rows if r.get("status") == "ok" and r.get("trace") and r.get("key") not in bad
+                 and r.get("run") != "dlight"), key=lambda r: r["time_ms"])
+    picked, seen, per_run = [], set(), {}
+    for r in ok:
+        if r["key"] in seen or per_run.get(r["run"], 0) >= k:
+            continue
+        seen.add(r["key"])
+        per_run[r["run"]] = per_run.get(r["run"], 0) + 1
+        picked.append(dict(r, seed=r["key"] in seeds))
+    for r in ok:
+        if r["key"] in seeds and r["key"] not in seen:
+            seen.add(r["key"])
+            picked.append(dict(r, seed=True))
+    return picked
+
+
+def reselect(db: str, workload: str, out_dir: str, k: int = 5, timeout: float = 300.0) -> list[dict]:
+    """Time each run's ``k`` fastest distinct configurations (by the tuner's timer) and the hand
+    seeds (:func:`reselect_candidates`) in ``schedlab run``'s harness (L2 emptied before every run by
+    reading, CUDA events, full float64 check), and save the fastest there as the workload's best,
+    the one ``tuned_gemm`` replays. The tuner's timer and the harness can order close
+    configurations differently (a warm tuner keeps the inputs in L2; the cold one flushes by
+    copying), so the final choice is made where the report measures, and every space (fast,
+    MetaSchedule's default, classic) is compared there on the same footing."""
+    if not cuda_available():
+        raise RuntimeError("--reselect times configurations on the GPU, and there is no CUDA GPU here")
+    top = reselect_candidates(R.trials(db, workload), k)
+    wl = parse_workload(workload)
+    target = make_target("cuda")
+    files = {rank: save_best(tempfile.mkdtemp(prefix="reselect"), wl, target, row["run"], row.get("space"), row)
+             for rank, row in enumerate(top, 1)}
+    jobs = [{"workload": workload, "name": "tuned_gemm", "params": {"source": files[rank]}} for rank in files]
+    measured = run_jobs(jobs, timeout=timeout) if jobs else []
+    results = [{"rank": rank, "run": row["run"], "key": row["key"], "knobs": row.get("knobs"),
+                "seed": bool(row.get("seed")), "tuner_ms": row["time_ms"], "harness_ms": res.get("time_ms"),
+                "status": res.get("status"), "rel_error": res.get("rel_error"), "error": res.get("error")}
+               for (rank, row), res in zip(enumerate(top, 1), measured)]
+    ok = [r for r in results if r["status"] == "ok" and r["harness_ms"]]
+    if ok:
+        chosen = min(ok, key=lambda r: r["harness_ms"])
+        with open(files[chosen["rank"]]) as f:
+            best = json.load(f)
+        best.update(rel_error=chosen["rel_error"], harness_ms=chosen["harness_ms"],
+                    selected_by=f"fastest in schedlab run's harness of {len(top)} configurations "
+                    f"(each run's top {k} by the tuner's timer, and the hand seeds)")
+        R.save_json(R.best_path(db, workload), best)
+    for path in files.values():
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    R.save_json(os.path.join(db, f"reselect_{slug(workload)}.json"),
+                {"workload": workload, "per_run": k, "candidates": results})
+    return results
+
+
+def write_report(db: str, workload: str, out_dir: str, hand: bool = False) -> dict:
+    """The tuning report of ``db`` (:func:`reports.views.tuning_report.write_report`); ``hand``: with
+    tuned_gemm timed beside the hand schedules first (:func:`hand_comparison`, needs a GPU)."""
+    timed = hand_comparison(db, workload, out_dir) if hand else None
+    return tuning_report.write_report(db, workload, out_dir, hand=timed)
