@@ -144,18 +144,21 @@ class ScheduleSpec:
     def resolve(self, workload, cfg=None) -> "Resolved":
         """The step and configuration that build ``workload``: this step's own, or for a
         shape-driven step (``best_*``) the choice it makes, asked for once here and carried on
-        (validation, build options, the results row)."""
+        (validation, build options, the results row). A shape-driven step's configuration is
+        checked before it chooses, so that a workload it does not take is refused as
+        :meth:`validate` refuses it."""
         cfg = cfg if cfg is not None else self.config()
+        if type(cfg).choose is StepConfig.choose:  # a step that builds itself
+            return Resolved(self, cfg, self, cfg, None)
+        self._check_config(workload, cfg)
         choice = cfg.choose(workload)
         if choice is None:
             return Resolved(self, cfg, self, cfg, None)
         return Resolved(self, cfg, get(choice.step), choice.config, choice.text)
 
-    def validate(self, workload, cfg=None, limits: GpuLimits = GpuLimits(), resolved: "Resolved | None" = None):
-        """Raise ScheduleParamError, naming the parameter, if ``cfg`` cannot run ``workload``;
-        else return the launch. ``resolved``: this step's :meth:`resolve` for the workload, where
-        the caller has it already."""
-        cfg = cfg if cfg is not None else self.config()
+    def _check_config(self, workload, cfg):
+        """The checks that need no launch: the workload's kind and layout, the parameters' types
+        and signs, the configuration's own ``check``."""
         if workload.kind != self.kind and not cfg.also_takes(workload):  # a GEMV step on a GEMM with one column
             raise ScheduleParamError(f"schedule {self.name} is for {self.kind}, not {workload.kind} ({workload})")
         refusal = self.layout_refusal(workload, cfg)
@@ -171,6 +174,13 @@ class ScheduleSpec:
             if isinstance(value, int) and not isinstance(value, bool) and value <= 0 and not auto:
                 raise ScheduleParamError(f"{self.name}: {f.name} must be positive, got {value}")
         cfg.check(workload)
+
+    def validate(self, workload, cfg=None, limits: GpuLimits = GpuLimits(), resolved: "Resolved | None" = None):
+        """Raise ScheduleParamError, naming the parameter, if ``cfg`` cannot run ``workload``;
+        else return the launch. ``resolved``: this step's :meth:`resolve` for the workload, where
+        the caller has it already."""
+        cfg = cfg if cfg is not None else self.config()
+        self._check_config(workload, cfg)
         res = resolved if resolved is not None else self.resolve(workload, cfg)
         if res.step is not self:  # a best_* step: its choice must run the workload, at these limits
             res.step.validate(workload, res.step_config)
