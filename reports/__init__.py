@@ -26,4 +26,22 @@ def load_results(path):
     return _load(path)
 
 
-__all__ = ["run", "load_results"]
+def compile_kernel(*args, **kwargs):
+    """A step compiled for one workload, callable on PyTorch CUDA tensors and exportable (see
+    :func:`reports.engine.kernel.compile_kernel`)."""
+    # heavy (TVM): as above
+    from .engine.kernel import compile_kernel as _compile
+
+    return _compile(*args, **kwargs)
+
+
+def linear_module(*args, **kwargs):
+    """A ``torch.nn.Module`` computing ``x @ weight.T`` with a lab kernel (see
+    :func:`reports.engine.kernel.linear_module`)."""
+    # heavy (TVM, torch): as above
+    from .engine.kernel import linear_module as _linear
+
+    return _linear(*args, **kwargs)
+
+
+__all__ = ["run", "load_results", "compile_kernel", "linear_module"]

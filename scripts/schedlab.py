@@ -105,6 +105,28 @@ def cmd_show(args):
                   f"stack, {k.spill_store_bytes} bytes spill stores, {k.spill_load_bytes} bytes spill loads")
 
 
+def cmd_export(args):
+    from reports.engine.files import ensure_out_dir  # heavy (TVM, the CUDA compiler hook): a command's module
+    from reports.engine.kernel import compile_kernel
+    from schedules import get
+
+    spec = get(args.schedule)
+    wl = _workload_for(spec, args.shape)
+    ensure_out_dir(args.out)
+    kernel = compile_kernel(spec.name, wl, _params(args.param), args.arch)
+    paths = kernel.export(args.out)
+    print(f"{kernel!r}")
+    for launch in kernel.launches:
+        print(f"  {launch.name}: grid {launch.grid}, block {launch.block}, "
+              f"{launch.dynamic_shared_bytes} bytes of dynamic shared memory")
+    for key in ("so", "cuda", "ptx", "cubin", "launch"):
+        if key in paths:
+            print(f"  {key:>6}: {paths[key]}")
+    if "so" not in paths:
+        print("  no kernel.so: this machine has no NVIDIA driver for TVM to embed the cubin (launch.json says more)",
+              file=sys.stderr)
+
+
 def cmd_diff(args):
     from reports.views.diff import diff  # heavy (TVM): a command's module
 
@@ -216,6 +238,15 @@ def make_parser():
     s.add_argument("--explain", action="store_true",
                    help="for a best_* step: its choice for the shape and the model's figures for the next best")
     s.set_defaults(fn=cmd_show)
+    s = _command(sub, "export", "Export a step compiled for one workload: the module (kernel.so, where the "
+                 "CUDA driver is), its CUDA source, PTX and cubin, and launch.json (entry points in launch order "
+                 "with their grid, block and dynamic shared memory, the arguments, the chosen configuration).")
+    s.add_argument("schedule")
+    s.add_argument("--shape", help="MxNxK[:dtype][:layout] for GEMM, MxN[:dtype] for GEMV")
+    s.add_argument("--out", required=True, help="the directory to write into")
+    s.add_argument("--param", action="append", metavar="NAME=VALUE", help="override a parameter")
+    s.add_argument("--arch", default=None, help="CUDA arch (default: the GPU's, else sm_90)")
+    s.set_defaults(fn=cmd_export)
     s = _command(sub, "diff", "Show what step B changes against step A: the schedule primitives, the ptxas "
                  "resources and a diff of their IR.")
     s.add_argument("a")

@@ -107,6 +107,7 @@ class Built:
     lowered: str
     device: DeviceCode
     launch: dict = field(default_factory=dict)
+    host: str = ""  # the host function after MakePackedAPI: its kernel launches (engine.kernel.launches_of)
 
     @property
     def kernel(self) -> KernelReport:
@@ -119,9 +120,15 @@ class _CaptureLowered:
     def __init__(self):
         self.text = None
 
+        self.host = None
+
     def run_before_pass(self, mod, info):
         if info.name == "tirx.SplitHostDevice" and self.text is None:
             self.text = mod.script()  # now: the module is mutated in place later
+
+    def run_after_pass(self, mod, info):
+        if info.name == "tirx.MakePackedAPI" and self.host is None and "main" in [g.name_hint for g in mod.get_global_vars()]:
+            self.host = mod["main"].script()  # the host function alone: how it launches each kernel
 
 
 def build(sch, target: tvm.target.Target | None = None, pass_config: dict | None = None) -> Built:
@@ -141,7 +148,7 @@ def build(sch, target: tvm.target.Target | None = None, pass_config: dict | None
         source = ex.mod.imports[0].inspect_source()
         device = compile_cuda_source(source, _HOOK.arch)
     launch = launch_extents(capture.text or "")
-    return Built(ex, mod.script(), capture.text or "", device, launch)
+    return Built(ex, mod.script(), capture.text or "", device, launch, capture.host or "")
 
 
 def built_config(cfg, wl=None):
