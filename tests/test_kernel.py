@@ -16,7 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _env():
-    return {**os.environ, "PYTHONPATH": ROOT, "CUDA_PATH": os.environ.get("CUDA_PATH", "/usr/local/cuda")}
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)  # the project, then TVM where it was
+    return {**os.environ, "PYTHONPATH": path, "CUDA_PATH": os.environ.get("CUDA_PATH", "/usr/local/cuda")}
 
 
 @pytest.fixture(scope="module")
