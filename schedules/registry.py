@@ -18,7 +18,7 @@ from typing import Callable
 
 from .common import GpuLimits
 from .errors import ScheduleParamError
-from .step_config import Choice, Launch, StepConfig  # noqa: F401  (Launch: re-exported for the steps)
+from .step_config import Launch, StepConfig  # noqa: F401  (Launch: re-exported for the steps)
 
 
 # Each ladder in teaching order: a step's number is its position here (1-based).
@@ -164,6 +164,12 @@ class ScheduleSpec:
         refusal = self.layout_refusal(workload, cfg)
         if refusal:
             raise ScheduleParamError(refusal)
+        self.check_params(cfg)
+        cfg.check(workload)
+
+    def check_params(self, cfg):
+        """Raise ScheduleParamError, naming the parameter, unless each of ``cfg``'s parameters has
+        its default's type and every whole number is positive (or 0 where it means "chosen")."""
         for f in dataclasses.fields(cfg):
             value = getattr(cfg, f.name)
             default = f.default if f.default is not dataclasses.MISSING else None
@@ -173,7 +179,6 @@ class ScheduleSpec:
             auto = value == 0 and f.name in cfg.zero_means_auto
             if isinstance(value, int) and not isinstance(value, bool) and value <= 0 and not auto:
                 raise ScheduleParamError(f"{self.name}: {f.name} must be positive, got {value}")
-        cfg.check(workload)
 
     def validate(self, workload, cfg=None, limits: GpuLimits = GpuLimits(), resolved: "Resolved | None" = None):
         """Raise ScheduleParamError, naming the parameter, if ``cfg`` cannot run ``workload``;

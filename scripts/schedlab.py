@@ -10,8 +10,10 @@ pandas, matplotlib) is imported only when that command runs, so ``schedlab --hel
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from importlib import metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -41,10 +43,28 @@ def _params(items):
         raise CliError(str(e)) from None
 
 
+def _version() -> str:
+    """The lab's version and the TVM it is pinned to, from the installed packages' metadata (no
+    import of TVM); ``(not installed)`` when run from a checkout without installing."""
+    def version(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "(not installed)"
+
+    return f"schedlab {version('tvm-schedlab')} (apache-tvm {version('apache-tvm')}, apache-tvm-ffi {version('apache-tvm-ffi')})"
+
+
 def cmd_list(args):
     from schedules import all_schedules  # heavy (TVM): a command's module
     from schedules.registry import LADDERS
 
+    if args.json:
+        print(json.dumps([{"ladder": s.ladder, "step": s.step, "label": s.label, "name": s.name, "kind": s.kind,
+                           "aliases": list(s.aliases), "tags": list(s.tags), "summary": s.summary,
+                           "dtypes": list(s.input_dtypes), "layouts": list(s.layouts), "batched": s.batched}
+                          for s in all_schedules() if args.kind in (None, s.kind)], indent=1))
+        return
     for ladder in LADDERS:
         specs = [s for s in all_schedules(ladder=ladder) if args.kind in (None, s.kind)]
         if not specs:
@@ -140,7 +160,9 @@ def cmd_run(args):
     from reports.experiments import run as runner
 
     workloads = args.workload or list(runner.DEFAULT_WORKLOADS)
-    names = [n for item in args.schedules or () for n in item.split(",") if n]
+    names = [n.strip() for item in args.schedules or () for n in item.split(",") if n.strip()]
+    if args.schedules is not None and not names:
+        raise CliError("--schedules names no schedule (leave it out to run every step)")
     baselines = None if args.baselines is None else [b for b in args.baselines.split(",") if b]
     params = {}
     if args.param:
@@ -225,9 +247,11 @@ def _command(sub, name: str, text: str, description: str | None = None):
 
 def make_parser():
     p = argparse.ArgumentParser(prog="schedlab", description=DESCRIPTION, epilog=EPILOG)
+    p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", required=True)
     s = _command(sub, "list", "List the GEMM and GEMV ladders: every step, its number and what it changes.")
     s.add_argument("--kind", choices=tuple(DEFAULT_SHAPES))
+    s.add_argument("--json", action="store_true", help="print the steps as JSON (one object per step)")
     s.set_defaults(fn=cmd_list)
     s = _command(sub, "show", "Show a step's IR: scheduled TIR, lowered TIR, CUDA source or PTX.")
     s.add_argument("schedule")

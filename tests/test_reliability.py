@@ -40,17 +40,47 @@ def test_an_output_directory_that_cannot_be_written(tmp_path, capsys):
     assert a_file.read_text() == "x"
 
 
-@pytest.mark.parametrize("value", ["-1", "0"])
+@pytest.mark.parametrize("value", ["-1", "0", "inf", "nan"])
 def test_a_time_limit_must_be_positive(value, tmp_path, capsys):
     _one_line_error(capsys, ["run", "--workload", "gemm:8x8x8", "--timeout", value, "--out", str(tmp_path)],
                     "--timeout must be a positive number")
 
 
 def test_a_workload_too_large_for_memory_is_refused_once(tmp_path, capsys):
-    err = _one_line_error(capsys, ["run", "--workload", "gemm:200000x200000x200000", "--out", str(tmp_path)],
+    out = tmp_path / "out"
+    err = _one_line_error(capsys, ["run", "--workload", "gemm:200000x200000x200000", "--out", str(out)],
                           "gemm:200000x200000x200000 needs")
     assert "memory" in err and " has " in err
-    assert not (tmp_path / "ir").exists()  # nothing was built
+    assert not out.exists()  # refused before anything was made, the output folder included
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--workers", "0"], "--workers must be a whole number"), (["--workers", "-2"], "--workers must be a whole number"),
+    (["--schedules", ""], "--schedules names no schedule"), (["--schedules", " , "], "--schedules names no schedule"),
+    (["--schedules", "naive_gemm", "--param", "bogus=3"], "unknown parameter 'bogus'"),
+    (["--schedules", "shared_cache_gemm", "--param", "tile_m=abc"], "tile_m must be int"),
+])
+def test_run_refuses_what_show_refuses_in_one_line(args, words, tmp_path, capsys):
+    """Each used to run (every step for an empty --schedules, an error row and exit 0 for a bad
+    --param, a pool of no workers); now a one-line error and exit 2, before any folder is made."""
+    out = tmp_path / "out"
+    _one_line_error(capsys, ["run", "--workload", "gemm:8x8x8", *args, "--out", str(out)], words)
+    assert not out.exists()
+
+
+def test_the_python_api_takes_one_name_or_a_list_and_says_what_is_wrong(tmp_path):
+    from reports import load_results, run
+    from reports.engine.results import ResultsError
+    from schedules import ScheduleParamError
+
+    df = run("gemm:16x16x16", schedules="naive_gemm", baselines=[], out_dir=str(tmp_path / "a"), progress=False,
+             report=False, gpu=False)  # one workload and one step as plain strings, not their characters
+    assert list(df["name"]) == ["naive_gemm"] and list(df["workload"]) == ["gemm:16x16x16"]
+    with pytest.raises(ScheduleParamError, match="--timeout must be a positive number"):
+        run(["gemm:16x16x16"], timeout="10", out_dir=str(tmp_path / "b"))
+    with pytest.raises(ResultsError, match="takes a results directory or file path, got NoneType"):
+        load_results(None)
+    assert not (tmp_path / "b").exists()
 
 
 def test_an_rpc_tracker_that_is_not_there_is_named_within_seconds(tmp_path, capsys):

@@ -98,6 +98,9 @@ def load_results(path: str) -> pd.DataFrame:
     """A results directory (or its ``results.json``) back as the DataFrame it was written from,
     derived columns recomputed, its meta (provenance, ceilings...) in ``df.attrs``. Raises
     ResultsError, naming the file, for a directory without results or a file that is not one."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ResultsError(f"load_results takes a results directory or file path, got {type(path).__name__}")
+    path = os.fspath(path)
     candidates = [path] if path.endswith((".json", ".json.gz")) else \
         [os.path.join(path, n) for n in (RESULTS_FILE, *LEGACY_FILES)]
     file = next((p for p in candidates if os.path.isfile(p)), None)

@@ -12,6 +12,7 @@ From a notebook::
 
 from __future__ import annotations
 
+import math
 import os
 
 import pandas as pd
@@ -108,22 +109,35 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:.3g} GB"
 
 
+def _names(value):
+    """A list of names (workloads, schedules, baselines) from a list, a tuple or one name; None stays None."""
+    if value is None:
+        return None
+    return [value] if isinstance(value, str) else list(value)
+
+
 def run(workloads=DEFAULT_WORKLOADS, schedules=None, baselines=None, out_dir="out/run", timeout=300.0,
         params=None, progress=True, workers=None, report=True, gpu: bool | None = None) -> pd.DataFrame:
     """The main job. Returns the results DataFrame (``df.attrs``: provenance, ceilings, ``out_dir``)
     after writing its files into ``out_dir``; a run cut short (Ctrl-C) leaves the rows it finished,
     marked incomplete. ``gpu=False`` builds everything and times nothing even where there is a GPU."""
-    workloads = list(workloads)
+    workloads, schedules, baselines = (_names(x) for x in (workloads, schedules, baselines))
+    if not workloads:
+        raise ScheduleParamError("no workload given")
     for text in workloads:  # bad input fails before anything is built
         parse_workload(text)
     for n in schedules or ():
         get(n)
-    if not timeout > 0:
-        raise ScheduleParamError(f"--timeout must be a positive number of seconds, got {timeout:g}")
-    ensure_out_dir(out_dir)
+    for n, p in (params or {}).items():  # a parameter's name and type, as `schedlab show` checks them
+        get(n).check_params(get(n).config(**p))
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
+        raise ScheduleParamError(f"--timeout must be a positive number of seconds (finite), got {timeout!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ScheduleParamError(f"--workers must be a whole number of processes, at least 1, got {workers!r}")
     gpu = cuda_available() if gpu is None else gpu
     jobs, left_out = plan(workloads, schedules, baselines, params, gpu)
     check_fits(workloads, gpu, host_copies=any(j["name"] in CPU_BASELINES for j in jobs))
+    ensure_out_dir(out_dir)  # after every refusal: a refused run leaves no folder behind
     spec = device_spec()
     for job in jobs:
         job["gpu"] = spec.__dict__
