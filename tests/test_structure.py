@@ -252,3 +252,24 @@ def test_the_report_page_static_files_are_package_data():
     for name in ("report.css", "report.js"):
         assert os.path.isfile(os.path.join(ROOT, "reports", "views", "static", name))
         assert any(name.endswith(pattern.rpartition("*")[2]) for pattern in data)
+
+
+def test_version_names_the_lab_and_the_tvm_it_is_pinned_to():
+    proc = _schedlab("--version", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert out.startswith("schedlab ") and "apache-tvm 0.27.0.post1" in out and "apache-tvm-ffi 0.1.14.post1" in out
+
+
+def test_list_as_json_is_the_registry():
+    import json
+
+    from schedules import all_schedules
+
+    proc = _schedlab("list", "--json", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    steps = json.loads(out)
+    assert [(s["label"], s["name"]) for s in steps] == [(s.label, s.name) for s in all_schedules()]
+    best = next(s for s in steps if s["name"] == "best_fp16_gemm")
+    assert best["dtypes"] == ["float16", "bfloat16"] and best["batched"] and "nt" in best["layouts"]

@@ -26,6 +26,7 @@ from schedules import get, parse_workload
 from schedules.common import pass_config_of
 
 from . import build as B
+from .files import atomic_write
 from .provenance import provenance
 
 TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
@@ -185,8 +186,6 @@ class Kernel:
         runtime is present to embed the cubin, ``kernel.so`` (load it with
         ``tvm.runtime.load_module`` and call its ``main`` on the arguments in order). Returns
         the paths written."""
-        from .files import atomic_write
-
         os.makedirs(out_dir, exist_ok=True)
         paths = {}
         for key, name, text in (("cuda", "kernel.cu", self.cuda), ("ptx", "kernel.ptx", self.ptx)):
