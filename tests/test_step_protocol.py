@@ -144,3 +144,12 @@ def test_the_tuner_checks_its_best_as_the_engine_checks_every_kernel():
     assert err == pytest.approx(product_error(Gemm(1, 1, 64), out, [a, b]))
     scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
     assert err == pytest.approx(float(np.linalg.norm(out - exact) / np.linalg.norm(scale)), rel=1e-6)
+
+
+def test_the_results_row_records_the_step_and_configuration_a_best_step_chose():
+    from reports.engine.harness import build_kernel
+
+    row, _ = build_kernel({"workload": "gemm:1000x500x2001", "name": "best_gemm"})
+    resolved = get("best_gemm").resolve(parse_workload("gemm:1000x500x2001"))
+    assert row["chosen"] == resolved.chosen and row["chosen_step"] == resolved.step.name
+    assert row["chosen_params"] == dataclasses.asdict(resolved.step_config) and row["params"] == {}

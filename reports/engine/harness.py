@@ -128,8 +128,9 @@ def build_kernel(job: dict):
         spec.validate(wl, cfg, resolved=resolved)
         row.update(role="schedule", device="gpu", step=spec.step, ladder=spec.label, params=_asdict(cfg),
                    tolerance=spec.tolerance_for(wl))
-        if resolved.chosen is not None:  # a best_* step: what it chose for the shape
-            row["chosen"] = resolved.chosen
+        if resolved.chosen is not None:  # a best_* step: what it chose for the shape, the step and its configuration
+            row.update(chosen=resolved.chosen, chosen_step=resolved.step.name,
+                       chosen_params=_asdict(resolved.step_config))
         built = B.build_resolved(resolved, wl, target)
     row.update(kernel_fields(built))
     return row, built
