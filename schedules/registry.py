@@ -16,7 +16,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .common import GpuLimits
+from .common import GpuLimits, pass_config_of
 from .errors import ScheduleParamError
 from .step_config import Launch, StepConfig  # noqa: F401  (Launch: re-exported for the steps)
 
@@ -229,6 +229,11 @@ class Resolved:
     def schedule(self, workload):
         """The scheduled ``tvm.s_tir.Schedule`` (built by the step that builds it)."""
         return self.step.builder(workload, self.step_config)
+
+    @property
+    def pass_config(self) -> dict:
+        """The build options of the step that builds it (:func:`schedules.common.pass_config_of`)."""
+        return pass_config_of(self.step_config)
 
 
 _REGISTRY: dict[str, ScheduleSpec] = {}

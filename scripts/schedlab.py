@@ -102,17 +102,16 @@ def cmd_show(args):
             raise CliError(f"{spec.name} makes no shape-driven choice to explain (--explain is for the best_* steps)")
         print(explain)
         return
-    sch = resolved.schedule(wl)
     if args.stage == "scheduled":
+        sch = resolved.schedule(wl)
         print(f"# {spec.label} {spec.name} on {wl}: {spec.summary}\n# {cfg}")
         print(sch.mod.script())
         print("# trace (the schedule as replayable Python)")
         print(sch.trace)
         return
     from reports.engine import build as B  # heavy (TVM, the CUDA compiler hook): only to compile
-    from schedules.common import pass_config_of
 
-    built = B.build(sch, B.cuda_target(args.arch), pass_config=pass_config_of(resolved.step_config))
+    built = B.build_resolved(resolved, wl, B.cuda_target(args.arch))
     if args.stage == "lowered":
         print(built.lowered)
     elif args.stage == "cuda":

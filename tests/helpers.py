@@ -3,7 +3,6 @@ the GPU through the lab's measurement path (reports.engine.harness, in this proc
 
 from reports.engine import build as B
 from reports.engine.harness import check_in_process
-from schedules import parse_workload
 
 DEFAULT_WORKLOADS = {"gemm": ["gemm:1024x512x2048"],
                      "gemv": ["gemv:16384x16", "gemv:16384x32", "gemv:16384x128"],
@@ -20,9 +19,9 @@ def default_workload(spec) -> str:
 
 
 def build_spec(spec, workload, **params):
-    wl = parse_workload(workload) if isinstance(workload, str) else workload
-    cfg = spec.config(**params)
-    return B.build_config(spec.build(wl, cfg), cfg, B.cuda_target(), wl)
+    """Built of ``spec`` on ``workload`` with ``params``, checked and resolved (a best_* choice made once)."""
+    _, wl, _, resolved = B.resolve_named(spec.name, workload, params)
+    return B.build_resolved(resolved, wl, B.cuda_target())
 
 
 def run_on_gpu(harness, spec, workload, **params):

@@ -29,10 +29,8 @@ def fp16(workload):
 
 
 def build(name, workload, **params):
-    spec = get(name)
-    wl = parse_workload(workload)
-    cfg = spec.config(**params)
-    return B.build_config(spec.build(wl, cfg), cfg, B.cuda_target("sm_90"), wl)
+    _, wl, _, resolved = B.resolve_named(name, workload, params)
+    return B.build_resolved(resolved, wl, B.cuda_target("sm_90"))
 
 
 _CACHE = {}

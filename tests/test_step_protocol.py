@@ -153,3 +153,18 @@ def test_the_results_row_records_the_step_and_configuration_a_best_step_chose():
     resolved = get("best_gemm").resolve(parse_workload("gemm:1000x500x2001"))
     assert row["chosen"] == resolved.chosen and row["chosen_step"] == resolved.step.name
     assert row["chosen_params"] == dataclasses.asdict(resolved.step_config) and row["params"] == {}
+
+
+def test_diff_and_export_resolve_a_best_step_once(monkeypatch, tmp_path):
+    """Every path that builds a best_* step (schedlab diff's two builds, the kernel object, the
+    harness) asks the dispatcher's model once per build, not again for its build options."""
+    from reports.engine.kernel import compile_kernel
+    from reports.views.diff import diff
+
+    calls = []
+    rank = dispatch.rank
+    monkeypatch.setattr(dispatch, "rank", lambda *a, **k: calls.append(a) or rank(*a, **k))
+    diff("best_gemm", "split_k_gemm", "1024x512x2048", default_shapes={})
+    assert len(calls) == 1
+    compile_kernel("best_fp16_gemm", "gemm:1000x500x2001:float16")
+    assert len(calls) == 2

@@ -119,7 +119,6 @@ class Built:
 class _CaptureLowered:
     def __init__(self):
         self.text = None
-
         self.host = None
 
     def run_before_pass(self, mod, info):
@@ -167,7 +166,7 @@ def build_config(sch, cfg, target: tvm.target.Target | None = None, wl=None) -> 
 def build_resolved(resolved, wl, target: tvm.target.Target | None = None) -> Built:
     """Build a step resolved for ``wl`` (:meth:`schedules.registry.ScheduleSpec.resolve`): the
     schedule and the build options of the step that builds it, the choice made once."""
-    return build(resolved.schedule(wl), target, pass_config=pass_config_of(resolved.step_config))
+    return build(resolved.schedule(wl), target, pass_config=resolved.pass_config)
 
 
 def launch_extents(lowered: str) -> dict:
@@ -248,11 +247,19 @@ def parse_params(items) -> dict:
     return out
 
 
-def build_named(schedule: str, workload: str, params: dict | None = None, arch: str | None = None):
-    """(spec, workload, config, Built) of a registered schedule by name, its configuration
-    overridden by ``params`` and checked first."""
-    spec, wl = get(schedule), parse_workload(workload)
+def resolve_named(schedule: str, workload, params: dict | None = None):
+    """(spec, workload, config, resolved) of a registered schedule by name on ``workload`` (a
+    workload string or object), its configuration overridden by ``params``, resolved (a ``best_*``
+    step's choice made once) and checked."""
+    spec = get(schedule)
+    wl = parse_workload(workload) if isinstance(workload, str) else workload
     cfg = spec.config(**(params or {}))
     resolved = spec.resolve(wl, cfg)
     spec.validate(wl, cfg, resolved=resolved)
+    return spec, wl, cfg, resolved
+
+
+def build_named(schedule: str, workload, params: dict | None = None, arch: str | None = None):
+    """(spec, workload, config, Built) of a registered schedule by name (:func:`resolve_named`)."""
+    spec, wl, cfg, resolved = resolve_named(schedule, workload, params)
     return spec, wl, cfg, build_resolved(resolved, wl, cuda_target(arch))

@@ -122,10 +122,7 @@ def build_kernel(job: dict):
         row.update(role="baseline", device="gpu")
         built = B.build(baselines.dlight_module(wl, target), target)
     else:
-        spec = get(job["name"])
-        cfg = spec.config(**(job.get("params") or {}))
-        resolved = spec.resolve(wl, cfg)  # a best_* step's choice, made once
-        spec.validate(wl, cfg, resolved=resolved)
+        spec, _, cfg, resolved = B.resolve_named(job["name"], wl, job.get("params"))  # a best_* choice, made once
         row.update(role="schedule", device="gpu", step=spec.step, ladder=spec.label, params=_asdict(cfg),
                    tolerance=spec.tolerance_for(wl))
         if resolved.chosen is not None:  # a best_* step: what it chose for the shape, the step and its configuration

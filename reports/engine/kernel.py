@@ -22,9 +22,6 @@ from dataclasses import asdict, dataclass
 
 import tvm
 
-from schedules import get, parse_workload
-from schedules.common import pass_config_of
-
 from . import build as B
 from .files import atomic_write
 from .provenance import provenance
@@ -227,14 +224,9 @@ def compile_kernel(schedule: str, workload, params: dict | None = None, arch: st
     overridden by ``params``, for ``arch`` (default: the GPU's, else sm_90), and return the Kernel."""
     if not isinstance(schedule, str):
         raise TypeError(f"schedule must be a step's name (a str), got {type(schedule).__name__}")
-    spec = get(schedule)
-    wl = parse_workload(workload) if isinstance(workload, str) else workload
-    cfg = spec.config(**(params or {}))
-    resolved = spec.resolve(wl, cfg)
-    spec.validate(wl, cfg, resolved=resolved)
+    _, wl, _, resolved = B.resolve_named(schedule, workload, params)
     target = B.cuda_target(arch)
-    built = B.build(resolved.schedule(wl), target, pass_config=pass_config_of(resolved.step_config))
-    return Kernel(resolved, wl, built, str(target.arch))
+    return Kernel(resolved, wl, B.build_resolved(resolved, wl, target), str(target.arch))
 
 
 def linear_module(weight, schedule: str = "best_fp16_gemm", bias=None):

@@ -30,7 +30,8 @@ def previous_step(name: str):
 
 
 def resolve(a: str, b: str | None, shape: str | None, default_shapes: dict):
-    """(spec A, spec B, workload) after the checks that make a diff meaningful (one-line errors)."""
+    """(resolved A, resolved B, workload) after the checks that make a diff meaningful (one-line
+    errors); a ``best_*`` step resolved to its choice once (:meth:`ScheduleSpec.resolve`)."""
 
     spec_a, spec_b = (get(a), get(b)) if b else (previous_step(a), get(a))
     if spec_a.kind != spec_b.kind:
@@ -42,11 +43,13 @@ def resolve(a: str, b: str | None, shape: str | None, default_shapes: dict):
         raise ScheduleParamError(f"{spec_a.name} takes {', '.join(spec_a.input_dtypes)} inputs and {spec_b.name} "
                                  f"{', '.join(spec_b.input_dtypes)}: no input type for both")
     wl = workload_for(spec_a.kind, text, "float32" if "float32" in common else common[0])
+    resolved = []
     for spec in (spec_a, spec_b):
         if not spec.accepts_dtype(wl):
             raise ScheduleParamError(f"{spec.name} does not take {wl.dtype} inputs ({wl})")
-        spec.validate(wl)  # a shape one of them refuses: its one-line reason
-    return spec_a, spec_b, wl
+        resolved.append(spec.resolve(wl))
+        spec.validate(wl, resolved=resolved[-1])  # a shape one of them refuses: its one-line reason
+    return resolved[0], resolved[1], wl
 
 
 def trace_lines(sch) -> list[str]:
@@ -109,14 +112,14 @@ def diff(a: str, b: str | None = None, shape: str | None = None, stage: str = "s
     """The whole report of ``schedlab diff`` as text."""
     if stage not in STAGES:
         raise ScheduleParamError(f"--stage {stage!r} is not one of {', '.join(STAGES)}")
-    spec_a, spec_b, wl = resolve(a, b, shape, default_shapes or {})
+    res_a, res_b, wl = resolve(a, b, shape, default_shapes or {})
+    spec_a, spec_b = res_a.spec, res_b.spec
     target = B.cuda_target(arch)
     built, traces = [], []
-    for spec in (spec_a, spec_b):
-        cfg = spec.config()
-        sch = spec.builder(wl, cfg)
+    for res in (res_a, res_b):
+        sch = res.schedule(wl)
         traces.append(trace_lines(sch))
-        built.append(B.build_config(sch, cfg, target, wl))  # the resources need the compiled kernel
+        built.append(B.build(sch, target, pass_config=res.pass_config))  # the resources need the compiled kernel
     head = f"{spec_a.label} {spec_a.name}  →  {spec_b.label} {spec_b.name}  on {wl}"
     bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
     tdiff = trace_diff(traces[0], traces[1])
