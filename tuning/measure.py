@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from schedules.reference import product_error
-from schedules.workloads import Gemm, Gemv
-
 SAMPLES = 512
 SAMPLE_TOLERANCE = 1e-4
 FULL_TOLERANCE = 1e-5
@@ -107,6 +104,9 @@ def full_error(rt_mod, device, args) -> float:
     kernel (:func:`schedules.reference.product_error`: the |A|·|B| scale where ‖ref‖ can cancel);
     inf when an output is not finite. The tuner tunes plain products (nn, no batch), so the
     workload is the one the arguments' shapes describe."""
+    from schedules.reference import product_error  # in the worker that runs it, as the functions here do
+    from schedules.workloads import Gemm, Gemv
+
     *inputs, out = _run_once(rt_mod, device, args)
     if not np.all(np.isfinite(out)):
         return float("inf")

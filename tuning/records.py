@@ -17,9 +17,9 @@ and records whose workload line was lost. Every append is one ``write`` of a com
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
-import fcntl
 import os
 import tempfile
 
