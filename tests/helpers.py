@@ -32,3 +32,15 @@ def run_on_gpu(harness, spec, workload, **params):
     assert row["status"] in ("ok", "wrong"), row.get("error")
     assert "not written" not in str(row.get("error", "")), row["error"]
     return row["rel_error"]
+
+
+def documented_columns() -> set[str]:
+    """The results columns docs/results-columns.md describes (the first cell of its columns table)."""
+    import os
+    import re
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "results-columns.md")
+    with open(path, encoding="utf-8") as f:
+        text = f.read().split("## Columns", 1)[1].split("\n## ", 1)[0]
+    return {name for line in text.splitlines() if line.startswith("| `")
+            for name in re.findall(r"`([A-Za-z0-9_]+)`", line.split("|")[1])}

@@ -1,8 +1,11 @@
 """The data layer: rows → DataFrame with derived columns per workload group, the files written from
 it, and any results directory loaded back."""
 
+import gzip
 import json
+import os
 
+import pandas as pd
 import pytest
 
 from reports import load_results
@@ -67,7 +70,7 @@ def test_files_round_trip_through_load_results(tmp_path):
     assert list(back["name"]) == list(df["name"])
     assert back["pct_cublas"].round(6).equals(df["pct_cublas"].round(6))
     assert back.loc[back["name"] == "shared_cache_gemm", "params"].iloc[0] == {"tile_m": 16}
-    assert (tmp_path / "results.csv").read_text().splitlines()[0].startswith("workload,name")
+    assert (tmp_path / "results.csv").read_text().splitlines()[0].startswith("id,workload,name,kind,m,n,k,batch")
 
 
 def test_two_runs_compare_in_a_few_lines(tmp_path):
@@ -75,7 +78,7 @@ def test_two_runs_compare_in_a_few_lines(tmp_path):
     R.write_results(R.frame(_rows(), META), str(a))
     faster = [dict(r, time_ms=r["time_ms"] / 2) if "time_ms" in r else r for r in _rows()]
     R.write_results(R.frame(faster, META), str(b))
-    both = load_results(str(a)).merge(load_results(str(b)), on=["workload", "name"], suffixes=("_a", "_b"))
+    both = load_results(str(a)).merge(load_results(str(b)), on="id", suffixes=("_a", "_b"))
     speedup = (both.time_ms_a / both.time_ms_b).dropna()
     assert len(speedup) == 8 and (speedup == 2.0).all()
 
@@ -113,3 +116,147 @@ def test_charts_are_written(tmp_path):
     for fn, name in ((charts.time_chart, "t.png"), (charts.roofline_chart, "r.png")):
         path = fn(df, str(tmp_path / name))
         assert path and (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+# --- tidy results: the workload's parts, integer counts, the key, the schema ----------------------------
+def test_tidy_columns_from_the_workload_and_integer_counts(tmp_path):
+    rows = _rows() + [
+        {"workload": "bmm:8x64x32x16:float16:nt", "name": "wgmma_gemm", "role": "schedule", "step": 19, "status": "ok",
+         "time_ms": 0.1, "precision": "fp16", "registers": 90.0, "threads_per_block": 384},
+        {"workload": "gemv:33x17", "name": "warp_gemv", "role": "schedule", "step": 1, "status": "no-gpu",
+         "precision": "fp32", "registers": 17},
+    ]
+    rows[0]["registers"] = 32.0  # as a float, as pandas made it from rows where some had none
+    df = R.frame(rows, META)
+    assert list(df.columns[:11]) == ["id", "workload", "name", "kind", "m", "n", "k", "batch", "dtype", "layout",
+                                     "precision"]
+    by = df.set_index("id")
+    parts = ["kind", "m", "n", "k", "batch", "dtype", "layout"]
+    assert by.loc["bmm:8x64x32x16:float16:nt|wgmma_gemm", parts].tolist() == ["gemm", 64, 32, 16, 8, "float16", "nt"]
+    gemv = by.loc["gemv:33x17|warp_gemv"]
+    assert (gemv["kind"], gemv["m"], gemv["n"], gemv["dtype"]) == ("gemv", 33, 17, "float32")
+    assert gemv[["k", "batch", "layout"]].isna().all()
+    assert by.loc["gemm:64x64x64|naive_gemm", "batch"] is pd.NA and by.loc["gemm:64x64x64|naive_gemm", "layout"] == "nn"
+    for col in ("m", "n", "k", "batch", "step", "registers", "threads_per_block"):
+        assert str(df[col].dtype) == "Int64", col
+    R.write_results(df, str(tmp_path))
+    csv = pd.read_csv(tmp_path / "results.csv", dtype=str, keep_default_na=False)
+    assert csv.loc[0, "registers"] == "32" and csv.loc[0, "step"] == "1" and csv.loc[1, "registers"] == ""
+    back = load_results(str(tmp_path))
+    assert str(back["registers"].dtype) == "Int64" and back["registers"].iloc[0] == 32
+    assert back["id"].is_unique and (back["id"] == df["id"]).all()
+
+
+def test_schema_version_is_written_and_a_newer_one_refused(tmp_path):
+    R.write_results(R.frame(_rows(), META), str(tmp_path))
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["schema"] == R.SCHEMA_VERSION and "schema" not in data["meta"] and "out_dir" not in data["meta"]
+    back = load_results(str(tmp_path))
+    assert back.attrs["schema"] == R.SCHEMA_VERSION and back.attrs["out_dir"] == str(tmp_path)
+    data["schema"] = R.SCHEMA_VERSION + 1
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    with pytest.raises(R.ResultsError, match=f"schema {R.SCHEMA_VERSION + 1}, which this schedlab does not read") as e:
+        load_results(str(tmp_path))
+    assert len(str(e.value).splitlines()) == 1
+
+
+def test_schema_0_is_upgraded_on_reading(tmp_path, monkeypatch):
+    """A calibration sweep of schema 0 measured the same kernel in its fp32 and tf32 parts under one
+    id, and wrote IR paths relative to the working directory it ran in."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "out" / "cal"
+    (folder / "ir").mkdir(parents=True)
+    (folder / "ir" / "k.cu").write_text("// cuda")
+    job = "gemm:64x64x64|split_k_gemm|split_k=2"
+    rows = [{"id": job, "workload": "gemm:64x64x64", "name": "split_k_gemm", "sweep_precision": p, "status": "ok",
+             "time_ms": 1.0, "registers": 40.0, "step": 13.0, "role": "schedule", "precision": "fp32",
+             "files": {"cuda": "out/cal/ir/k.cu", "ptx": "out/cal/ir/k.ptx"}} for p in ("fp32", "tf32")]
+    (folder / "results.json").write_text(json.dumps({"meta": {"kind": "sweep-calibration"}, "rows": rows}))
+    df = load_results(str(folder))
+    assert list(df["id"]) == [f"{job}|fp32", f"{job}|tf32"]
+    assert df["files"].iloc[0] == {"cuda": os.path.join("ir", "k.cu")}  # the file that exists, relative to the folder
+    assert str(df["registers"].dtype) == "Int64" and df["step"].iloc[0] == 13
+
+
+def test_files_are_relative_to_the_folder_and_only_those_that_exist(tmp_path):
+    (tmp_path / "ir").mkdir()
+    (tmp_path / "ir" / "a.cu").write_text("// cuda")
+    rows = _rows()[:2]
+    rows[0]["files"] = {"cuda": "ir/a.cu", "ptx": "ir/a.ptx"}
+    rows[1]["files"] = {"cuda": "ir/gone.cu"}
+    R.write_results(R.frame(rows, META), str(tmp_path))
+    written = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert written[0]["files"] == {"cuda": os.path.join("ir", "a.cu")} and "files" not in written[1]
+    R.write_results(R.frame(rows, META), str(tmp_path / "copy"))  # elsewhere the paths would dangle: dropped
+    assert not any("files" in r for r in json.loads((tmp_path / "copy" / "results.json").read_text())["rows"])
+
+
+# --- every published folder ----------------------------------------------------------------------------
+PUBLISHED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reports", "results")
+NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder"}
+
+
+@pytest.fixture(scope="module")
+def published():
+    """Every folder reports/results/<gpu>/<name>[/...] that holds files: its frame, or the one-line
+    error that says what it is."""
+    out = {}
+    for dirpath, _, names in sorted(os.walk(PUBLISHED)):
+        folder = os.path.relpath(dirpath, PUBLISHED)
+        if os.sep in folder and names:
+            try:
+                out[folder] = load_results(dirpath)
+            except R.ResultsError as e:
+                out[folder] = e
+    return out
+
+
+def test_every_published_folder_loads_or_says_what_it_is(published):
+    errors = {k: v for k, v in published.items() if isinstance(v, Exception)}
+    outer = {k: v for k, v in errors.items() if os.path.dirname(k) not in errors}  # not inside another such folder
+    assert {os.path.basename(k) for k in outer} == set(NOT_RESULTS), sorted(outer)
+    for folder, e in outer.items():
+        assert str(e).count("\n") == 0 and NOT_RESULTS[os.path.basename(folder)] in str(e), str(e)
+    loaded = {k for k, v in published.items() if not isinstance(v, Exception)}
+    assert {os.path.join("NVIDIA_H200", n) for n in ("default", "bench_gemm", "bench_gemv", "gemv_sweep",
+                                                      "bench_layouts", "bench_random", "calibration/sweep8")} <= loaded
+    assert os.path.join("NVIDIA_H100_80GB_HBM3", "bench_gemm") in loaded and len(loaded) == 19
+
+
+def test_published_results_are_tidy_with_unique_ids_and_no_dangling_files(published):
+    for folder, df in published.items():
+        if isinstance(df, Exception):
+            continue
+        with gzip.open(os.path.join(PUBLISHED, folder, "results.json.gz"), "rt") as f:
+            assert json.load(f)["schema"] == R.SCHEMA_VERSION, folder  # written in the current schema
+        assert df["id"].is_unique, (folder, df.loc[df["id"].duplicated(), "id"].iloc[0])
+        assert df[["m", "n", "dtype", "precision", "kind"]].notna().all().all(), folder
+        for col in (*R.COUNT_COLUMNS, "m", "n", "k", "batch"):
+            assert col not in df or str(df[col].dtype) == "Int64", (folder, col)
+        for files in df.get("files", pd.Series(dtype=object)).dropna():
+            for path in files.values():
+                assert os.path.isfile(os.path.join(PUBLISHED, folder, path)), (folder, path)
+
+
+def test_docs_describe_every_column(published):
+    from reports.engine.harness import timing_fields
+    from reports.engine.measure import Timing
+    from tests.helpers import documented_columns
+
+    columns = {c for df in published.values() if not isinstance(df, Exception) for c in df.columns}
+    columns |= set(R.frame(_rows()).columns) | set(timing_fields(Timing(1.0, 1.0, 1.0, 3, "x")))
+    columns |= {"chosen_step", "chosen_params", "files", "traceback", "stderr", "error"}  # rows no published folder has
+    undocumented = columns - documented_columns()
+    assert not undocumented, f"columns missing from docs/results-columns.md: {sorted(undocumented)}"
+
+
+def test_a_calibration_sweeps_parts_give_the_same_kernel_two_ids():
+    """Its fp32 and tf32 parts time the same SIMT kernels: the part is in the id, so each row has its own."""
+    from reports.engine.harness import job_id
+    from reports.experiments.calibrate import calibration_jobs
+
+    jobs = calibration_jobs(shapes=[(1500, 700, 300)], precisions=("fp32", "tf32"))
+    assert len({j["id"] for j in jobs}) == len(jobs)
+    shared = {job_id(j) for j in jobs if j["extra"]["sweep_precision"] == "fp32"} & \
+        {job_id(j) for j in jobs if j["extra"]["sweep_precision"] == "tf32"}
+    assert shared and all(j["id"] == f"{job_id(j)}|{j['extra']['sweep_precision']}" for j in jobs)

@@ -9,6 +9,7 @@ from reports.engine.isolate import Pool
 from reports.experiments.run import plan, run
 from scripts.schedlab import main
 from tests.conftest import HAS_GPU
+from tests.helpers import documented_columns
 
 
 def test_each_failure_is_that_jobs_row_and_the_pool_goes_on():
@@ -76,7 +77,7 @@ def test_run_without_gpu_builds_everything_and_invents_nothing(tmp_path, capsys)
         assert r["status"] == "no-gpu" and "time_ms" not in r and "tflops" not in r
         assert r["registers"] > 0 and r["spill_bytes"] == 0
         for stage in ("scheduled", "lowered", "cuda", "ptx", "ptxas"):
-            assert os.path.getsize(r["files"][stage]) > 0
+            assert os.path.getsize(out / r["files"][stage]) > 0  # relative to the results folder
     assert rows[("gemm:96x80x40", "shared_cache_gemm")]["ladder"] == "gemm 4"
     assert rows[("gemm:96x80x40", "numpy_cpu")]["status"] == "ok"
     assert rows[("gemm:96x80x40", "numpy_cpu")]["rel_error"] < 1e-5
@@ -84,6 +85,8 @@ def test_run_without_gpu_builds_everything_and_invents_nothing(tmp_path, capsys)
     table = (out / "table.md").read_text()
     assert "no GPU" in table and "shared_cache_gemm" in table and "| gemm 4 " in table
     assert (out / "results.csv").read_text().count("\n") == len(res["rows"]) + 1
+    undocumented = {k for r in res["rows"] for k in r} - documented_columns()
+    assert not undocumented, f"columns missing from docs/results-columns.md: {sorted(undocumented)}"
     assert "no GPU" in capsys.readouterr().out
 
 

@@ -277,6 +277,8 @@ def run_jobs(jobs: list[dict], *, gpu: bool | None = None, out_dir: str | None =
         workers = workers or max(1, min(len(to_build), (os.cpu_count() or 2) - 1))
         with Pool("reports.engine.harness:build_job", workers, timeout) as pool:
             for job, row in zip(to_build, pool.map(to_build, on_row=(lambda i, r: on_build(r)) if on_build else None)):
+                if out_dir and isinstance(row.get("files"), dict):  # the IR files, relative to the results folder
+                    row["files"] = {k: os.path.relpath(v, out_dir) for k, v in row["files"].items()}
                 built[job["id"]] = row
     rows: list[dict] = []
     measurable = []

@@ -40,6 +40,7 @@ from schedules.calibration import CALIBRATION, calibration_path
 from schedules.common import GpuSpec
 
 from ..engine.files import atomic_write
+from ..engine.harness import job_id
 from ..engine.results import load_results
 
 CAL_FILE = calibration_path()
@@ -159,6 +160,8 @@ def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min
                          "extra": {"key": c.key, "family": c.family, "sweep_precision": prec}})
         jobs.append({"workload": wl, "name": "cublas_tf32" if prec == "tf32" else "cublas",
                      "extra": {"sweep_precision": prec}})
+    for job in jobs:  # the fp32 and tf32 parts measure the same SIMT kernels: the part makes the row's id unique
+        job["id"] = f"{job_id(job)}|{job['extra']['sweep_precision']}"
     return jobs
 
 

@@ -35,12 +35,13 @@ def _read(path):
         return None
 
 
-def _stages_from_files(files) -> dict:
+def _stages_from_files(files, folder: str) -> dict:
+    """A row's IR texts from its ``files`` (paths relative to the results folder)."""
     if not isinstance(files, dict):
         return {}
     out = {}
     for stage in STAGE_FILES:
-        text = _read(files.get(stage, "")) if files.get(stage) else None
+        text = _read(os.path.join(folder, files[stage])) if files.get(stage) else None
         if text is not None:
             out[stage] = text
     return out
@@ -100,7 +101,7 @@ def run_page(df: pd.DataFrame, out_dir: str, rebuild: bool = True) -> dict:
             if not sched:
                 keys.append(None)
                 continue
-            stages = _stages_from_files(r.get("files"))
+            stages = _stages_from_files(r.get("files"), out_dir)
             if not stages and rebuild and r.get("status") in ("ok", "no-gpu", "wrong"):
                 try:
                     stages = _rebuild({**r.to_dict(), "_arch": meta.get("arch")})
