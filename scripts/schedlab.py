@@ -1,5 +1,5 @@
 """The ``schedlab`` command: list the steps, show a step's IR at any stage, diff two steps, run the
-lab, benchmark, sweep, tune, and write report pages.
+lab, benchmark, sweep, tune, write report pages and compare two runs.
 
 Without installation: ``python -m scripts.schedlab ...`` from the repository root.
 
@@ -26,7 +26,7 @@ DEFAULT_SHAPES = {"gemm": "1024x512x2048", "gemv": "16384x128", "gemv_t": "16384
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 DESCRIPTION = ("The schedlab command: list the steps, show a step's IR at any stage, diff two steps, run the lab, "
-               "benchmark, sweep, tune, and write report pages.")
+               "benchmark, sweep, tune, write report pages and compare two runs.")
 EPILOG = "Run `schedlab COMMAND --help` for a command's options."
 
 
@@ -190,6 +190,17 @@ def cmd_report(args):
     print(report(args.dir))
 
 
+def cmd_compare(args):
+    from reports.experiments import compare  # heavy (TVM, pandas, matplotlib): a command's module
+    from reports.views.comparison import markdown
+
+    c = compare.compare(args.a, args.b, by=args.by)
+    if args.out:
+        paths = compare.write(c, args.out)
+        print(f"written: {', '.join(paths.values())}", file=sys.stderr)
+    print(json.dumps(c.to_json(), indent=1) if args.json else markdown(c))
+
+
 def cmd_bench_gemm(args):
     from reports.experiments import bench_gemm  # heavy (TVM, pandas): a command's module
 
@@ -295,6 +306,18 @@ def make_parser():
     s = _command(sub, "report", "Write report.html for a results directory or a tuning directory.")
     s.add_argument("dir")
     s.set_defaults(fn=cmd_report)
+    s = _command(sub, "compare", "Compare two results folders row by row (two GPUs, two commits, two settings).",
+                 "Two results folders of the same kind joined on each row's id: per row the ratio of B's throughput "
+                 "to A's (A's time / B's time) and each side's % of cuBLAS, per group the geometric mean of the "
+                 "ratios; a Markdown table (or JSON) on stdout, and with --out also compare.md, compare.json and a "
+                 "chart, compare.png.")
+    s.add_argument("a", metavar="A", help="a results folder (or its results.json)")
+    s.add_argument("b", metavar="B", help="the results folder compared with A")
+    s.add_argument("--by", default="precision", help="the column whose groups get a geometric mean (default: "
+                   "precision; e.g. kind, dtype, role, name, ladder)")
+    s.add_argument("--out", default=None, help="also write compare.md, compare.json and compare.png here")
+    s.add_argument("--json", action="store_true", help="print the comparison as JSON instead of Markdown")
+    s.set_defaults(fn=cmd_compare)
     tune_cmd.add_parser(sub)
     s = _command(sub, "bench-gemm", "Benchmark the lab's GEMM choices beside dlight and cuBLAS.",
                  "The lab's GEMM choices and tensor-core steps beside TVM's dlight rules and cuBLAS of the same "

@@ -1,5 +1,5 @@
-"""Charts from a results DataFrame: time per step on a log scale, and achieved throughput on a
-roofline of the device's measured ceilings."""
+"""Charts from a results DataFrame: time per step on a log scale, achieved throughput on a
+roofline of the device's measured ceilings, and the ratios of two runs (``schedlab compare``)."""
 
 from __future__ import annotations
 
@@ -97,3 +97,35 @@ def roofline_chart(df: pd.DataFrame, path: str):
 def caption(meta: dict) -> str:
     p = meta.get("provenance", meta)
     return f"{p.get('gpu')} · TVM {p.get('tvm')} · {p.get('commit')} · {p.get('date')}"
+
+
+def compare_chart(rows: pd.DataFrame, by: str, labels: tuple[str, str], path: str):
+    """``schedlab compare``'s chart: each row's ratio (B's throughput over A's, log scale) as a dot
+    in its group's line, the group's geometric mean as a bar; None where no row was timed on both
+    sides."""
+    timed = rows[rows["ratio"].notna()]
+    if timed.empty:
+        return None
+    keys = timed[by].astype(object).where(timed[by].notna(), "(none)").astype(str)
+    names = list(dict.fromkeys(keys))
+    fig, ax = plt.subplots(figsize=(6.4, 1.2 + 0.45 * len(names)))
+    for y, name in enumerate(names):
+        r = timed.loc[keys == name, "ratio"].to_numpy()
+        mean = float(np.exp(np.log(r).mean()))
+        ax.barh(y, mean - 1, left=1, height=0.6, color="tab:blue", alpha=0.25)
+        ax.scatter(r, np.full(len(r), y) + np.linspace(-0.2, 0.2, len(r)), s=10, color="tab:blue")
+        ax.text(mean, y - 0.32, f"{mean:.3f}", ha="center", va="bottom", fontsize=7)
+    ax.axvline(1, color="k", lw=1)
+    ax.set_xscale("log")
+    lo, hi = min(timed["ratio"].min(), 1.0), max(timed["ratio"].max(), 1.0)
+    ticks = sorted({float(f"{t:.2g}") for t in np.geomspace(lo, hi, 5)} | {1.0})
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=7)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylim(len(names) - 0.5, -0.7)
+    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.set_xlabel(f"{labels[1]}/{labels[0]}: throughput ratio per row (log; bar: geometric mean)", fontsize=8)
+    ax.set_title(f"{labels[1]} against {labels[0]}, per {by}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -15,13 +15,14 @@ def fmt(v, spec: str) -> str:
     return "" if missing(v) else format(v, spec)
 
 
-def markdown_table(df: pd.DataFrame, align: dict | None = None) -> str:
-    """A GitHub Markdown table of an already formatted frame (tabulate, through pandas)."""
+def markdown_table(df: pd.DataFrame, align: dict | None = None, numparse: bool = True) -> str:
+    """A GitHub Markdown table of an already formatted frame (tabulate, through pandas);
+    ``numparse=False`` keeps every cell's text as formatted (``1.000``, not ``1``)."""
     if df.empty:
         return "(no rows)\n"
     colalign = [(align or {}).get(c, "right" if c not in ("workload", "schedule", "kernel", "name", "parameters",
                                                           "status", "choice", "shape") else "left") for c in df.columns]
-    return df.to_markdown(index=False, colalign=colalign) + "\n"
+    return df.to_markdown(index=False, colalign=colalign, disable_numparse=not numparse) + "\n"
 
 
 def provenance_line(meta: dict) -> str:
