@@ -113,3 +113,47 @@ def test_charts_are_written(tmp_path):
     for fn, name in ((charts.time_chart, "t.png"), (charts.roofline_chart, "r.png")):
         path = fn(df, str(tmp_path / name))
         assert path and (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def _boxes_overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_roofline_labels_do_not_overlap_and_the_legend_leaves_the_roof_clear():
+    """Two labelled points at nearly the same place (the fastest step and cuBLAS at 37.0 and 37.3
+    TFLOP/s) get labels apart; the legend covers no part of the roof line (measured on the
+    figure's renderer); nothing is cut off at the figure's edge."""
+    import numpy as np
+    from matplotlib.text import Text
+
+    w, v = "gemm:1024x512x2048", "gemv:16384x128"
+    rows = [{"workload": w, "name": n, "role": role, "step": s, "status": "ok", "device": "gpu", "precision": "fp32",
+             "time_ms": 2 * 1024 * 512 * 2048 / tflops / 1e9}
+            for n, role, s, tflops in (("naive_gemm", "schedule", 1, 0.2), ("warp_tiled_gemm", "schedule", 11, 20.0),
+                                       ("best_gemm", "schedule", 16, 37.0), ("cublas", "baseline", None, 37.3),
+                                       ("tvm_dlight", "baseline", None, 14.0))]
+    rows += [{"workload": v, "name": n, "role": role, "step": s, "status": "ok", "device": "gpu", "precision": "fp32",
+              "time_ms": t} for v, n, role, s, t in (
+        (v, "multi_row_gemv", "schedule", 3, 0.0105), (v, "cublas", "baseline", None, 0.0104),
+        ("gemv:16384x16", "gemv_dispatch", "schedule", 6, 0.008), ("gemv:16384x32", "gemv_dispatch", "schedule", 6, 0.009))]
+    meta = {**META, "ceilings": {"copy_gbps": 4250.0, "fp32_tflops": 51.3, "fp16_tflops": 700.0}}
+    fig = charts.roofline_figure(R.frame(rows, meta))
+    ax = fig.axes[0]
+    fig.canvas.draw()  # every artist in its place, as saved
+    renderer = fig.canvas.get_renderer()
+    assert len(ax.texts) == 6 and {"best_gemm", "multi_row_gemv", "gemv_dispatch"} <= {t.get_text() for t in ax.texts}
+    boxes = [Text.get_window_extent(t, renderer) for t in ax.texts]  # the text (an annotation's own adds its line)
+    assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if _boxes_overlap(a, b)]
+    legend = ax.get_legend().get_window_extent(renderer)
+    roof = ax.lines[0]
+    xs = np.logspace(*np.log2(ax.get_xlim()), 2000, base=2)  # the roof, densely, where the axes show it
+    pts = ax.transData.transform(np.column_stack([xs, np.minimum(51.3, 4.25 * xs)]))
+    assert np.allclose(roof.get_ydata()[[0, -1]], np.minimum(51.3, 4.25 * roof.get_xdata()[[0, -1]]))
+    inside = (pts[:, 0] >= legend.x0) & (pts[:, 0] <= legend.x1) & (pts[:, 1] >= legend.y0) & (pts[:, 1] <= legend.y1)
+    assert not inside.any()
+    page = fig.bbox
+    for box in [legend, *boxes]:
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
