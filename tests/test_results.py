@@ -8,7 +8,7 @@ import pytest
 from reports import load_results
 from reports.views import charts
 from reports.engine import results as R
-from reports.views.tables import markdown
+from reports.views.tables import markdown, summary
 
 
 def _rows():
@@ -113,6 +113,25 @@ def test_charts_are_written(tmp_path):
     for fn, name in ((charts.time_chart, "t.png"), (charts.roofline_chart, "r.png")):
         path = fn(df, str(tmp_path / name))
         assert path and (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_run_summary_is_the_table_as_data():
+    """``schedlab run --json``: the rows in the table's order (steps in ladder order, then the
+    baselines), the table's figures as numbers (null where missing), the run's provenance."""
+    df = R.frame(_rows(), META)
+    s = json.loads(json.dumps(summary(df, out_dir="out/x", report=None)))  # plain JSON through and through
+    assert s["out_dir"] == "out/x" and s["report"] is None and s["complete"] is True
+    assert s["provenance"]["gpu"] == "Test GPU" and s["ceilings"]["copy_gbps"] == 1000.0
+    first = [r["name"] for r in s["rows"] if r["workload"] == "gemm:64x64x64"]
+    assert first == ["naive_gemm", "thread_1d_gemm", "thread_2d_gemm", "shared_cache_gemm", "wgmma_tf32_gemm",
+                     "cublas", "cublas_tf32"]
+    rows = {(r["workload"], r["name"]): r for r in s["rows"]}
+    shared = rows[("gemm:64x64x64", "shared_cache_gemm")]
+    assert shared["pct_cublas"] == pytest.approx(50.0) and shared["speedup_vs_prev"] == pytest.approx(2.0)
+    assert shared["params"] == {"tile_m": 16} and shared["time_ms"] == 1.0
+    assert rows[("gemm:64x64x64", "naive_gemm")]["step"] == "gemm 1" and rows[("gemm:64x64x64", "cublas")]["step"] is None
+    failed = rows[("gemm:64x64x64", "thread_2d_gemm")]
+    assert failed["status"] == "error" and failed["error"] == "boom" and failed["time_ms"] is None
 
 
 def _boxes_overlap(a, b) -> bool:
