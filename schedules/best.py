@@ -37,6 +37,9 @@ class BestConfig(StepConfig):
     def explain(self, wl: Gemm) -> str:
         return dispatch.explain(wl, self.precision_of(wl))
 
+    def explanation(self, wl: Gemm) -> dict:
+        return dispatch.explanation(wl, self.precision_of(wl))
+
     def check(self, wl: Gemm):
         if wl.dtype not in self.dtypes:
             raise ScheduleParamError(f"{self.step_name} takes {' or '.join(self.dtypes)} inputs, not {wl.dtype}")

@@ -1,14 +1,23 @@
-"""The constants of the dispatcher's model (:mod:`schedules.dispatch`), read at run time from the
-package data file ``schedules/data/calibration.json``. ``schedlab calibrate --write`` writes that
-file from a calibration sweep (``schedlab sweep --set calibration``); its ``source`` names the
-sweeps. Do not edit it by hand: run the sweep and the fit again (see reports' calibrate)."""
+"""The constants of the dispatcher's model (:mod:`schedules.dispatch`), read at import from a JSON
+file: ``$SCHEDLAB_CALIBRATION`` where it is set (a file ``schedlab calibrate --write FILE`` wrote),
+else the package data file ``schedules/data/calibration.json``. ``schedlab calibrate`` fits them to a
+calibration sweep (``schedlab sweep --set calibration``); a calibration's ``source`` names the
+sweeps. Do not edit one by hand: run the sweep and the fit again (see reports' calibrate)."""
 
 from __future__ import annotations
 
 import json
+import os
 from importlib import resources
 
+from .errors import ScheduleParamError
+
 CALIBRATION_RESOURCE = ("schedules", "data/calibration.json")
+ENV = "SCHEDLAB_CALIBRATION"
+
+
+class CalibrationError(ScheduleParamError):
+    """A calibration file that cannot be used; the message (one line) names it and says why."""
 
 
 def calibration_path() -> str:
@@ -17,10 +26,38 @@ def calibration_path() -> str:
     return str(resources.files(package).joinpath(name))
 
 
+def active_path() -> str:
+    """The calibration the dispatcher reads: ``$SCHEDLAB_CALIBRATION``, else the packaged one."""
+    return os.environ.get(ENV) or calibration_path()
+
+
+def _read(path: str, what: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise CalibrationError(f"{what}: cannot read it ({e.strerror or type(e).__name__})") from None
+    except ValueError as e:
+        raise CalibrationError(f"{what}: not a JSON file ({str(e)[:100]})") from None
+    if not isinstance(data, dict):
+        raise CalibrationError(f"{what}: not a calibration (a JSON object of the model's constants)")
+    return data
+
+
 def load_calibration(path: str | None = None) -> dict:
-    """The model's constants from ``path`` (default: the packaged calibration)."""
-    with open(path or calibration_path(), encoding="utf-8") as f:
-        return json.load(f)
+    """The model's constants from ``path`` (default: :func:`active_path`). A file other than the
+    packaged one must hold every constant the packaged one does (it is a whole calibration, as
+    ``schedlab calibrate --write`` writes it); raises CalibrationError, one line, if not."""
+    path = path or active_path()
+    packaged = calibration_path()
+    what = f"{ENV}={path}" if path == os.environ.get(ENV) else f"calibration {path}"
+    data = _read(path, what)
+    if os.path.abspath(path) != os.path.abspath(packaged):
+        missing = sorted(set(_read(packaged, f"calibration {packaged}")) - set(data))
+        if missing:
+            raise CalibrationError(f"{what}: not a whole calibration (no {', '.join(missing[:6])}"
+                                   f"{', ...' if len(missing) > 6 else ''})")
+    return data
 
 
 CALIBRATION = load_calibration()

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from .calibration import CALIBRATION
 from .common import GpuSpec, ceil_div, current_gpu
@@ -473,26 +473,41 @@ def describe(cand: Candidate) -> str:
     return f"{cand.step} [{cand.key}{extra}]"
 
 
-def explain(wl, precision: str, k: int = 5, gpu: GpuSpec | None = None, cal: dict | None = None) -> str:
-    """The choice for ``wl`` and the model's figures for it and the next best ``k - 1``."""
+def explanation(wl, precision: str, k: int = 5, gpu: GpuSpec | None = None, cal: dict | None = None) -> dict:
+    """The choice for ``wl`` and the model's figures for it and the next best ``k - 1``, as plain
+    data (``schedlab show --explain --json``): the GPU the choice is made for, the calibration's
+    source, and per candidate its rank, step, configuration, estimated time and the model's terms."""
     gpu = gpu or current_gpu()
+    cal = cal or CALIBRATION
     ests = rank(wl, precision, gpu, cal)
-    best = ests[0]
-    lines = [f"{wl} ({precision}) on {gpu.name}: {gpu.sms} SMs, {gpu.regs_per_sm} registers and "
-             f"{gpu.smem_per_sm // 1024} KiB shared memory per SM",
-             f"chosen: {describe(best.candidate)}, estimated {best.time_us:.1f} µs",
+    return {"workload": str(wl), "precision": precision,
+            "gpu": {"name": gpu.name, "sms": gpu.sms, "regs_per_sm": gpu.regs_per_sm, "smem_per_sm": gpu.smem_per_sm},
+            "calibration": cal.get("source", "defaults"), "launch_us": cal["launch_us"],
+            "candidates": [{"rank": n, "step": e.step, "description": describe(e.candidate), "time_us": e.time_us,
+                            "params": asdict(e.config), "terms": dict(e.terms)}
+                           for n, e in enumerate(ests[:k], 1)],
+            "valid_candidates": len(ests)}
+
+
+def explain(wl, precision: str, k: int = 5, gpu: GpuSpec | None = None, cal: dict | None = None) -> str:
+    """:func:`explanation` as text: the choice, the model, and a table of the candidates' figures."""
+    x = explanation(wl, precision, k, gpu, cal)
+    g, best = x["gpu"], x["candidates"][0]
+    lines = [f"{x['workload']} ({precision}) on {g['name']}: {g['sms']} SMs, {g['regs_per_sm']} registers and "
+             f"{g['smem_per_sm'] // 1024} KiB shared memory per SM",
+             f"chosen: {best['description']}, estimated {best['time_us']:.1f} µs",
              f"  model: time = launch + max(compute, DRAM, L2) [+ extra kernels: split-K sum, padded copies]; calibration: "
-             f"{(cal or CALIBRATION).get('source', 'defaults')}",
+             f"{x['calibration']}",
              "",
              f"{'rank':>4}  {'est. µs':>9}  {'launch':>6}  {'compute':>8}  {'DRAM':>7}  {'L2':>7}  {'extra':>6}  "
              f"{'blocks':>7}  {'per SM':>6}  {'waves':>5}  {'eff.':>5}  candidate"]
-    for n, e in enumerate(ests[:k], 1):
-        t = e.terms
-        lines.append(f"{n:>4}  {e.time_us:>9.1f}  {(cal or CALIBRATION)['launch_us']:>6.1f}  "
+    for c in x["candidates"]:
+        t = c["terms"]
+        lines.append(f"{c['rank']:>4}  {c['time_us']:>9.1f}  {x['launch_us']:>6.1f}  "
                      f"{t.get('compute_us', 0):>8.1f}  {t.get('dram_us', t.get('memory_us', 0)):>7.1f}  "
                      f"{t.get('l2_us', 0):>7.1f}  {t.get('reduce_us', 0):>6.1f}  {t.get('blocks', 0):>7}  "
-                     f"{t.get('per_sm', 0):>6}  {t.get('waves', 0):>5}  {t['efficiency']:>5.2f}  {describe(e.candidate)}")
-    lines.append(f"({len(ests)} valid candidates in all)")
+                     f"{t.get('per_sm', 0):>6}  {t.get('waves', 0):>5}  {t['efficiency']:>5.2f}  {c['description']}")
+    lines.append(f"({x['valid_candidates']} valid candidates in all)")
     return "\n".join(lines)
 
 

@@ -103,3 +103,8 @@ class StepConfig:
         """For a shape-driven step: its choice for ``wl`` with the figures it was made on (``schedlab
         show --explain``). None for a step that makes no choice."""
         return None
+
+    def explanation(self, wl) -> dict | None:
+        """:meth:`explain` as plain data (``schedlab show --explain --json``). None for a step that
+        makes no choice."""
+        return None

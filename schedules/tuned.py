@@ -4,7 +4,8 @@
 The builder replays the saved trace (``best_<workload>.json``, written by ``schedlab tune``) onto the
 workload: the trace is the schedule, sampling decisions and postprocessing included, so nothing
 has to be searched or re-derived. Where to look: ``$SCHEDLAB_TUNED`` (a tuning directory or one
-``best_*.json`` file), else ``out/tune`` under the repository.
+``best_*.json`` file), else ``out/tune`` under the working directory (``schedlab tune``'s default
+``--db``).
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from .names import slug
 from .registry import Launch, ScheduleSpec, register_spec
 from .step_config import StepConfig
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = "SCHEDLAB_TUNED"
+DEFAULT_SOURCE = os.path.join("out", "tune")  # under the working directory, as `schedlab tune --db` is
 
 
 def tuned_source(source: str = "") -> str:
-    return source or os.environ.get(ENV) or os.path.join(ROOT, "out", "tune")
+    """Where a tuned configuration is read from: ``source``, else $SCHEDLAB_TUNED, else out/tune."""
+    return source or os.environ.get(ENV) or DEFAULT_SOURCE
 
 
 def load_best(wl, source: str = "") -> dict:
@@ -52,7 +54,8 @@ def load_best(wl, source: str = "") -> dict:
 
 @dataclass(frozen=True)
 class TunedConfig(StepConfig):
-    """``source``: a tuning directory or one ``best_*.json`` (default: $SCHEDLAB_TUNED, else out/tune);
+    """``source``: a tuning directory or one ``best_*.json`` (default: $SCHEDLAB_TUNED, else out/tune
+    under the working directory);
     the configuration itself is the saved trace."""
 
     source: str = ""

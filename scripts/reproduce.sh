@@ -26,7 +26,7 @@ case $PHASE in
   bench-gemm)  $S bench-gemm --steps --out "$OUT" ;;
   random)      $S bench-gemm --random 60 --seed 1 --out "$OUT" ;;
   bench-gemv)  $S bench-gemv --extra --out "$OUT" ;;
-  calibration) $S sweep --set calibration --out "$OUT" && $S calibrate "$OUT" --write --report "$OUT/fit.json" ;;
+  calibration) $S sweep --set calibration --out "$OUT" && $S calibrate "$OUT" --write "$OUT/calibration.json" --report "$OUT/fit.json" ;;
   tune)        $S tune --workload gemm:1024x512x2048 --space fast --trials 256 --db "$OUT" &&
                $S tune --workload gemm:1024x512x2048 --db "$OUT" --report-only --reselect 5 --hand ;;
   *) echo "unknown phase $PHASE" >&2; exit 2 ;;

@@ -96,11 +96,13 @@ def cmd_show(args):
     cfg = spec.config(**_params(args.param))
     resolved = spec.resolve(wl, cfg)
     spec.validate(wl, cfg, resolved=resolved)
+    if args.json and not args.explain:
+        raise CliError("--json is for --explain (the IR is text)")
     if args.explain:
-        explain = cfg.explain(wl)
+        explain = cfg.explanation(wl) if args.json else cfg.explain(wl)
         if explain is None:
             raise CliError(f"{spec.name} makes no shape-driven choice to explain (--explain is for the best_* steps)")
-        print(explain)
+        print(json.dumps(explain, indent=1, default=str) if args.json else explain)
         return
     if args.stage == "scheduled":
         sch = resolved.schedule(wl)
@@ -157,6 +159,7 @@ def cmd_diff(args):
 def cmd_run(args):
     from reports.engine.provenance import slug  # heavy (TVM, pandas): a command's modules
     from reports.experiments import run as runner
+    from reports.views.tables import summary
 
     workloads = args.workload or list(runner.DEFAULT_WORKLOADS)
     names = [n.strip() for item in args.schedules or () for n in item.split(",") if n.strip()]
@@ -172,14 +175,20 @@ def cmd_run(args):
         params = {get(names[0]).name: _params(args.param)}
     df = runner.run(workloads, names or None, baselines, out_dir=args.out, timeout=args.timeout, params=params,
                     progress=not args.quiet, workers=args.workers, report=not args.no_report)
-    if args.publish:
-        dest = os.path.join(ROOT, "reports", "results", slug(df.attrs["provenance"]["gpu"]), args.publish)
+    dest = report = None
+    if args.publish:  # under the working directory (the checkout's reports/results from its root), never the package
+        dest = os.path.join(args.results_root, slug(df.attrs["provenance"]["gpu"]), args.publish)
         runner.write_all(df, dest, report=not args.no_report, ir=False)
-        print(f"published to {os.path.relpath(dest, ROOT)}", file=sys.stderr)
-    with open(os.path.join(args.out, "table.md")) as f:
-        print(f.read())
+        print(f"published to {dest}", file=sys.stderr)
     if not args.no_report:
-        print(f"report: {os.path.join(args.out, 'report.html')}", file=sys.stderr)
+        report = os.path.join(args.out, "report.html")
+    if args.json:
+        print(json.dumps(summary(df, out_dir=args.out, report=report, published=dest), indent=1))
+    else:
+        with open(os.path.join(args.out, "table.md")) as f:
+            print(f.read())
+    if report:
+        print(f"report: {report}", file=sys.stderr)
     failed = df[~df["status"].isin(["ok", "no-gpu", "unavailable"])]
     return 1 if len(failed) and args.strict else 0
 
@@ -271,6 +280,7 @@ def make_parser():
     s.add_argument("--arch", default=None, help="CUDA arch (default: the GPU's, else sm_90)")
     s.add_argument("--explain", action="store_true",
                    help="for a best_* step: its choice for the shape and the model's figures for the next best")
+    s.add_argument("--json", action="store_true", help="with --explain: the choice and the figures as JSON")
     s.set_defaults(fn=cmd_show)
     s = _command(sub, "export", "Export a step compiled for one workload: the module (kernel.so, where the "
                  "CUDA driver is), its CUDA source, PTX and cubin, and launch.json (entry points in launch order "
@@ -298,7 +308,11 @@ def make_parser():
     s.add_argument("--out", default="out/run", help="where results, tables, charts, report.html and IR files go")
     s.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per schedule and phase")
     s.add_argument("--workers", type=int, default=None, help="parallel build processes (default: CPU count - 1)")
-    s.add_argument("--publish", metavar="NAME", help="also write the results to reports/results/<gpu>/NAME")
+    s.add_argument("--publish", metavar="NAME", help="also write the results to RESULTS_ROOT/<gpu>/NAME")
+    s.add_argument("--results-root", default=os.path.join("reports", "results"), metavar="RESULTS_ROOT",
+                   help="where --publish writes (default: reports/results under the working directory)")
+    s.add_argument("--json", action="store_true", help="print the summary as JSON (one object per row, with "
+                   "the run's provenance and where its files are) instead of the Markdown table")
     s.add_argument("--no-report", action="store_true", help="no report.html")
     s.add_argument("--strict", action="store_true", help="exit 1 if any row failed")
     s.add_argument("--quiet", action="store_true", help="no progress")
@@ -361,7 +375,8 @@ def make_parser():
                  "Fit the constants of the dispatcher's model (schedules.dispatch) to one or more calibration sweeps, "
                  "and report how well the model ranks the kernels before and after the fit.")
     s.add_argument("dirs", nargs="+", metavar="DIR", help="results of `schedlab sweep --set calibration` (one or more)")
-    s.add_argument("--write", action="store_true", help="write the fitted constants to schedules/data/calibration.json")
+    s.add_argument("--write", metavar="FILE", help="write the fitted constants to FILE (JSON); the dispatcher "
+                   "reads them with SCHEDLAB_CALIBRATION=FILE (else the packaged calibration)")
     s.add_argument("--report", default=None, help="also write the fit's report (JSON) here")
     s.set_defaults(fn=cmd_calibrate)
     return p

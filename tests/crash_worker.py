@@ -18,4 +18,4 @@ def handle(job):
         print("some chatter on stdout")
     elif mode == "raise":
         raise RuntimeError("boom in the job")
-    return {"status": "ok", "pid": os.getpid(), "value": os.environ.get(job.get("variable", ""), None)}
+    return {"status": "ok", "pid": os.getpid(), "value": os.environ.get(job.get("variable", ""), None), "cwd": os.getcwd()}

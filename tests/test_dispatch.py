@@ -3,6 +3,9 @@ follows the GPU's properties, every choice is a valid configuration that compile
 the model's figures, the fit recovers known constants, and the random-shape drawer is reproducible."""
 
 import copy
+import json
+import os
+import re
 
 import pytest
 
@@ -101,6 +104,17 @@ def test_explain_prints_the_choice_and_the_runners_up(capsys):
     times = [float(r.split()[1]) for r in rows]
     assert times == sorted(times)
     assert main(["show", "naive_gemm", "--explain"]) == 2
+    capsys.readouterr()
+    # the same as JSON: the text's figures, each candidate's configuration whole
+    assert main(["show", "best_gemm", "--shape", "1024x512x2048", "--explain", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["workload"] == "gemm:1024x512x2048" and data["precision"] == "fp32" and data["gpu"]["sms"] > 0
+    assert [c["rank"] for c in data["candidates"]] == [1, 2, 3, 4, 5] and data["valid_candidates"] >= 5
+    assert [round(c["time_us"], 1) for c in data["candidates"]] == times
+    best = data["candidates"][0]
+    assert out.count(best["description"]) >= 2 and best["step"] == "split_k_gemm" and best["params"]["split_k"] > 1
+    assert best["terms"]["blocks"] > 0 and data["calibration"] == dispatch.CALIBRATION["source"]
+    assert main(["show", "naive_gemm", "--json"]) == 2  # --json is for --explain
 
 
 def test_the_fit_recovers_the_constants_it_was_given():
@@ -409,3 +423,30 @@ def test_the_calibration_is_package_data_that_a_fit_writes_and_the_model_reads(t
     changed["w_sat"] = 12
     path = write_calibration(changed, str(tmp_path / "calibration.json"))
     assert load_calibration(path) == changed and isinstance(load_calibration(path)["w_sat"], int)
+
+
+def test_a_users_calibration_file_replaces_the_packaged_one_whole(tmp_path, monkeypatch, capsys):
+    """SCHEDLAB_CALIBRATION names the file the dispatcher reads (what ``calibrate --write FILE``
+    wrote); a file that cannot be read, or lacks a constant, is refused in one line naming it."""
+    from schedules.calibration import ENV, CalibrationError, calibration_path, load_calibration
+    from scripts.schedlab import main
+
+    mine = dict(dispatch.CALIBRATION, source="my fit")
+    (tmp_path / "mine.json").write_text(json.dumps(mine))
+    monkeypatch.setenv(ENV, str(tmp_path / "mine.json"))
+    assert load_calibration() == mine and load_calibration(calibration_path()) == dispatch.CALIBRATION
+    partial = {k: v for k, v in mine.items() if k != "launch_us"}
+    for name, text, why in (("none.json", None, "cannot read it"), ("bad.json", "{", "not a JSON file"),
+                            ("list.json", "[]", "not a calibration"),
+                            ("partial.json", json.dumps(partial), "not a whole calibration (no launch_us)")):
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        monkeypatch.setenv(ENV, str(tmp_path / name))
+        with pytest.raises(CalibrationError, match=re.escape(why)) as e:
+            load_calibration()
+        assert str(e.value).startswith(f"{ENV}={tmp_path / name}: ") and "\n" not in str(e.value)
+    monkeypatch.delenv(ENV)
+    # --write names a file, never the package's own by default; a directory is refused before the fit
+    assert main(["calibrate", "reports/results/NVIDIA_H200/calibration", "--write", str(tmp_path)]) == 2
+    assert "--write" in capsys.readouterr().err and sorted(os.listdir(tmp_path)) == sorted(
+        ["mine.json", "bad.json", "list.json", "partial.json"])

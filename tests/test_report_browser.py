@@ -152,7 +152,7 @@ def make_page() -> dict:
         schedules.append({
             "id": sid, "workload": "gemm_4096_fp16", "name": name, "kind": "gemm", "step": str(step),
             "summary": f"Step {step}: {name} <with> tile {tile} & friends.",
-            "params": {"tile": tile, "unroll": name.endswith("unroll"), "vector": 8},
+            "params": {"tile": tile, "unroll": name.endswith("unroll"), "vector": 8, "stages": 2, "split_k": 1},
             "resources": {"registers": 32 * step, "shared_bytes": 8192 * (step - 1), "spill_bytes": 0},
             "stages": stages, "previous": prev})
     return {
@@ -382,6 +382,13 @@ def test_step_row_opens_schedule_with_ir_and_diff(tab, page_data):
     assert -2 <= top <= 60, f"panel not scrolled to: top={top}"
     expect(panel.locator(".summary")).to_have_text(cur["summary"])
     expect(panel.locator("table.resources")).to_contain_text("shared_bytes")
+    # side by side, each table as tall as its own rows: the resources (3 rows) not stretched to the
+    # parameters' height (5 rows)
+    params, res = (panel.locator(f"table.{c}") for c in ("params", "resources"))
+    row_heights = [t.evaluate("e => [...e.rows].map(r => r.getBoundingClientRect().height)") for t in (params, res)]
+    assert params.bounding_box()["y"] == res.bounding_box()["y"]
+    assert max(row_heights[1]) <= min(row_heights[0]) + 1, row_heights
+    assert res.bounding_box()["height"] < params.bounding_box()["height"] - 1.5 * min(row_heights[0])
 
     # IR, highlighted: "def" is a keyword span, the markup-like string is shown as text
     lines = panel.locator("pre.code .x-l")

@@ -11,7 +11,7 @@ import pytest
 from reports import load_results
 from reports.views import charts
 from reports.engine import results as R
-from reports.views.tables import markdown
+from reports.views.tables import markdown, summary
 
 
 def _rows():
@@ -261,3 +261,64 @@ def test_a_calibration_sweeps_parts_give_the_same_kernel_two_ids():
     shared = {job_id(j) for j in jobs if j["extra"]["sweep_precision"] == "fp32"} & \
         {job_id(j) for j in jobs if j["extra"]["sweep_precision"] == "tf32"}
     assert shared and all(j["id"] == f"{job_id(j)}|{j['extra']['sweep_precision']}" for j in jobs)
+def test_the_run_summary_is_the_table_as_data():
+    """``schedlab run --json``: the rows in the table's order (steps in ladder order, then the
+    baselines), the table's figures as numbers (null where missing), the run's provenance."""
+    df = R.frame(_rows(), META)
+    s = json.loads(json.dumps(summary(df, out_dir="out/x", report=None)))  # plain JSON through and through
+    assert s["out_dir"] == "out/x" and s["report"] is None and s["complete"] is True
+    assert s["provenance"]["gpu"] == "Test GPU" and s["ceilings"]["copy_gbps"] == 1000.0
+    first = [r["name"] for r in s["rows"] if r["workload"] == "gemm:64x64x64"]
+    assert first == ["naive_gemm", "thread_1d_gemm", "thread_2d_gemm", "shared_cache_gemm", "wgmma_tf32_gemm",
+                     "cublas", "cublas_tf32"]
+    rows = {(r["workload"], r["name"]): r for r in s["rows"]}
+    shared = rows[("gemm:64x64x64", "shared_cache_gemm")]
+    assert shared["pct_cublas"] == pytest.approx(50.0) and shared["speedup_vs_prev"] == pytest.approx(2.0)
+    assert shared["params"] == {"tile_m": 16} and shared["time_ms"] == 1.0
+    assert rows[("gemm:64x64x64", "naive_gemm")]["step"] == "gemm 1" and rows[("gemm:64x64x64", "cublas")]["step"] is None
+    failed = rows[("gemm:64x64x64", "thread_2d_gemm")]
+    assert failed["status"] == "error" and failed["error"] == "boom" and failed["time_ms"] is None
+
+
+def _boxes_overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_roofline_labels_do_not_overlap_and_the_legend_leaves_the_roof_clear():
+    """Two labelled points at nearly the same place (the fastest step and cuBLAS at 37.0 and 37.3
+    TFLOP/s) get labels apart; the legend covers no part of the roof line (measured on the
+    figure's renderer); nothing is cut off at the figure's edge."""
+    import numpy as np
+    from matplotlib.text import Text
+
+    w, v = "gemm:1024x512x2048", "gemv:16384x128"
+    rows = [{"workload": w, "name": n, "role": role, "step": s, "status": "ok", "device": "gpu", "precision": "fp32",
+             "time_ms": 2 * 1024 * 512 * 2048 / tflops / 1e9}
+            for n, role, s, tflops in (("naive_gemm", "schedule", 1, 0.2), ("warp_tiled_gemm", "schedule", 11, 20.0),
+                                       ("best_gemm", "schedule", 16, 37.0), ("cublas", "baseline", None, 37.3),
+                                       ("tvm_dlight", "baseline", None, 14.0))]
+    rows += [{"workload": v, "name": n, "role": role, "step": s, "status": "ok", "device": "gpu", "precision": "fp32",
+              "time_ms": t} for v, n, role, s, t in (
+        (v, "multi_row_gemv", "schedule", 3, 0.0105), (v, "cublas", "baseline", None, 0.0104),
+        ("gemv:16384x16", "gemv_dispatch", "schedule", 6, 0.008), ("gemv:16384x32", "gemv_dispatch", "schedule", 6, 0.009))]
+    meta = {**META, "ceilings": {"copy_gbps": 4250.0, "fp32_tflops": 51.3, "fp16_tflops": 700.0}}
+    fig = charts.roofline_figure(R.frame(rows, meta))
+    ax = fig.axes[0]
+    fig.canvas.draw()  # every artist in its place, as saved
+    renderer = fig.canvas.get_renderer()
+    assert len(ax.texts) == 6 and {"best_gemm", "multi_row_gemv", "gemv_dispatch"} <= {t.get_text() for t in ax.texts}
+    boxes = [Text.get_window_extent(t, renderer) for t in ax.texts]  # the text (an annotation's own adds its line)
+    assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if _boxes_overlap(a, b)]
+    legend = ax.get_legend().get_window_extent(renderer)
+    roof = ax.lines[0]
+    xs = np.logspace(*np.log2(ax.get_xlim()), 2000, base=2)  # the roof, densely, where the axes show it
+    pts = ax.transData.transform(np.column_stack([xs, np.minimum(51.3, 4.25 * xs)]))
+    assert np.allclose(roof.get_ydata()[[0, -1]], np.minimum(51.3, 4.25 * roof.get_xdata()[[0, -1]]))
+    inside = (pts[:, 0] >= legend.x0) & (pts[:, 0] <= legend.x1) & (pts[:, 1] >= legend.y0) & (pts[:, 1] <= legend.y1)
+    assert not inside.any()
+    page = fig.bbox
+    for box in [legend, *boxes]:
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -33,7 +33,7 @@ def test_the_base_declares_each_capability_with_its_default():
     assert base.dtypes == ("float32", "float16") and base.layouts == ("nn",) and base.batched is False
     assert base.tolerance == 0.0 and base.zero_means_auto == () and base.async_copy is False
     assert base.pass_config == {} and base.check(None) is None and base.also_takes(None) is False
-    assert base.choose(None) is None and base.explain(None) is None
+    assert base.choose(None) is None and base.explain(None) is None and base.explanation(None) is None
     with pytest.raises(NotImplementedError):
         base.launch(None)
     assert dataclasses.fields(base) == ()  # capabilities are not parameters

@@ -42,6 +42,9 @@ LAZY_EXCEPTIONS = {
     # the public API's two functions load the engine and the experiments when called: `import
     # reports.engine.isolate` in a worker process must not pay for pandas and matplotlib
     "reports/__init__.py": {"reports"},
+    # a worker process moves to the caller's directory before it imports the lab (whose import reads
+    # SCHEDLAB_CALIBRATION, a path that may be relative to the caller)
+    "reports/engine/isolate.py": {"schedules", "reports"},
     # functions that MetaSchedule's worker processes run import what they need themselves (see
     # the module's docstring)
     "tuning/measure.py": {"schedules", "tuning", "os"},

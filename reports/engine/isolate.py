@@ -2,12 +2,16 @@
 faults (a CUDA illegal address aborts the whole process) or one that hangs becomes that job's error
 row, and the other jobs go on.
 
-A worker is a long-lived ``python -m reports.engine.isolate MODULE:FUNCTION`` process: it imports TVM and
-the lab once, then reads one JSON job per line on stdin, calls ``FUNCTION(job)`` and writes one JSON
-row per line on a private copy of its stdout (whatever the job prints goes to its stderr file). The
-parent (:class:`Pool`) gives every job a deadline; a worker that dies or runs past it is killed
-(its whole process group) and replaced for the next job, and the row says what happened, with the
-last lines the job wrote to stderr. Workers are reused, so a job costs no interpreter start-up.
+A worker is a long-lived ``python -m reports.engine.isolate MODULE:FUNCTION CWD`` process: it imports
+TVM and the lab once, started in the lab's own directory (first on its module path, so that nothing
+in the caller's directory shadows the lab's modules) and working in the caller's directory ``CWD`` (so
+relative paths, ``--out out/run`` or ``SCHEDLAB_TUNED=out/tune``, mean what they mean to the caller,
+and nothing lands inside an installed package), then reads one JSON job per line on stdin, calls ``FUNCTION(job)`` and
+writes one JSON row per line on a private copy of its stdout (whatever the job prints goes to its
+stderr file). The parent (:class:`Pool`) gives every job a deadline; a worker that dies or runs past
+it is killed (its whole process group) and replaced for the next job, and the row says what
+happened, with the last lines the job wrote to stderr. Workers are reused, so a job costs no
+interpreter start-up.
 """
 
 from __future__ import annotations
@@ -23,10 +27,6 @@ import tempfile
 import time
 import traceback
 
-from schedules import ScheduleParamError
-
-from .baselines import Unavailable
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 START_TIMEOUT = 180.0  # seconds a worker may take to import what it needs
 
@@ -39,11 +39,23 @@ def error_line(e) -> str:
     return f"{type(e).__name__}: {line[:300]}"
 
 
+def _lab_errors():
+    """The lab's error types: bad input, and a baseline that cannot run here. Imported by the worker
+    once it is in the caller's directory (importing the lab reads SCHEDLAB_CALIBRATION), before it
+    says it is ready, so that no job's time limit pays for the import."""
+    from schedules import ScheduleParamError
+
+    from .baselines import Unavailable
+
+    return ScheduleParamError, Unavailable
+
+
 def failure_row(e) -> dict:
     """A job's row for an exception raised inside it: bad input keeps its one-line message."""
-    if isinstance(e, Unavailable):
+    bad_input, unavailable = _lab_errors()
+    if isinstance(e, unavailable):
         return {"status": "unavailable", "error": str(e)}
-    return {"status": "error", "error": str(e) if isinstance(e, ScheduleParamError) else error_line(e),
+    return {"status": "error", "error": str(e) if isinstance(e, bad_input) else error_line(e),
             "traceback": traceback.format_exc()[-4000:]}
 
 
@@ -57,9 +69,9 @@ def _json_default(x):
 class _Worker:
     def __init__(self, handler: str, env: dict):
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "reports.engine.isolate", handler], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=ROOT, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "reports.engine.isolate", handler, os.getcwd()],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     cwd=ROOT, env=env, start_new_session=True)
         self.job = self.deadline = None
         self.log_from = 0
         self.ready = False
@@ -215,6 +227,9 @@ def main(argv=None):
     module, _, func = argv[0].partition(":")
     proto = os.fdopen(os.dup(1), "w")  # the rows; anything the jobs print goes to stderr
     os.dup2(2, 1)
+    if len(argv) > 1:  # the caller's directory, before the lab is imported: relative paths (the jobs',
+        os.chdir(argv[1])  # SCHEDLAB_CALIBRATION) are the caller's; the modules still come from the lab's directory
+    _lab_errors()
     handler = getattr(importlib.import_module(module), func)
     proto.write(json.dumps({"ready": True}) + "\n")
     proto.flush()

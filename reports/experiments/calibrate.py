@@ -4,7 +4,8 @@
 (square and skinny, long and short K, aligned and not, matrix-vector), every configuration *kind*
 the dispatcher knows (its best-estimated split-K variant, and the variant without split-K) for fp32,
 tf32 and fp16, beside cuBLAS. ``schedlab calibrate DIR`` then fits the model's constants to those
-measurements and writes the constants :mod:`schedules.calibration` reads (``schedules/data/calibration.json``):
+measurements and, with ``--write FILE``, writes the constants :mod:`schedules.calibration` reads
+(``SCHEDLAB_CALIBRATION=FILE``; the packaged ``schedules/data/calibration.json`` where FILE is it):
 
 * ``launch_us``: on a grid up to the shortest measured time, the value that fits best (with the
   ones below);
@@ -30,20 +31,20 @@ import dataclasses
 import itertools
 import json
 import math
+import os
 import pprint
 
 import numpy as np
 import pandas as pd
 
 from schedules import dispatch, get, parse_workload
-from schedules.calibration import CALIBRATION, calibration_path
+from schedules.calibration import CALIBRATION, ENV, calibration_path
 from schedules.common import GpuSpec
 
-from ..engine.files import atomic_write
+from ..engine.files import OutputError, atomic_write, ensure_out_dir
 from ..engine.harness import job_id
 from ..engine.results import load_results
 
-CAL_FILE = calibration_path()
 SIZES = (128, 2048, 12288)
 K_SIZES = (128, 4096)
 IRREGULAR = ((1001, 777, 3001), (5000, 33, 4000), (33, 5000, 4000), (2999, 4001, 17), (250, 250, 20000),
@@ -389,16 +390,20 @@ def regret(pts, cal, gpu) -> dict:
             "max": float(r.max()), "share_within_10pct": float((r <= 1.1).mean())}
 
 
-def write_calibration(cal: dict, path: str = CAL_FILE):
-    """Write the model's constants as JSON (the packaged ``schedules/data/calibration.json`` by
-    default), read back by :func:`schedules.calibration.load_calibration`."""
+def write_calibration(cal: dict, path: str):
+    """Write the model's constants as JSON to ``path``, read back by
+    :func:`schedules.calibration.load_calibration` (``SCHEDLAB_CALIBRATION=path``)."""
     atomic_write(path, json.dumps(cal, indent=1, sort_keys=True) + "\n")
     return path
 
 
 def command(args) -> int:
     """``schedlab calibrate DIR...`` (``args``: the command's options): fit, print the fit's report,
-    and with ``--write`` write the constants to schedules/data/calibration.json."""
+    and with ``--write FILE`` write the constants to FILE."""
+    if args.write:  # a destination that cannot be written fails now, not after the fit
+        if os.path.isdir(args.write):
+            raise OutputError(f"--write {args.write}: is a directory; name the file to write (DIR/calibration.json)")
+        ensure_out_dir(os.path.dirname(os.path.abspath(args.write)), "--write")
     frames = [load_results(d) for d in args.dirs]
     df = pd.concat(frames, ignore_index=True)
     df.attrs.update(frames[-1].attrs)
@@ -409,7 +414,9 @@ def command(args) -> int:
     if args.report:
         atomic_write(args.report, text + "\n")
     if args.write:
-        print(f"wrote {write_calibration(cal)}")
+        print(f"wrote {write_calibration(cal, args.write)}")
+        if os.path.abspath(args.write) != os.path.abspath(calibration_path()):
+            print(f"  use it: {ENV}={args.write} schedlab show best_gemm --shape MxNxK --explain")
     else:
         pprint.pprint(cal, width=110)
     return 0

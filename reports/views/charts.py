@@ -53,21 +53,38 @@ def time_chart(df: pd.DataFrame, path: str):
 
 
 def roofline_chart(df: pd.DataFrame, path: str):
+    fig = roofline_figure(df)
+    if fig is None:
+        return None
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def roofline_figure(df: pd.DataFrame):
+    """Achieved TFLOP/s per workload at its arithmetic intensity under the roof of the measured
+    ceilings; the fastest step and cuBLAS of each workload labelled (labels that would overlap
+    stacked apart, :func:`place_labels`), the legend outside the axes so that it covers neither
+    the roof nor a point. None when nothing was timed on a GPU."""
     timed = _timed_gpu(df)
     timed = timed[timed["tflops"].notna()] if "tflops" in timed else timed.iloc[0:0]
     if timed.empty:
         return None
     c = df.attrs.get("ceilings") or {}
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = plt.subplots(figsize=(8.2, 4.4))
+    groups = [(parse_workload(wl), g) for wl, g in timed.groupby("workload", sort=False)]
+    intensities = [w.flops / w.min_bytes for w, _ in groups]
+    lo, hi = min(intensities), max(intensities)
+    top, bottom = float(timed["tflops"].max()), float(timed["tflops"].min())
     if c.get("copy_gbps") and c.get("fp32_tflops"):
         bw, peak = c["copy_gbps"] / 1e3, c["fp32_tflops"]  # TB/s, TFLOP/s
-        xs = np.logspace(-3, 9, 200, base=2)
+        lo, hi, top = min(lo, peak / bw), max(hi, peak / bw), max(top, peak)
+        xs = np.logspace(np.log2(lo / 4), np.log2(hi * 4), 200, base=2)
         ax.plot(xs, np.minimum(peak, bw * xs), "k-", lw=1,
-                label=f"measured: {c['copy_gbps']:.0f} GB/s copy, {peak:.1f} TFLOP/s cuBLAS fp32 8192³")
+                label=f"measured roof: {c['copy_gbps']:.0f} GB/s copy,\n{peak:.1f} TFLOP/s cuBLAS fp32 8192³")
     markers = "os^vDP*Xhp<>"
-    for n, (wl, group) in enumerate(timed.groupby("workload", sort=False)):
-        w = parse_workload(wl)
-        ai = w.flops / w.min_bytes
+    labels = []
+    for n, ((w, group), ai) in enumerate(zip(groups, intensities)):
         marker = markers[n % len(markers)]
         colors = [COLORS.get(name, "tab:blue" if role == "schedule" else "tab:gray")
                   for name, role in zip(group["name"], group["role"])]
@@ -75,23 +92,57 @@ def roofline_chart(df: pd.DataFrame, path: str):
         steps = group[group["role"] == "schedule"]
         marks = ([steps.loc[steps["tflops"].idxmax()]] if len(steps) else []) + \
             [r for _, r in group[group["name"] == "cublas"].iterrows()]
-        for r in marks:
-            ax.annotate(r["name"], (ai, r["tflops"]), fontsize=6, xytext=(4, -2), textcoords="offset points")
-        ax.scatter([], [], marker=marker, color="k", label=wl)
+        labels += [((ai, float(r["tflops"])), r["name"]) for r in marks]
+        ax.scatter([], [], marker=marker, color="k", label=str(w))
     ax.scatter([], [], color="tab:blue", label="schedules")
     for name, color in COLORS.items():
         if name in set(timed["name"]):
             ax.scatter([], [], color=color, label=name)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ax.set_xlim(lo / 4, hi * 4)  # two octaves of room either side: the labels to the right of the points
+    ax.set_ylim(bottom / 2, top * 2)
     ax.set_xlabel("arithmetic intensity (FLOP per byte of compulsory traffic)")
     ax.set_ylabel("achieved TFLOP/s")
-    ax.legend(fontsize=6, loc="upper left")
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     ax.set_title(caption(df.attrs), fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    place_labels(ax, [p for p, _ in labels], [t for _, t in labels])  # after the layout: in its final place
+    return fig
+
+
+def place_labels(ax, points, texts, fontsize: float = 6, offset_pt: float = 4, gap_pt: float = 1):
+    """Label ``points`` (data coordinates) with ``texts``, each to the right of its point; where
+    labels would overlap (two points at nearly the same place: the fastest step and cuBLAS), the
+    lower one moves down below the other, with a thin line back to its point. The placement is
+    measured on the figure's renderer, top label first, so it is the same on every run. Returns
+    the annotations."""
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    px_per_pt = fig.dpi / 72
+    anchors = [ax.transData.transform(p) for p in points]
+    boxes = []
+    for p, t in zip(points, texts):  # measured where they would go unmoved
+        probe = ax.annotate(t, p, xytext=(offset_pt, 0), textcoords="offset points", fontsize=fontsize, va="center")
+        boxes.append(probe.get_window_extent(renderer))
+        probe.remove()
+    placed, shifts = [], [0.0] * len(points)
+    for i in sorted(range(len(points)), key=lambda i: (-anchors[i][1], anchors[i][0], texts[i])):
+        box, dy = boxes[i], 0.0
+        while True:
+            hits = [b for b in placed if box.x0 < b.x1 and b.x0 < box.x1 and box.y0 + dy < b.y1 and b.y0 < box.y1 + dy]
+            if not hits:
+                break
+            dy = min(b.y0 for b in hits) - gap_pt * px_per_pt - box.y1  # its top just below the lowest one hit
+        placed.append(box.translated(0, dy))
+        shifts[i] = dy
+    out = []
+    for p, t, dy, box in zip(points, texts, shifts, boxes):
+        moved = abs(dy) > box.height / 2
+        out.append(ax.annotate(t, p, xytext=(offset_pt, dy / px_per_pt), textcoords="offset points", fontsize=fontsize,
+                               va="center", arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "0.5",
+                                                        "shrinkA": 0, "shrinkB": 2} if moved else None))
+    return out
 
 
 def caption(meta: dict) -> str:

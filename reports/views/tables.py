@@ -103,3 +103,34 @@ def markdown(df: pd.DataFrame) -> str:
         lines += ["### Errors", ""] + [f"- `{r['name']}` on {r['workload']}: {r.get('error', '')}"
                                        for _, r in bad.iterrows()] + [""]
     return "\n".join(lines)
+
+
+SUMMARY_COLUMNS = ("workload", "step", "name", "role", "precision", "status", "time_ms", "tflops", "gbps",
+                   "speedup_vs_first", "speedup_vs_prev", "pct_cublas", "rel_error", "threads_per_block", "registers",
+                   "shared_bytes", "spill_bytes", "params", "chosen", "chosen_step", "chosen_params", "error")
+
+
+def summary(df: pd.DataFrame, **where) -> dict:
+    """What ``table.md`` says, as plain data (``schedlab run --json``): the run's provenance,
+    ceilings and completeness, the steps left out, ``where`` (its files: ``out_dir``, ``report``...),
+    and one object per row in the table's order, its step as the ladder's label (a ``best_*`` row
+    with what it was resolved to: ``chosen``, ``chosen_step``, ``chosen_params``); a missing figure
+    is null."""
+    rows = []
+    for _, group in df.groupby("workload", sort=False):
+        for _, r in ordered(group).iterrows():
+            row = {c: (None if missing(r.get(c)) else _plain(r.get(c))) for c in SUMMARY_COLUMNS}
+            row["step"] = r.get("ladder") if r.get("role") == "schedule" and isinstance(r.get("ladder"), str) else None
+            rows.append(row)
+    meta = df.attrs
+    return {**where, "complete": bool(meta.get("complete", True)), "provenance": meta.get("provenance") or {},
+            "ceilings": meta.get("ceilings") or {}, "left_out": meta.get("left_out") or {}, "rows": rows}
+
+
+def _plain(v):
+    """A cell as JSON's types (NumPy numbers as Python numbers)."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v.item() if hasattr(v, "item") and not isinstance(v, (str, bytes)) else v
