@@ -55,26 +55,48 @@ def _version() -> str:
     return f"schedlab {version('tvm-schedlab')} (apache-tvm {version('apache-tvm')}, apache-tvm-ffi {version('apache-tvm-ffi')})"
 
 
-def cmd_list(args):
-    from schedules import all_schedules  # heavy (TVM): a command's module
-    from schedules.registry import LADDERS
+STEPS_FILE = os.path.join(ROOT, "schedules", "data", "steps.json")
 
+
+def step_record(s) -> dict:
+    """A step as ``schedlab list --json`` prints it (and schedules/data/steps.json holds it)."""
+    return {"ladder": s.ladder, "step": s.step, "label": s.label, "name": s.name, "kind": s.kind,
+            "aliases": list(s.aliases), "tags": list(s.tags), "summary": s.summary, "dtypes": list(s.input_dtypes),
+            "layouts": list(s.layouts), "batched": s.batched}
+
+
+def registry_steps() -> list[dict]:
+    """Every registered step, in ladder order, as :func:`step_record`s (imports the registry: TVM)."""
+    from schedules import all_schedules  # heavy (TVM): a command's module
+
+    return [step_record(s) for s in all_schedules()]
+
+
+def list_steps() -> list[dict]:
+    """What ``schedlab list`` prints: schedules/data/steps.json, the registry's steps written out by
+    ``python -m scripts.update_readme_table`` (tests/test_readme.py fails when it differs from the
+    registry), so that listing the steps loads no TVM; the registry itself where that file is missing
+    or unreadable."""
+    try:
+        with open(STEPS_FILE, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return registry_steps()
+
+
+def cmd_list(args):
+    steps = [s for s in list_steps() if args.kind in (None, s["kind"])]
     if args.json:
-        print(json.dumps([{"ladder": s.ladder, "step": s.step, "label": s.label, "name": s.name, "kind": s.kind,
-                           "aliases": list(s.aliases), "tags": list(s.tags), "summary": s.summary,
-                           "dtypes": list(s.input_dtypes), "layouts": list(s.layouts), "batched": s.batched}
-                          for s in all_schedules() if args.kind in (None, s.kind)], indent=1))
+        print(json.dumps(steps, indent=1))
         return
-    for ladder in LADDERS:
-        specs = [s for s in all_schedules(ladder=ladder) if args.kind in (None, s.kind)]
-        if not specs:
-            continue
-        width = max(len(s.name) for s in specs)
+    for ladder in dict.fromkeys(s["ladder"] for s in steps):  # the ladders in order, each with a step of the kind
+        specs = [s for s in steps if s["ladder"] == ladder]
+        width = max(len(s["name"]) for s in specs)
         print(f"{ladder.upper()} ladder")
         for s in specs:
-            alias = f" (also {', '.join(s.aliases)})" if s.aliases else ""
-            kind = "" if s.kind == ladder else f"[{s.kind}] "
-            print(f"  {s.label:>8}  {s.name:<{width}}  {kind}{s.summary}{alias}")
+            alias = f" (also {', '.join(s['aliases'])})" if s["aliases"] else ""
+            kind = "" if s["kind"] == ladder else f"[{s['kind']}] "
+            print(f"  {s['label']:>8}  {s['name']:<{width}}  {kind}{s['summary']}{alias}")
         print()
 
 

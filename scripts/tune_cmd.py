@@ -20,19 +20,16 @@ import os
 import signal
 import sys
 
+from tuning.names import COST_MODELS, SPACE_NAMES, STRATEGIES  # names only: no TVM before a command runs
+
 COMPARISONS = ("default", "random", "dlight")
 
 
 def add_parser(subparsers):
-    # heavy (TVM, MetaSchedule): the choices of --space, --strategy and --cost-model
-    from tuning.cost_models import COST_MODELS
-    from tuning.spaces import SPACES
-    from tuning.tuner import STRATEGIES
-
     s = subparsers.add_parser("tune", help="Tune a schedule space with MetaSchedule, resumably, locally or over RPC.",
                               description=__doc__.split("\n\n")[0].replace("``", ""))
     s.add_argument("--workload", default="gemm:1024x512x2048", help="gemm:MxNxK (default %(default)s)")
-    s.add_argument("--space", default="fast", choices=sorted(SPACES), help="search space (default %(default)s)")
+    s.add_argument("--space", default="fast", choices=sorted(SPACE_NAMES), help="search space (default %(default)s)")
     s.add_argument("--strategy", choices=STRATEGIES, default=None,
                    help="exhaustive | random | evolutionary (default: exhaustive for classic, else evolutionary)")
     s.add_argument("--cost-model", default="ridge", choices=COST_MODELS,
