@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from importlib import metadata
 
@@ -24,7 +25,8 @@ from scripts import tune_cmd  # noqa: E402  (after the path above)
 STAGES = ("scheduled", "lowered", "cuda", "ptx")
 DEFAULT_SHAPES = {"gemm": "1024x512x2048", "gemv": "16384x128", "gemv_t": "16384x4096"}
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 DESCRIPTION = ("The schedlab command: list the steps, show a step's IR at any stage, diff two steps, run the lab, "
                "benchmark, sweep, tune, and write report pages.")
 EPILOG = "Run `schedlab COMMAND --help` for a command's options."
@@ -209,7 +211,8 @@ def cmd_run(args):
 def cmd_report(args):
     from reports.views.page import report  # heavy (TVM, pandas): a command's module
 
-    print(report(args.dir))
+    path, written = report(args.dir, out=args.out, force=args.force)
+    print(path if written else f"{path} (unchanged: the same page was there)")
 
 
 def cmd_bench_gemm(args):
@@ -314,8 +317,13 @@ def make_parser():
     s.add_argument("--strict", action="store_true", help="exit 1 if any row failed")
     s.add_argument("--quiet", action="store_true", help="no progress")
     s.set_defaults(fn=cmd_run)
-    s = _command(sub, "report", "Write report.html for a results directory or a tuning directory.")
+    s = _command(sub, "report", "Write report.html for a results directory or a tuning directory.",
+                 "Write report.html for a results directory or a tuning directory, in that directory or in --out. "
+                 "An identical page already there is left untouched; a published folder (under reports/results/) "
+                 "is written into only with --force.")
     s.add_argument("dir")
+    s.add_argument("--out", default=None, metavar="DIR", help="write the page (and a tuning report) here instead")
+    s.add_argument("--force", action="store_true", help="write into a published folder (reports/results/...)")
     s.set_defaults(fn=cmd_report)
     tune_cmd.add_parser(sub)
     s = _command(sub, "bench-gemm", "Benchmark the lab's GEMM choices beside dlight and cuBLAS.",
@@ -374,8 +382,21 @@ def _stdout_closed():
     os.close(devnull)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be: a command stops the same way
+    (its workers ended, what it finished written) and exits with 143."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None):
     args = make_parser().parse_args(argv)
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread: SIGTERM keeps its own handling
+        previous = None
     try:
         code = args.fn(args) or 0
         sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
@@ -387,10 +408,14 @@ def main(argv=None):
         print(f"schedlab: error: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
               file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("schedlab: interrupted; the files written so far are marked incomplete where they are results",
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated); the message says what was kept
+        what = "terminated" if isinstance(e, Terminated) else "interrupted"
+        print(f"schedlab: {what}; {str(e) or 'the files written so far are marked incomplete where they are results'}",
               file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -123,10 +123,10 @@ def cmd_tune(args):
     ensure_out_dir(args.db, "--db")
     message = (f"schedlab tune: interrupted; every finished trial is in {args.db}/trials.jsonl: the same "
                "command resumes")
-    # Ctrl-C stops the search between batches (a half-measured batch is dropped): a KeyboardInterrupt
-    # raised inside MetaSchedule's C++ callbacks would surface as an unrelated RuntimeError
+    # Ctrl-C (and SIGTERM) stops the search between batches (a half-measured batch is dropped): a
+    # KeyboardInterrupt raised inside MetaSchedule's C++ callbacks would surface as an unrelated RuntimeError
     INTERRUPTED.clear()
-    previous = signal.signal(signal.SIGINT, lambda *_: INTERRUPTED.set())
+    previous = {sig: signal.signal(sig, lambda *_: INTERRUPTED.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with DirectoryLock(args.db):
             code = _tune(args)
@@ -134,7 +134,8 @@ def cmd_tune(args):
         code = None
         INTERRUPTED.set()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if INTERRUPTED.is_set():
         print(message, file=sys.stderr)
         return 130

@@ -62,13 +62,22 @@ def test_fp16_plan_leaves_out_the_fp32_only_steps_and_names_them():
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
-def test_run_without_gpu_builds_everything_and_invents_nothing(tmp_path, capsys):
-    out = tmp_path / "run"
+def test_run_without_gpu_builds_everything_and_invents_nothing(tmp_path, capsys, monkeypatch):
+    """Also: a relative --out from another folder (the workers run in the lab's) holds the IR that
+    results.json names, and a complete run replaces an earlier run's files, leaving none of them
+    (its page, a cut-short run's partial folder) beside results they were not made from."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "rel" / "run"
+    (out / "partial").mkdir(parents=True)
+    (out / "partial" / "results.json").write_text('{"meta": {"complete": false}, "rows": []}')
+    (out / "report.html").write_text("<p>an earlier run's page</p>")
     assert main(["run", "--workload", "gemm:96x80x40", "--workload", "gemv:33x17", "--schedules",
                  "shared_cache_gemm,thread_tiling_gemm,warp_gemv", "--baselines", "numpy_cpu,cublas",
-                 "--out", str(out), "--quiet", "--strict", "--no-report"]) == 0
+                 "--out", os.path.join("rel", "run"), "--quiet", "--strict", "--no-report"]) == 0
+    assert sorted(os.listdir(out)) == ["ir", "results.csv", "results.json", "table.md"]
     res = json.loads((out / "results.json").read_text())
     assert res["meta"]["complete"] is True
+    assert all(path.startswith(str(out / "ir") + os.sep) for r in res["rows"] for path in r.get("files", {}).values())
     rows = {(r["workload"], r["name"]): r for r in res["rows"]}
     for key in [("gemm:96x80x40", "shared_cache_gemm"), ("gemm:96x80x40", "thread_tiling_gemm"),
                 ("gemv:33x17", "warp_gemv")]:
