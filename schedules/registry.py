@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ LADDERS = {
 }
 LADDER_OF_KIND = {"gemm": "gemm", "gemv": "gemv", "gemv_t": "gemv"}
 PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+INT32_MAX = 2**31 - 1  # the largest index a kernel's int32 indices reach
 TOLERANCE = {"float32": 1e-5, "float16": 1e-4, "bfloat16": 1e-4}  # 16-bit inputs: exact products, fp32 sums
 
 
@@ -186,6 +188,11 @@ class ScheduleSpec:
         the caller has it already."""
         cfg = cfg if cfg is not None else self.config()
         self._check_config(workload, cfg)
+        for shape, _ in workload.arg_shapes():  # the kernels index with int32 (TVM's default index type)
+            if math.prod(shape) > INT32_MAX:
+                raise ScheduleParamError(
+                    f"{workload}: a buffer of {'x'.join(map(str, shape))} = {math.prod(shape)} elements exceeds "
+                    f"the int32 index space of the lab's kernels (at most {INT32_MAX})")
         res = resolved if resolved is not None else self.resolve(workload, cfg)
         if res.step is not self:  # a best_* step: its choice must run the workload, at these limits
             res.step.validate(workload, res.step_config)

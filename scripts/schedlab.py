@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from importlib import metadata
 
@@ -24,7 +25,8 @@ from scripts import tune_cmd  # noqa: E402  (after the path above)
 STAGES = ("scheduled", "lowered", "cuda", "ptx")
 DEFAULT_SHAPES = {"gemm": "1024x512x2048", "gemv": "16384x128", "gemv_t": "16384x4096"}
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 DESCRIPTION = ("The schedlab command: list the steps, show a step's IR at any stage, diff two steps, run the lab, "
                "benchmark, sweep, tune, write report pages and compare two runs.")
 EPILOG = "Run `schedlab COMMAND --help` for a command's options."
@@ -55,26 +57,48 @@ def _version() -> str:
     return f"schedlab {version('tvm-schedlab')} (apache-tvm {version('apache-tvm')}, apache-tvm-ffi {version('apache-tvm-ffi')})"
 
 
-def cmd_list(args):
-    from schedules import all_schedules  # heavy (TVM): a command's module
-    from schedules.registry import LADDERS
+STEPS_FILE = os.path.join(ROOT, "schedules", "data", "steps.json")
 
+
+def step_record(s) -> dict:
+    """A step as ``schedlab list --json`` prints it (and schedules/data/steps.json holds it)."""
+    return {"ladder": s.ladder, "step": s.step, "label": s.label, "name": s.name, "kind": s.kind,
+            "aliases": list(s.aliases), "tags": list(s.tags), "summary": s.summary, "dtypes": list(s.input_dtypes),
+            "layouts": list(s.layouts), "batched": s.batched}
+
+
+def registry_steps() -> list[dict]:
+    """Every registered step, in ladder order, as :func:`step_record`s (imports the registry: TVM)."""
+    from schedules import all_schedules  # heavy (TVM): a command's module
+
+    return [step_record(s) for s in all_schedules()]
+
+
+def list_steps() -> list[dict]:
+    """What ``schedlab list`` prints: schedules/data/steps.json, the registry's steps written out by
+    ``python -m scripts.update_readme_table`` (tests/test_readme.py fails when it differs from the
+    registry), so that listing the steps loads no TVM; the registry itself where that file is missing
+    or unreadable."""
+    try:
+        with open(STEPS_FILE, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return registry_steps()
+
+
+def cmd_list(args):
+    steps = [s for s in list_steps() if args.kind in (None, s["kind"])]
     if args.json:
-        print(json.dumps([{"ladder": s.ladder, "step": s.step, "label": s.label, "name": s.name, "kind": s.kind,
-                           "aliases": list(s.aliases), "tags": list(s.tags), "summary": s.summary,
-                           "dtypes": list(s.input_dtypes), "layouts": list(s.layouts), "batched": s.batched}
-                          for s in all_schedules() if args.kind in (None, s.kind)], indent=1))
+        print(json.dumps(steps, indent=1))
         return
-    for ladder in LADDERS:
-        specs = [s for s in all_schedules(ladder=ladder) if args.kind in (None, s.kind)]
-        if not specs:
-            continue
-        width = max(len(s.name) for s in specs)
+    for ladder in dict.fromkeys(s["ladder"] for s in steps):  # the ladders in order, each with a step of the kind
+        specs = [s for s in steps if s["ladder"] == ladder]
+        width = max(len(s["name"]) for s in specs)
         print(f"{ladder.upper()} ladder")
         for s in specs:
-            alias = f" (also {', '.join(s.aliases)})" if s.aliases else ""
-            kind = "" if s.kind == ladder else f"[{s.kind}] "
-            print(f"  {s.label:>8}  {s.name:<{width}}  {kind}{s.summary}{alias}")
+            alias = f" (also {', '.join(s['aliases'])})" if s["aliases"] else ""
+            kind = "" if s["kind"] == ladder else f"[{s['kind']}] "
+            print(f"  {s['label']:>8}  {s['name']:<{width}}  {kind}{s['summary']}{alias}")
         print()
 
 
@@ -196,7 +220,8 @@ def cmd_run(args):
 def cmd_report(args):
     from reports.views.page import report  # heavy (TVM, pandas): a command's module
 
-    print(report(args.dir))
+    path, written = report(args.dir, out=args.out, force=args.force)
+    print(path if written else f"{path} (unchanged: the same page was there)")
 
 
 def cmd_compare(args):
@@ -317,8 +342,13 @@ def make_parser():
     s.add_argument("--strict", action="store_true", help="exit 1 if any row failed")
     s.add_argument("--quiet", action="store_true", help="no progress")
     s.set_defaults(fn=cmd_run)
-    s = _command(sub, "report", "Write report.html for a results directory or a tuning directory.")
+    s = _command(sub, "report", "Write report.html for a results directory or a tuning directory.",
+                 "Write report.html for a results directory or a tuning directory, in that directory or in --out. "
+                 "An identical page already there is left untouched; a published folder (under reports/results/) "
+                 "is written into only with --force.")
     s.add_argument("dir")
+    s.add_argument("--out", default=None, metavar="DIR", help="write the page (and a tuning report) here instead")
+    s.add_argument("--force", action="store_true", help="write into a published folder (reports/results/...)")
     s.set_defaults(fn=cmd_report)
     s = _command(sub, "compare", "Compare two results folders row by row (two GPUs, two commits, two settings).",
                  "Two results folders of the same kind joined on each row's id: per row the ratio of B's throughput "
@@ -390,8 +420,21 @@ def _stdout_closed():
     os.close(devnull)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be: a command stops the same way
+    (its workers ended, what it finished written) and exits with 143."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None):
     args = make_parser().parse_args(argv)
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread: SIGTERM keeps its own handling
+        previous = None
     try:
         code = args.fn(args) or 0
         sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
@@ -403,10 +446,14 @@ def main(argv=None):
         print(f"schedlab: error: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
               file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("schedlab: interrupted; the files written so far are marked incomplete where they are results",
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (Terminated); the message says what was kept
+        what = "terminated" if isinstance(e, Terminated) else "interrupted"
+        print(f"schedlab: {what}; {str(e) or 'the files written so far are marked incomplete where they are results'}",
               file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -20,19 +20,16 @@ import os
 import signal
 import sys
 
+from tuning.names import COST_MODELS, SPACE_NAMES, STRATEGIES  # names only: no TVM before a command runs
+
 COMPARISONS = ("default", "random", "dlight")
 
 
 def add_parser(subparsers):
-    # heavy (TVM, MetaSchedule): the choices of --space, --strategy and --cost-model
-    from tuning.cost_models import COST_MODELS
-    from tuning.spaces import SPACES
-    from tuning.tuner import STRATEGIES
-
     s = subparsers.add_parser("tune", help="Tune a schedule space with MetaSchedule, resumably, locally or over RPC.",
                               description=__doc__.split("\n\n")[0].replace("``", ""))
     s.add_argument("--workload", default="gemm:1024x512x2048", help="gemm:MxNxK (default %(default)s)")
-    s.add_argument("--space", default="fast", choices=sorted(SPACES), help="search space (default %(default)s)")
+    s.add_argument("--space", default="fast", choices=sorted(SPACE_NAMES), help="search space (default %(default)s)")
     s.add_argument("--strategy", choices=STRATEGIES, default=None,
                    help="exhaustive | random | evolutionary (default: exhaustive for classic, else evolutionary)")
     s.add_argument("--cost-model", default="ridge", choices=COST_MODELS,
@@ -126,10 +123,10 @@ def cmd_tune(args):
     ensure_out_dir(args.db, "--db")
     message = (f"schedlab tune: interrupted; every finished trial is in {args.db}/trials.jsonl: the same "
                "command resumes")
-    # Ctrl-C stops the search between batches (a half-measured batch is dropped): a KeyboardInterrupt
-    # raised inside MetaSchedule's C++ callbacks would surface as an unrelated RuntimeError
+    # Ctrl-C (and SIGTERM) stops the search between batches (a half-measured batch is dropped): a
+    # KeyboardInterrupt raised inside MetaSchedule's C++ callbacks would surface as an unrelated RuntimeError
     INTERRUPTED.clear()
-    previous = signal.signal(signal.SIGINT, lambda *_: INTERRUPTED.set())
+    previous = {sig: signal.signal(sig, lambda *_: INTERRUPTED.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with DirectoryLock(args.db):
             code = _tune(args)
@@ -137,7 +134,8 @@ def cmd_tune(args):
         code = None
         INTERRUPTED.set()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if INTERRUPTED.is_set():
         print(message, file=sys.stderr)
         return 130

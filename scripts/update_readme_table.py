@@ -1,22 +1,26 @@
-"""Rewrite the README's ladder table and docs/steps.md's step list from the registry.
+"""Rewrite the README's ladder table, docs/steps.md's step list and schedules/data/steps.json from the registry.
 
-    python -m scripts.update_readme_table            # rewrite the generated blocks
-    python -m scripts.update_readme_table --check    # exit 1 (and say where) if a block differs from the registry
+    python -m scripts.update_readme_table            # rewrite the generated blocks and files
+    python -m scripts.update_readme_table --check    # exit 1 (and say where) if one differs from the registry
 
 Each block lies between two marker comments; only what is between them is rewritten. The table is
 :func:`schedules.registry.ladder_table_markdown`, the list :func:`schedules.registry.ladder_steps_markdown`;
-``tests/test_readme.py`` fails when either is out of date.
+steps.json is every step as ``schedlab list --json`` prints it (what ``schedlab list`` reads, so that it
+loads no TVM). ``tests/test_readme.py`` fails when any of them is out of date.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a file: python scripts/update_readme_table.py
     sys.path.insert(0, str(ROOT))
+
+from scripts.schedlab import STEPS_FILE, registry_steps  # noqa: E402  (after the path above; no TVM until called)
 
 README_BEGIN = "<!-- ladder table: generated from the registry (schedules.registry.ladder_table_markdown) -->"
 README_END = "<!-- end ladder table -->"
@@ -31,6 +35,11 @@ def blocks():
 
     return [(ROOT / "README.md", README_BEGIN, README_END, ladder_table_markdown()),
             (ROOT / "docs" / "steps.md", STEPS_BEGIN, STEPS_END, ladder_steps_markdown())]
+
+
+def files():
+    """(file, generated text) for every file generated whole: the step list ``schedlab list`` reads."""
+    return [(Path(STEPS_FILE), json.dumps(registry_steps(), indent=1) + "\n")]
 
 
 def split(text: str, begin: str, end: str, where: str) -> tuple[str, str, str]:
@@ -60,6 +69,12 @@ def main(argv=None) -> int:
         stale.append(str(path.relative_to(ROOT)))
         if not args.check:
             path.write_text(head + generated + tail, encoding="utf-8")
+    for path, generated in files():
+        if path.is_file() and path.read_text(encoding="utf-8") == generated:
+            continue
+        stale.append(str(path.relative_to(ROOT)))
+        if not args.check:
+            path.write_text(generated, encoding="utf-8")
     if args.check and stale:
         print(f"out of date with the registry: {', '.join(stale)} (python -m scripts.update_readme_table)",
               file=sys.stderr)

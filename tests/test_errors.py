@@ -48,6 +48,13 @@ def test_grid_limit_of_the_naive_step():
         get("naive_gemm").validate(parse_workload("gemm:70000x2x2"))
 
 
+def test_a_kernel_whose_indices_pass_int32_is_refused_in_one_line(capsys):
+    """Every buffer fits int32 indices but the padded tiles do not: TVM's int32 check, in one line."""
+    assert main(["show", "warp_tiled_gemm", "--shape", "46340x46340x8", "--stage", "lowered"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "index space exceeds int32" in err and len(err.splitlines()) == 1 and "Check failed" not in err, err
+
+
 @pytest.mark.parametrize("argv, word", [
     (["show", "nope"], "unknown schedule 'nope'"),
     (["show", "naive_gemm", "--stage", "sass"], "--stage 'sass'"),
@@ -59,6 +66,7 @@ def test_grid_limit_of_the_naive_step():
     (["show", "tensor_core_gemm", "--param", "intrinsics=tf32"], "intrinsics must be 'wmma' or 'mma'"),
     (["run", "--workload", "gemm:1x2", "--out", "/tmp/never"], "malformed"),
     (["run", "--schedules", "v99", "--out", "/tmp/never"], "unknown schedule"),
+    (["show", "warp_tiled_gemm", "--shape", "65536x65536x8"], "65536x65536 = 4294967296 elements exceeds the int32 index"),
 ])
 def test_cli_errors_are_one_line(argv, word, capsys):
     assert main(argv) == 2

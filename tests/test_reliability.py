@@ -120,45 +120,137 @@ def test_a_corrupt_or_empty_results_directory_for_report(tmp_path, capsys):
     assert not (tmp_path / "report.html").exists()  # no partial page left behind
 
 
-@pytest.mark.skipif(HAS_GPU, reason="times the no-GPU build phase")
-def test_ctrl_c_during_a_run_leaves_a_readable_partial_result_and_no_processes(tmp_path):
+# a run whose kernels build one at a time (one worker): the first is built seconds before the last
+RUN = ["-m", "scripts.schedlab", "run", "--workload", "gemm:96x80x40", "--schedules",
+       "naive_gemm,thread_1d_gemm,thread_2d_gemm,shared_cache_gemm,block_tiling_gemm", "--baselines", "numpy_cpu",
+       "--workers", "1"]
+FIRST_BUILT = "naive_gemm on gemm:96x80x40: built"  # the progress line of the first kernel built
+EARLIER = {"results.json": json.dumps({"meta": {"complete": True, "kind": "run"}, "rows": [
+    {"workload": "gemm:8x8x8", "name": "naive_gemm", "status": "no-gpu"}]}), "table.md": "the earlier table\n",
+    "report.html": "<p>the earlier page</p>\n", "ir/gemm_8x8x8/naive_gemm.cu": "// the earlier IR\n"}
+
+
+def _files(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _descendants(pid: int) -> list:
     import psutil
 
-    out = tmp_path / "run"
-    names = "naive_gemm,thread_1d_gemm,thread_2d_gemm,shared_cache_gemm,register_cache_gemm,block_tiling_gemm," \
-            "thread_tiling_gemm,double_buffer_gemm,warp_tiled_gemm,split_k_gemm"
-    proc = subprocess.Popen([sys.executable, "-m", "scripts.schedlab", "run", "--workload", "gemm:96x80x40",
-                             "--schedules", names, "--baselines", "numpy_cpu", "--out", str(out), "--quiet",
-                             "--workers", "1"], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            # Ctrl-C's default disposition, as a terminal gives it, whatever the test runner's
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
 
-    def building():
-        # the run's build worker (reports.engine.isolate) compiling a kernel (nvcc or ptxas under it): the
-        # run is then waiting on its worker. Not any short-lived child of an import (a compiler probe),
-        # which can come first, so that Ctrl-C would land before the run has begun
-        try:
-            kids = psutil.Process(proc.pid).children(recursive=True)
-            lines = [" ".join(c.cmdline()) for c in kids]
-        except psutil.Error:
-            return False
-        return any("reports.engine.isolate" in x for x in lines) and any("nvcc" in x or "ptxas" in x for x in lines)
 
-    deadline, started = time.time() + 60, False
-    while time.time() < deadline and not started:
-        started = building()
-        time.sleep(0.1)
-    children = psutil.Process(proc.pid).children(recursive=True)
-    assert started, "no worker process started"
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr[-2000:]
-    assert "Traceback" not in stderr and "interrupted" in stderr
-    res = json.loads((out / "results.json").read_text())
-    assert res["meta"]["complete"] is False
+def _left_running(processes) -> list:
+    import psutil
+
     time.sleep(0.5)
-    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    return [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _kept_rows(partial) -> dict:
+    """The interrupted run's rows by name: its partial result, marked incomplete, with the first kernel
+    built (no GPU: built, not timed) and its IR files where results.json says they are."""
+    res = json.loads((partial / "results.json").read_text())
+    assert res["meta"]["complete"] is False
+    rows = {r["name"]: r for r in res["rows"]}
+    first = rows["naive_gemm"]
+    assert first["status"] == "no-gpu" and first["registers"] > 0
+    for path in first["files"].values():
+        assert os.path.isfile(path) and path.startswith(str(partial) + os.sep), path
+    assert len(rows) < 5  # cut short: not every kernel was built
+    return rows
+
+
+@pytest.mark.skipif(HAS_GPU, reason="interrupts the no-GPU build phase")
+def test_ctrl_c_in_a_terminal_mid_build_keeps_the_built_rows_and_the_earlier_result(tmp_path):
+    """Ctrl-C typed in a terminal (a pty: SIGINT to the foreground process group) while kernels are
+    being built over an earlier complete result: the earlier files are untouched, the rows of the
+    kernels built so far are kept in OUT/partial, and no process is left."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    out = tmp_path / "run"
+    for name, text in EARLIER.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    before = _files(out)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command, on the terminal
+        os.chdir(ROOT)
+        os.execve(sys.executable, [sys.executable, *RUN, "--out", str(out)], _env())
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
+    screen, deadline, children, status = b"", time.time() + 120, [], None
+
+    def read(seconds):
+        nonlocal screen
+        ready, _, _ = select.select([fd], [], [], seconds)
+        if ready:
+            try:
+                screen += os.read(fd, 65536)
+            except OSError:  # the terminal closed: the command ended
+                return False
+        return True
+
+    try:
+        while FIRST_BUILT.encode() not in screen and time.time() < deadline and read(0.2):
+            pass
+        assert FIRST_BUILT.encode() in screen, screen.decode(errors="replace")[-2000:]
+        children = _descendants(pid)
+        os.write(fd, b"\x03")  # Ctrl-C
+        while time.time() < deadline and read(1):
+            pass
+        _, status = os.waitpid(pid, 0)
+    finally:
+        if status is None:  # the test failed before the command ended
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    text = screen.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 130, text[-2000:]
+    after = _files(out)
+    assert {k: v for k, v in after.items() if not k.startswith("partial/")} == before  # the earlier result as it was
+    _kept_rows(out / "partial")
+    assert not _left_running(children)
+    assert "Traceback" not in text and "schedlab: interrupted; " in text and "partial" in text
+    assert "the complete results of an earlier run" in text
+
+
+@pytest.mark.skipif(HAS_GPU, reason="interrupts the no-GPU build phase")
+def test_sigterm_mid_build_from_another_folder(tmp_path):
+    """SIGTERM while kernels are being built, the run started in another folder with a relative
+    --out: the IR is under that folder (not the lab's), the built rows are kept with their IR paths,
+    the command exits 143, and no worker outlives it."""
+    import threading
+
+    proc = subprocess.Popen([sys.executable, *RUN, "--out", "rel/out"], cwd=tmp_path, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and not any(FIRST_BUILT in x for x in lines):
+        time.sleep(0.1)
+    children = _descendants(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(10)
+    err = "".join(lines)
+    assert any(FIRST_BUILT in x for x in lines), err[-2000:]
+    assert not _left_running(children)
+    assert not os.path.exists(os.path.join(ROOT, "rel"))  # nothing under the lab's own folder
+    _kept_rows(tmp_path / "rel" / "out" / "partial")
+    assert proc.returncode == 143, err[-2000:]
+    assert "Traceback" not in err and "schedlab: terminated; " in err
 
 
 def test_ctrl_c_during_tuning_then_resume(tmp_path):

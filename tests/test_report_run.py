@@ -26,6 +26,29 @@ def test_a_run_ends_with_its_report_page(run_report):
     assert doc.count('class="sched"') >= len(STEPS) or doc.count("sched-") >= len(STEPS)
 
 
+def test_report_leaves_a_page_as_it_was_and_a_published_folder_alone(run_report, tmp_path, monkeypatch, capsys):
+    """``schedlab report DIR``: the page a run wrote is left untouched when it would be the same; a
+    published folder is written into only with --force (else --out writes the page elsewhere)."""
+    from reports.views import page as page_module
+    from scripts.schedlab import main
+
+    _, page = run_report
+    folder, before, stamp = page.parent, page.read_bytes(), page.stat().st_mtime_ns
+    assert main(["report", str(folder)]) == 0
+    assert "unchanged" in capsys.readouterr().out and page.stat().st_mtime_ns == stamp
+    monkeypatch.setattr(page_module, "PUBLISHED", str(folder))  # as if it were reports/results/
+    page.write_bytes(b"<p>the published page</p>")
+    assert main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "is a published results folder" in err and len(err.strip().splitlines()) == 1
+    assert page.read_bytes() == b"<p>the published page</p>"
+    copy = tmp_path / "copy"
+    assert main(["report", str(folder), "--out", str(copy)]) == 0
+    assert (copy / "report.html").read_bytes() == before and page.read_bytes() == b"<p>the published page</p>"
+    assert main(["report", str(folder), "--force"]) == 0
+    assert page.read_bytes() == before
+
+
 def test_the_report_of_a_run_in_the_browser(browser, run_report):  # noqa: F811
     from playwright.sync_api import expect
 

@@ -66,6 +66,42 @@ def test_fp16_plan_leaves_out_the_fp32_only_steps_and_names_them():
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
+def test_run_without_gpu_builds_everything_and_invents_nothing(tmp_path, capsys, monkeypatch):
+    """Also: a relative --out from another folder (the workers run in the lab's) holds the IR that
+    results.json names, and a complete run replaces an earlier run's files, leaving none of them
+    (its page, a cut-short run's partial folder) beside results they were not made from."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "rel" / "run"
+    (out / "partial").mkdir(parents=True)
+    (out / "partial" / "results.json").write_text('{"meta": {"complete": false}, "rows": []}')
+    (out / "report.html").write_text("<p>an earlier run's page</p>")
+    assert main(["run", "--workload", "gemm:96x80x40", "--workload", "gemv:33x17", "--schedules",
+                 "shared_cache_gemm,thread_tiling_gemm,warp_gemv", "--baselines", "numpy_cpu,cublas",
+                 "--out", os.path.join("rel", "run"), "--quiet", "--strict", "--no-report"]) == 0
+    assert sorted(os.listdir(out)) == ["ir", "results.csv", "results.json", "table.md"]
+    res = json.loads((out / "results.json").read_text())
+    assert res["meta"]["complete"] is True
+    # the IR under the run's folder, named relative to it
+    assert all(path.startswith("ir" + os.sep) for r in res["rows"] for path in r.get("files", {}).values())
+    rows = {(r["workload"], r["name"]): r for r in res["rows"]}
+    for key in [("gemm:96x80x40", "shared_cache_gemm"), ("gemm:96x80x40", "thread_tiling_gemm"),
+                ("gemv:33x17", "warp_gemv")]:
+        r = rows[key]
+        assert r["status"] == "no-gpu" and "time_ms" not in r and "tflops" not in r
+        assert r["registers"] > 0 and r["spill_bytes"] == 0
+        for stage in ("scheduled", "lowered", "cuda", "ptx", "ptxas"):
+            assert os.path.getsize(out / r["files"][stage]) > 0
+    assert rows[("gemm:96x80x40", "shared_cache_gemm")]["ladder"] == "gemm 4"
+    assert rows[("gemm:96x80x40", "numpy_cpu")]["status"] == "ok"
+    assert rows[("gemm:96x80x40", "numpy_cpu")]["rel_error"] < 1e-5
+    assert ("gemm:96x80x40", "cublas") not in rows  # no GPU: no cuBLAS row rather than an invented one
+    table = (out / "table.md").read_text()
+    assert "no GPU" in table and "shared_cache_gemm" in table and "| gemm 4 " in table
+    assert (out / "results.csv").read_text().count("\n") == len(res["rows"]) + 1
+    assert "no GPU" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
 def test_gemv_benchmark_without_gpu_builds_and_times_nothing(tmp_path):
     assert main(["bench-gemv", "--workload", "gemv:64x64", "--out", str(tmp_path), "--quiet"]) == 0
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]

@@ -247,6 +247,25 @@ def test_help_texts_are_whole_sentences(capsys):
         assert line in out
 
 
+def test_help_list_and_argument_errors_load_no_tvm():
+    """``schedlab --help``, ``list`` and a refused argument answer without importing TVM (which
+    imports torch: 3.5-4 s before anything is printed), pandas or NumPy."""
+    code = ("import sys\n"
+            "from scripts.schedlab import main\n"
+            "for argv in (['--help'], ['tune', '--help'], ['list'], ['list', '--json', '--kind', 'gemv'],\n"
+            "             ['run', '--workers', 'x'], ['tune', '--space', 'nope'], ['nope']):\n"
+            "    try:\n"
+            "        main(argv)\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "print(sorted(m for m in ('tvm', 'tvm_ffi', 'torch', 'pandas', 'numpy') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "GEMM ladder" in done.stdout and "invalid choice: 'nope'" in done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
+
+
 def test_the_report_page_static_files_are_package_data():
     import tomllib
 
@@ -268,11 +287,13 @@ def test_list_as_json_is_the_registry():
     import json
 
     from schedules import all_schedules
+    from scripts.schedlab import registry_steps
 
     proc = _schedlab("list", "--json", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     steps = json.loads(out)
     assert [(s["label"], s["name"]) for s in steps] == [(s.label, s.name) for s in all_schedules()]
+    assert steps == registry_steps()  # every field, as the registry has it
     best = next(s for s in steps if s["name"] == "best_fp16_gemm")
     assert best["dtypes"] == ["float16", "bfloat16"] and best["batched"] and "nt" in best["layouts"]

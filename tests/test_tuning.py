@@ -69,6 +69,14 @@ def test_tiled_space_reuses_the_register_tiled_steps():
     assert names == {"A_shared", "B_shared", "C_local"}
 
 
+def test_the_option_names_are_the_tuners():
+    """The command line offers tuning.names without importing the tuner: the same names it defines."""
+    from tuning import cost_models, names, spaces, tuner
+
+    assert tuple(spaces.SPACES) == names.SPACE_NAMES
+    assert tuner.STRATEGIES == names.STRATEGIES and cost_models.COST_MODELS == names.COST_MODELS
+
+
 def test_repair_drops_a_cut_short_line(tmp_path):
     from tuning import records as R
 

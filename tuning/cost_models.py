@@ -14,7 +14,7 @@ import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
-COST_MODELS = ("ridge", "random", "xgb", "mlp")
+from .names import COST_MODELS
 
 
 @derived_object

@@ -42,10 +42,10 @@ from .cuda_compile import cuda_target, setup_cuda_env
 from .measure import (make_parallel_builder, checked_evaluator_local, checked_evaluator_rpc, cold_evaluator_local,
                       cold_evaluator_rpc, classify_error, verify_evaluator_local, verify_evaluator_rpc, FULL_TOLERANCE,
                       TIMERS)
+from .names import STRATEGIES
 from .spaces import enumerate_decisions, get_space, knob_values, sample_insts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STRATEGIES = ("exhaustive", "random", "evolutionary")
 # set by ``schedlab tune``'s Ctrl-C handler: the search stops before its next batch, and a batch that
 # was being measured is not recorded (its build or run processes may have been killed with it)
 INTERRUPTED = threading.Event()

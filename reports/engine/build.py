@@ -18,7 +18,7 @@ import tvm_ffi
 # the target and the compiler are shared with the tuner's build processes (one definition each)
 from tuning.cuda_compile import (DEFAULT_ARCH, compile_to_cubin, cuda_available,  # noqa: F401
                                  cuda_target, device_arch, setup_cuda_env)
-from schedules import get, parse_workload
+from schedules import ScheduleParamError, get, parse_workload
 from schedules.common import GpuSpec, pass_config_of
 
 
@@ -140,8 +140,15 @@ def build(sch, target: tvm.target.Target | None = None, pass_config: dict | None
     _HOOK.arch = str(target.arch)
     _HOOK.last = None
     capture = _CaptureLowered()
-    with tvm.transform.PassContext(opt_level=3, config=dict(pass_config or {}), instruments=[capture]), target:
-        ex = tvm.compile(mod, target=target)
+    try:
+        with tvm.transform.PassContext(opt_level=3, config=dict(pass_config or {}), instruments=[capture]), target:
+            ex = tvm.compile(mod, target=target)
+    except Exception as e:  # noqa: BLE001 - TVM's int32 literal check: a kernel too large for int32 indices
+        literal = re.search(r"Literal value (-?\d+) exceeds range of int32", str(e))
+        if literal is None:
+            raise
+        raise ScheduleParamError(f"the kernel's index space exceeds int32 (an extent or index of {literal.group(1)}, "
+                                 f"over {2**31 - 1}); the lab's kernels index with int32") from None
     device = _HOOK.last
     if device is None:  # no driver: TVM kept the source; compile it ourselves
         source = ex.mod.imports[0].inspect_source()

@@ -260,26 +260,54 @@ def run_jobs(jobs: list[dict], *, gpu: bool | None = None, out_dir: str | None =
              timeout: float = 300.0, on_row=None, on_build=None, write_ir_files: bool = True) -> list[dict]:
     """Build, check and time ``jobs`` (see the module's docstring). ``on_row(row)`` is called with
     each job's final row as it is measured (in job order), ``on_build(row)`` with each build's row
-    as it finishes. Returns the rows in job order."""
+    as it finishes. Returns the rows in job order. Interrupted (Ctrl-C), it first calls ``on_row``
+    for each kernel built but not measured (status ``built``; ``no-gpu`` without a GPU), so that
+    what was built is kept, then lets the interrupt go on."""
     gpu = cuda_available() if gpu is None else gpu
     arch = device_arch()
     jobs = [dict(j, id=j.get("id") or job_id(j), arch=j.get("arch") or arch) for j in jobs]
     lib_dir = tempfile.mkdtemp(prefix="schedlab-libs-") if gpu else None
     for n, job in enumerate(jobs):
         if job["name"] not in LIBRARY:
-            if out_dir and write_ir_files:
-                job["ir_dir"] = ir_dir(out_dir, job["workload"])
+            if out_dir and write_ir_files:  # absolute: the workers run in the lab's folder, not the caller's
+                job["ir_dir"] = ir_dir(os.path.abspath(out_dir), job["workload"])
             if gpu:
                 job["lib"] = os.path.join(lib_dir, f"k{n}.so")
-    to_build = [j for j in jobs if j["name"] not in LIBRARY]
     built: dict[str, dict] = {}
+    reported: set[str] = set()
+
+    def report(row):
+        reported.add(row["id"])
+        if on_row is not None:
+            on_row(row)
+
+    try:
+        return _run_jobs(jobs, gpu, workers, timeout, built, report, on_build, out_dir)
+    except KeyboardInterrupt:
+        for job in jobs:
+            b = built.get(job["id"], {})
+            if job["id"] not in reported and b.get("status") == "built":
+                report(_final(job, b, {"status": "no-gpu"}) if not gpu else dict(_final(job, b, {}), status="built"))
+        raise
+    finally:
+        if lib_dir:
+            shutil.rmtree(lib_dir, ignore_errors=True)
+
+
+def _run_jobs(jobs, gpu, workers, timeout, built, on_row, on_build, out_dir) -> list[dict]:
+    to_build = [j for j in jobs if j["name"] not in LIBRARY]
     if to_build:
         workers = workers or max(1, min(len(to_build), (os.cpu_count() or 2) - 1))
+
+        def done_building(index, row):
+            if out_dir and isinstance(row.get("files"), dict):  # the IR files, relative to the results folder
+                row["files"] = {k: os.path.relpath(v, os.path.abspath(out_dir)) for k, v in row["files"].items()}
+            built[to_build[index]["id"]] = row
+            if on_build is not None:
+                on_build(row)
+
         with Pool("reports.engine.harness:build_job", workers, timeout) as pool:
-            for job, row in zip(to_build, pool.map(to_build, on_row=(lambda i, r: on_build(r)) if on_build else None)):
-                if out_dir and isinstance(row.get("files"), dict):  # the IR files, relative to the results folder
-                    row["files"] = {k: os.path.relpath(v, out_dir) for k, v in row["files"].items()}
-                built[job["id"]] = row
+            pool.map(to_build, on_row=done_building)
     rows: list[dict] = []
     measurable = []
     for job in jobs:
@@ -292,24 +320,20 @@ def run_jobs(jobs: list[dict], *, gpu: bool | None = None, out_dir: str | None =
         else:
             measurable.append(job)
             rows.append(None)
-    if on_row is not None:
-        for r in rows:
-            if r is not None:
-                on_row(r)
+    for r in rows:
+        if r is not None:
+            on_row(r)
     if measurable:
         slots = [n for n, r in enumerate(rows) if r is None]
 
         def done(index, row):
             job = measurable[index]
             rows[slots[index]] = final = _final(job, built.get(job["id"], {}), row)
-            if on_row is not None:
-                on_row(final)
+            on_row(final)
 
         meas = [dict(j, tolerance=built.get(j["id"], {}).get("tolerance")) for j in measurable]
         with Pool("reports.engine.harness:measure_job", 1, timeout) as pool:
             pool.map(meas, on_row=done)
-    if lib_dir:
-        shutil.rmtree(lib_dir, ignore_errors=True)
     return rows
 
 

@@ -136,11 +136,13 @@ class Pool:
         self.workers = []
 
     def _start(self, n: int):
-        started = [_Worker(self.handler, self.env) for _ in range(n)]
+        started: list[_Worker] = []
         try:
+            for _ in range(n):
+                started.append(_Worker(self.handler, self.env))
             for w in started:
                 w.wait_ready(START_TIMEOUT)
-        except RuntimeError:
+        except BaseException:  # a worker that did not start, or an interrupt meanwhile: none is left running
             for w in started:
                 w.kill()
             raise

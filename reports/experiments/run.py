@@ -12,6 +12,7 @@ From a notebook::
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -24,7 +25,7 @@ from schedules.workloads import itemsize
 
 from ..engine import results as R
 from ..engine.build import cuda_available, device_arch, device_spec
-from ..engine.files import ensure_out_dir
+from ..engine.files import PARTIAL, ensure_out_dir, fresh_dir, replace_run_files
 from ..engine.harness import BASELINES, CPU_BASELINES, GPU_BASELINES, LIBRARY, run_jobs
 from ..engine.progress import Progress
 from ..engine.provenance import provenance
@@ -119,8 +120,11 @@ def _names(value):
 def run(workloads=DEFAULT_WORKLOADS, schedules=None, baselines=None, out_dir="out/run", timeout=300.0,
         params=None, progress=True, workers=None, report=True, gpu: bool | None = None) -> pd.DataFrame:
     """The main job. Returns the results DataFrame (``df.attrs``: provenance, ceilings, ``out_dir``)
-    after writing its files into ``out_dir``; a run cut short (Ctrl-C) leaves the rows it finished,
-    marked incomplete. ``gpu=False`` builds everything and times nothing even where there is a GPU."""
+    after writing its files into ``out_dir``. They are written in ``out_dir/partial`` as the run goes
+    and moved into ``out_dir`` together once it is complete; a run cut short (Ctrl-C) leaves the
+    rows it finished (and those of the kernels it built) in ``out_dir/partial``, marked incomplete,
+    and an earlier run's files in ``out_dir`` as they were. ``gpu=False`` builds everything and
+    times nothing even where there is a GPU."""
     workloads, schedules, baselines = (_names(x) for x in (workloads, schedules, baselines))
     if not workloads:
         raise ScheduleParamError("no workload given")
@@ -138,6 +142,8 @@ def run(workloads=DEFAULT_WORKLOADS, schedules=None, baselines=None, out_dir="ou
     jobs, left_out = plan(workloads, schedules, baselines, params, gpu)
     check_fits(workloads, gpu, host_copies=any(j["name"] in CPU_BASELINES for j in jobs))
     ensure_out_dir(out_dir)  # after every refusal: a refused run leaves no folder behind
+    given, out_dir = out_dir, os.path.abspath(out_dir)  # the workers run in the lab's folder, not the caller's
+    partial = fresh_dir(os.path.join(out_dir, PARTIAL))  # this run's files until it is complete
     spec = device_spec()
     for job in jobs:
         job["gpu"] = spec.__dict__
@@ -161,7 +167,7 @@ def run(workloads=DEFAULT_WORKLOADS, schedules=None, baselines=None, out_dir="ou
                 meta["provenance"]["gpu"] = row["gpu"]
         else:
             rows.append(row)
-            R.write_results(R.frame(rows, meta), out_dir)  # a run cut short still leaves what it measured
+            R.write_results(R.frame(rows, meta), partial)  # a run cut short still leaves what it measured
         if progress:
             if measures is None:
                 builds and builds.close()
@@ -171,17 +177,36 @@ def run(workloads=DEFAULT_WORKLOADS, schedules=None, baselines=None, out_dir="ou
             measures.update(f"{row['name']} on {row['workload']}: {detail}")
 
     try:
-        run_jobs(jobs, gpu=gpu, out_dir=out_dir, workers=workers, timeout=timeout, on_row=measured, on_build=built)
-    finally:
+        run_jobs(jobs, gpu=gpu, out_dir=partial, workers=workers, timeout=timeout, on_row=measured, on_build=built)
+        meta["complete"] = True
+        df = R.frame(rows, meta)
+        write_all(df, partial, report=report)  # the page reads each step's IR from partial/ir
+    except KeyboardInterrupt as stop:  # Ctrl-C (or SIGTERM in schedlab): the rows so far, beside OUT's files
         for bar in (builds, measures):
             if bar is not None:
                 bar.close()
         df = R.frame(rows, meta)
-        df.attrs["out_dir"] = out_dir
-        R.write_results(df, out_dir, table_md=markdown(df))
-    df.attrs["complete"] = True
-    write_all(df, out_dir, report=report)
+        R.write_results(df, partial, table_md=markdown(df))
+        raise type(stop)(_kept(len(rows), meta["complete"], os.path.join(given, PARTIAL), given)) from None
+    finally:
+        for bar in (builds, measures):
+            if bar is not None:
+                bar.close()
+    replace_run_files(partial, out_dir)  # all together, over any earlier run's
+    df.attrs["out_dir"] = out_dir
     return df
+
+
+def _kept(n: int, complete: bool, partial: str, out_dir: str) -> str:
+    """What an interrupted run says it kept, and where."""
+    try:
+        with open(os.path.join(out_dir, R.RESULTS_FILE)) as f:
+            earlier = json.load(f).get("meta", {}).get("complete") is True
+    except (OSError, ValueError, AttributeError):
+        earlier = False
+    kept = (f"{n} row{'s' if n != 1 else ''} (kernels built, checked or timed) in {partial}"
+            + ("" if complete else ", marked incomplete"))
+    return kept + (f"; the complete results of an earlier run in {out_dir} are as they were" if earlier else "")
 
 
 def write_all(df: pd.DataFrame, out_dir: str, report: bool = True, ir: bool = True) -> dict:

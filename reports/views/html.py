@@ -19,7 +19,7 @@ How the page stores its data
 * A Content-Security-Policy meta tag forbids every fetch (``default-src 'none'``; images only from
   ``data:``), so the page is guaranteed to work offline and to load nothing.
 
-Public API: :func:`write_page` and :func:`render_diff_text`.
+Public API: :func:`write_page`, :func:`render_page` and :func:`render_diff_text`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any
 
 from ..engine.files import atomic_write
 
-__all__ = ["write_page", "render_diff_text", "STAGES"]
+__all__ = ["write_page", "render_page", "render_diff_text", "STAGES"]
 
 STAGES = ("scheduled", "lowered", "cuda", "ptx")
 _CONTEXT = 3  # lines of context around each diff hunk
@@ -444,10 +444,15 @@ def _build(page: dict) -> str:
     )
 
 
+def render_page(page: dict) -> str:
+    """``page`` (see module doc) as one self-contained HTML document; the same page gives the same text."""
+    return _build(page)
+
+
 def write_page(page: dict, path: str) -> str:
     """Render ``page`` (see module doc) to one self-contained HTML file at ``path``, whole or not at
     all (reports.engine.files.atomic_write). Returns ``path``."""
-    doc = _build(page)
+    doc = render_page(page)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     atomic_write(path, doc)
     return path

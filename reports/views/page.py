@@ -3,7 +3,7 @@
 parameters, compiler resources and IR at every stage with a diff against the previous step of its
 ladder. ``schedlab run`` and ``schedlab tune`` write it at the end; ``schedlab report DIR`` writes it
 for any results directory, rebuilding the IR (no GPU needed) where the directory holds none (the
-published results keep only the figures)."""
+published results keep only the figures), and writes into a published folder only when told to."""
 
 from __future__ import annotations
 
@@ -17,13 +17,14 @@ from schedules.names import slug as _id_slug
 from tuning import records as Rec
 
 from ..engine import results as R
-from ..engine.files import OutputError
+from ..engine.files import OutputError, atomic_write, ensure_out_dir
 from ..engine.harness import build_kernel
 from ..engine.provenance import provenance, slug
-from .html import write_page
+from .html import render_page, write_page
 from .tables import knobs, ordered, params_text, time_cell
 from .tuning_report import harness_bests, load_runs, summarize, write_report
 
+PUBLISHED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")  # reports/results
 STAGE_FILES = {"scheduled": "scheduled", "lowered": "lowered", "cuda": "cuda", "ptx": "ptx"}
 
 
@@ -59,7 +60,7 @@ def _rebuild(row) -> dict:
     return {"scheduled": built.scheduled, "lowered": built.lowered, "cuda": built.device.cuda, "ptx": built.device.ptx}
 
 
-def _png(path):
+def _bytes(path):
     try:
         with open(path, "rb") as f:
             return f.read()
@@ -122,7 +123,7 @@ def run_page(df: pd.DataFrame, out_dir: str, rebuild: bool = True) -> dict:
         if left:
             notes.append(f"{wl_text}: left out (they do not take its input type, operand layout or batch): "
                          f"{', '.join(left)}.")
-    charts = [{"caption": cap, "png": _png(os.path.join(out_dir, f))} for f, cap in
+    charts = [{"caption": cap, "png": _bytes(os.path.join(out_dir, f))} for f, cap in
               (("time_per_step.png", "Time per step (log scale)"), ("roofline.png", "Roofline of the measured ceilings"))]
     return {"title": f"schedlab run · {prov.get('gpu')} · {prov.get('date')}", "provenance": prov, "notes": notes,
             "tables": tables, "charts": [c for c in charts if c["png"]], "schedules": schedules}
@@ -175,7 +176,7 @@ def tuning_page(db: str, workload: str, out_dir: str) -> dict:
                        "columns": ["run", "harness ms", "configuration", ""], "rows": rows,
                        "row_schedule": [None] * len(rows)})
     chart = os.path.join(out_dir, f"convergence_{slug(workload)}.png")
-    charts = [{"caption": "Convergence: best GFLOP/s so far against trials", "png": _png(chart)}]
+    charts = [{"caption": "Convergence: best GFLOP/s so far against trials", "png": _bytes(chart)}]
     return {"title": f"schedlab tune · {workload} · {prov.get('gpu')}", "provenance": prov, "notes": notes,
             "tables": tables, "charts": [c for c in charts if c["png"]], "schedules": []}
 
@@ -184,24 +185,45 @@ def write_tuning_page(db: str, workload: str, out_dir: str) -> str:
     return write_page(tuning_page(db, workload, out_dir), os.path.join(out_dir, "report.html"))
 
 
-def report(directory: str) -> str:
-    """``schedlab report DIR``: the page of a run's results directory or of a tuning directory.
-    Raises ResultsError (one line) for a directory with nothing to report or a corrupt file."""
+def published(directory: str) -> bool:
+    """Whether ``directory`` is a published results folder: one under the lab's ``reports/results/``
+    (committed, its figures and page those of the commit it names)."""
+    root, where = os.path.realpath(PUBLISHED), os.path.realpath(directory)
+    return where == root or where.startswith(root + os.sep)
+
+
+def report(directory: str, out: str | None = None, force: bool = False) -> tuple[str, bool]:
+    """``schedlab report DIR``: the page of a run's results directory or of a tuning directory, in
+    ``DIR`` (or in ``out``). ``(path, written)``: a page identical to the one already there is left
+    untouched (``written`` False); any other is replaced whole. A published folder (:func:`published`)
+    is not written into unless ``force``. Raises ResultsError (one line) for a directory with nothing
+    to report or a corrupt file, OutputError for a published destination without ``force``."""
     if not os.path.isdir(directory):
         raise R.ResultsError(f"{directory}: not a directory")
+    dest = out or directory
+    if published(dest) and not force:
+        raise OutputError(f"{dest} is a published results folder (under reports/results/): write the page "
+                          "elsewhere with --out DIR, or replace its files there with --force")
+    if out:
+        ensure_out_dir(out)
     if os.path.exists(os.path.join(directory, "trials.jsonl")):
         workloads = sorted({r["workload"] for r in Rec.trials(directory) if r.get("workload")})
         if not workloads:
             raise R.ResultsError(f"{directory}: its trials.jsonl holds no trials")
-        write_report(directory, workloads[0], directory)
-        return write_tuning_page(directory, workloads[0], directory)
-    df = R.load_results(directory)
-    try:
-        return write_run_report(df, directory)
-    except OutputError:
-        raise
-    except KeyError as e:
-        raise R.ResultsError(f"{directory}: results without the column {e}") from None
+        write_report(directory, workloads[0], dest)
+        page = tuning_page(directory, workloads[0], dest)
+    else:
+        df = R.load_results(directory)
+        try:
+            page = run_page(df, directory)
+        except KeyError as e:
+            raise R.ResultsError(f"{directory}: results without the column {e}") from None
+    path = os.path.join(dest, "report.html")
+    doc = render_page(page).encode()
+    if _bytes(path) == doc:  # the same bytes already there: untouched
+        return path, False
+    atomic_write(path, doc)
+    return path, True
 
 
 def _summary(name):
