@@ -27,7 +27,10 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 DESCRIPTION = ("The schedlab command: list the steps, show a step's IR at any stage, diff two steps, run the lab, "
                "benchmark, sweep, tune, and write report pages.")
-EPILOG = "Run `schedlab COMMAND --help` for a command's options."
+EPILOG = ("Run `schedlab COMMAND --help` for a command's options. --plugin FILE (repeatable, before or after the "
+          "command) adds the steps a Python file registers; so do the files and modules named in SCHEDLAB_PLUGINS and "
+          "installed packages' schedlab.plugins entry points (docs/plugins.md).")
+PLUGIN_HELP = "a Python file (or module) that registers steps of your own (repeatable; docs/plugins.md)"
 
 
 class CliError(Exception):
@@ -57,24 +60,28 @@ def _version() -> str:
 
 def cmd_list(args):
     from schedules import all_schedules  # heavy (TVM): a command's module
-    from schedules.registry import LADDERS
+    from schedules.registry import ladders
 
     if args.json:
         print(json.dumps([{"ladder": s.ladder, "step": s.step, "label": s.label, "name": s.name, "kind": s.kind,
                            "aliases": list(s.aliases), "tags": list(s.tags), "summary": s.summary,
-                           "dtypes": list(s.input_dtypes), "layouts": list(s.layouts), "batched": s.batched}
+                           "dtypes": list(s.input_dtypes), "layouts": list(s.layouts), "batched": s.batched,
+                           "plugin": s.plugin or None, "search_space": {k: list(v) for k, v in
+                                                                         s.config_cls.search_space.items()}}
                           for s in all_schedules() if args.kind in (None, s.kind)], indent=1))
         return
-    for ladder in LADDERS:
+    for ladder in ladders():
         specs = [s for s in all_schedules(ladder=ladder) if args.kind in (None, s.kind)]
         if not specs:
             continue
         width = max(len(s.name) for s in specs)
+        number = max(8, *(len(s.label) for s in specs))
         print(f"{ladder.upper()} ladder")
         for s in specs:
             alias = f" (also {', '.join(s.aliases)})" if s.aliases else ""
             kind = "" if s.kind == ladder else f"[{s.kind}] "
-            print(f"  {s.label:>8}  {s.name:<{width}}  {kind}{s.summary}{alias}")
+            plugin = f" [plugin {s.plugin}]" if s.plugin else ""
+            print(f"  {s.label:>{number}}  {s.name:<{width}}  {kind}{s.summary}{alias}{plugin}")
         print()
 
 
@@ -247,6 +254,7 @@ def _command(sub, name: str, text: str, description: str | None = None):
 def make_parser():
     p = argparse.ArgumentParser(prog="schedlab", description=DESCRIPTION, epilog=EPILOG)
     p.add_argument("--version", action="version", version=_version())
+    p.add_argument("--plugin", action="append", dest="plugin_before", metavar="FILE", help=PLUGIN_HELP)
     sub = p.add_subparsers(dest="command", required=True)
     s = _command(sub, "list", "List the GEMM and GEMV ladders: every step, its number and what it changes.")
     s.add_argument("--kind", choices=tuple(DEFAULT_SHAPES))
@@ -341,7 +349,17 @@ def make_parser():
     s.add_argument("--write", action="store_true", help="write the fitted constants to schedules/data/calibration.json")
     s.add_argument("--report", default=None, help="also write the fit's report (JSON) here")
     s.set_defaults(fn=cmd_calibrate)
+    for s in sub.choices.values():  # every command takes --plugin after its name too
+        s.add_argument("--plugin", action="append", dest="plugin", metavar="FILE", help=PLUGIN_HELP)
     return p
+
+
+def load_plugins(args) -> list[str]:
+    """Load the plugins named by --plugin (before and after the command), after those of
+    SCHEDLAB_PLUGINS and the installed entry points; one-line errors (PluginError)."""
+    from schedules import plugins  # heavy (TVM): what every command but --help and --version imports
+
+    return plugins.load(*(getattr(args, "plugin_before", None) or ()), *(getattr(args, "plugin", None) or ()))
 
 
 def _stdout_closed():
@@ -355,6 +373,7 @@ def _stdout_closed():
 def main(argv=None):
     args = make_parser().parse_args(argv)
     try:
+        load_plugins(args)
         code = args.fn(args) or 0
         sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
         return code

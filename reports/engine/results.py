@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from schedules import parse_workload
+from schedules.registry import LADDERS
 
 from .files import atomic_write
 
@@ -47,6 +48,14 @@ def per_workload(df: pd.DataFrame, what) -> pd.Series:
     return df["workload"].map(values).astype(float)
 
 
+def ladder_rank(df: pd.DataFrame) -> pd.Series:
+    """0 for the rows of the built-in ladders (and rows that are not steps), 1 for the steps of a
+    plugin's own ladder (their ``ladder`` label names another ladder): sorted by (rank, step), a
+    plugin's ladder 1, 2, 3... follows the built-in ladder instead of mixing with its first steps."""
+    labels = df["ladder"] if "ladder" in df else pd.Series(None, index=df.index, dtype=object)
+    return labels.map(lambda x: int(isinstance(x, str) and x.split(" ")[0] not in LADDERS))
+
+
 def derive(df: pd.DataFrame) -> pd.DataFrame:
     """Add TFLOP/s, GB/s, the speedup over the first and the previous timed step of the same
     workload, and the share of cuBLAS of the same workload and precision (fp32 vs cuBLAS fp32, tf32
@@ -59,7 +68,8 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
     time = df["time_ms"].where(ok)
     df["tflops"] = per_workload(df, lambda w: w.flops) / time / 1e9
     df["gbps"] = per_workload(df, lambda w: w.min_bytes) / time / 1e6
-    steps = df[(df["role"] == "schedule") & ok].sort_values(["workload", "step"], kind="stable")
+    steps = df[(df["role"] == "schedule") & ok].assign(_rank=ladder_rank(df)).sort_values(
+        ["workload", "_rank", "step"], kind="stable")
     first = steps.groupby("workload")["time_ms"].transform("first")
     prev = steps.groupby("workload")["time_ms"].shift(1)
     df["speedup_vs_first"] = (first / steps["time_ms"]).reindex(df.index)
