@@ -24,7 +24,7 @@ COMPARISONS = ("default", "random", "dlight")
 
 
 def add_parser(subparsers):
-    # heavy (TVM, MetaSchedule): the choices of --space, --strategy and --cost-model
+    # heavy (TVM, MetaSchedule): the choices of --strategy and --cost-model, the spaces' names
     from tuning.cost_models import COST_MODELS
     from tuning.spaces import SPACES
     from tuning.tuner import STRATEGIES
@@ -32,9 +32,11 @@ def add_parser(subparsers):
     s = subparsers.add_parser("tune", help="Tune a schedule space with MetaSchedule, resumably, locally or over RPC.",
                               description=__doc__.split("\n\n")[0].replace("``", ""))
     s.add_argument("--workload", default="gemm:1024x512x2048", help="gemm:MxNxK (default %(default)s)")
-    s.add_argument("--space", default="fast", choices=sorted(SPACES), help="search space (default %(default)s)")
+    s.add_argument("--space", default="fast", help=f"search space: {', '.join(sorted(SPACES))}, or a step whose "
+                   "configuration declares a search_space (a plugin's, say) (default %(default)s)")
     s.add_argument("--strategy", choices=STRATEGIES, default=None,
-                   help="exhaustive | random | evolutionary (default: exhaustive for classic, else evolutionary)")
+                   help="exhaustive | random | evolutionary (default: exhaustive for classic and a step's space, "
+                   "else evolutionary)")
     s.add_argument("--cost-model", default="ridge", choices=COST_MODELS,
                    help="for the evolutionary strategy (default %(default)s; xgb needs xgboost)")
     s.add_argument("--trials", type=int, default=64, help="trial budget of each run (default %(default)s)")
@@ -68,9 +70,10 @@ def add_parser(subparsers):
 
 
 def _options(args, **over):
-    from tuning.tuner import TuneOptions  # heavy (TVM, MetaSchedule): the command's module
+    from tuning.spaces import get_space  # heavy (TVM, MetaSchedule): the command's modules
+    from tuning.tuner import TuneOptions
 
-    strategy = args.strategy or ("exhaustive" if args.space == "classic" else "evolutionary")
+    strategy = args.strategy or get_space(args.space).strategy
     base = dict(workload=args.workload, space=args.space, strategy=strategy, cost_model=args.cost_model,
                 trials=args.trials, db=args.db, target=args.target, arch=args.arch, batch=args.batch, timer=args.timer,
                 builders=args.builders, rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key, seed=args.seed,
