@@ -5,11 +5,17 @@ A schedule is registered with the workload kind it applies to, its configuration
 tvm.s_tir.Schedule``. Its step number is its place in its ladder (:data:`LADDERS`): the GEMM ladder
 and the GEMV ladder are each numbered 1, 2, 3... in teaching order, and shown as ``gemm 7`` or
 ``gemv 3``. ``schedlab list``, the README's table, the charts and the tests read this one order.
+
+A plugin (:mod:`schedules.plugins`) adds steps without editing the package: ``after=`` a step of a
+ladder, or into a ``ladder=`` of its own. The built-in numbers never change: the plugin steps after
+built-in step *n* are numbered *n*.1, *n*.2 ... (at most 9 after one step), and a plugin's own
+ladder is numbered 1, 2, 3... in the order its steps are registered (docs/plugins.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math
 import re
@@ -18,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .common import GpuLimits, pass_config_of
-from .errors import ScheduleParamError
+from .errors import PluginError, ScheduleParamError
 from .step_config import Launch, StepConfig  # noqa: F401  (Launch: re-exported for the steps)
 
 
@@ -46,10 +52,52 @@ INT32_MAX = 2**31 - 1  # the largest index a kernel's int32 indices reach
 TOLERANCE = {"float32": 1e-5, "float16": 1e-4, "bfloat16": 1e-4}  # 16-bit inputs: exact products, fp32 sums
 
 
+MAX_AFTER_ONE = 9  # plugin steps after one built-in step: n.1 ... n.9
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+# Ladders that plugins added steps to, in full (built-in ladders start as their LADDERS tuple), and the
+# plugins' own ladders, in the order they were first named: name -> the step names in order.
+_ORDER: dict[str, list[str]] = {}
+
+
+def ladders() -> list[str]:
+    """The ladders, built-in first (``gemm``, ``gemv``), then the plugins' own in the order they appeared."""
+    return [*LADDERS, *(name for name in _ORDER if name not in LADDERS)]
+
+
+def _order(ladder: str) -> list[str]:
+    """A copy of the ladder's order (a registration that fails must leave the registry as it was)."""
+    return list(_ORDER[ladder] if ladder in _ORDER else LADDERS.get(ladder, ()))
+
+
+def place(name: str, ladder: str) -> tuple[int | float, str]:
+    """(number, text) of a step in its ladder: a built-in step's position (an int, ``11``); a plugin
+    step after built-in step *n* is the *k*-th plugin step after it (``11.1``: the float 11.1); a step
+    of a plugin's own ladder its position there (an int)."""
+    order = _ORDER.get(ladder) or LADDERS.get(ladder, ())
+    if name not in order:
+        raise ScheduleParamError(f"schedule {name} is not in the {ladder} ladder")
+    index = order.index(name)
+    builtin = LADDERS.get(ladder)
+    if builtin is None:
+        return index + 1, str(index + 1)
+    if name in builtin:
+        n = builtin.index(name) + 1
+        return n, str(n)
+    k = 1
+    while order[index - k] not in builtin:
+        k += 1
+    n = builtin.index(order[index - k]) + 1
+    return float(f"{n}.{k}"), f"{n}.{k}"
+
+
 def ladder_position(name: str, kind: str) -> int:
+    """A built-in step's number (its place in its kind's ladder in :data:`LADDERS`)."""
     ladder = LADDERS[LADDER_OF_KIND[kind]]
     if name not in ladder:
-        raise RuntimeError(f"schedule {name} is not in the {LADDER_OF_KIND[kind]} ladder (schedules/registry.py LADDERS)")
+        raise ScheduleParamError(
+            f"schedule {name} is not in the {LADDER_OF_KIND[kind]} ladder (schedules/registry.py LADDERS): a plugin "
+            "step names its place with after=STEP or ladder=NAME")
     return ladder.index(name) + 1
 
 
@@ -61,20 +109,28 @@ class ScheduleSpec:
     config_cls: type
     aliases: tuple[str, ...] = ()
     tags: tuple[str, ...] = field(default=())
+    ladder_name: str = ""  # "" : the built-in ladder of its kind; else the ladder a plugin put it in
+    plugin: str = ""  # the plugin that registered it ("" for the built-in steps)
 
     @property
     def ladder(self) -> str:
-        return LADDER_OF_KIND[self.kind]
+        return self.ladder_name or LADDER_OF_KIND[self.kind]
 
     @property
-    def step(self) -> int:
-        """Position in its ladder, from 1."""
-        return ladder_position(self.name, self.kind)
+    def builtin(self) -> bool:
+        """Whether the step is one of the package's own (in :data:`LADDERS`), not a plugin's."""
+        return self.name in LADDERS.get(self.ladder, ())
+
+    @property
+    def step(self) -> int | float:
+        """Its number in its ladder, from 1: an int for a built-in step and for a step of a plugin's
+        own ladder; n.k (a float) for the k-th plugin step after built-in step n (:func:`place`)."""
+        return place(self.name, self.ladder)[0]
 
     @property
     def label(self) -> str:
-        """``gemm 7`` / ``gemv 3``: how the lab names a step."""
-        return f"{self.ladder} {self.step}"
+        """``gemm 7`` / ``gemv 3`` / ``gemm 11.1``: how the lab names a step."""
+        return f"{self.ladder} {place(self.name, self.ladder)[1]}"
 
     @property
     def summary(self) -> str:
@@ -245,21 +301,57 @@ class Resolved:
 
 _REGISTRY: dict[str, ScheduleSpec] = {}
 _ALIASES: dict[str, str] = {}
+_LOADING: list[str] = []  # the plugins being loaded, innermost last (schedules.plugins)
+_FIRST_USE: list[Callable] = []  # run once, on the first look-up: schedules.plugins loads the environment's plugins
 
 
-def register(name: str, kind: str, config: type, aliases=(), tags=()):
-    """Decorator: add a builder to the registry (its name must be in its kind's ladder)."""
+def register(name: str, kind: str, config: type, aliases=(), tags=(), *, after: str | None = None,
+             ladder: str | None = None):
+    """Decorator: add a builder to the registry. A built-in step's name is in its kind's ladder in
+    :data:`LADDERS`; a plugin's step names its place: ``after`` a registered step (name or alias) of
+    its kind's ladder or of a plugin's ladder, or at the end of ``ladder``, a ladder of the plugin's
+    own. A plugin step's builder is guarded: anything but a ScheduleParamError it raises becomes one
+    line naming the plugin and the step."""
 
     def wrap(fn):
-        if name in _REGISTRY or name in _ALIASES:
-            raise RuntimeError(f"schedule {name} registered twice")
-        register_spec(ScheduleSpec(name, kind, fn, config, tuple(aliases), tuple(tags)))
+        plugin = _LOADING[-1] if _LOADING else ""
+        placed = after is not None or ladder is not None
+        builder = _guarded(fn, name, plugin) if placed else fn
+        register_spec(ScheduleSpec(name, kind, builder, config, tuple(aliases), tuple(tags),
+                                   ladder_name=ladder or "", plugin=plugin), after=after)
         return fn
 
     return wrap
 
 
+def _guarded(fn, name: str, plugin: str):
+    where = f"plugin {plugin}: step {name}" if plugin else f"step {name}"
+
+    @functools.wraps(fn)
+    def build(wl, cfg):
+        try:
+            return fn(wl, cfg)
+        except ScheduleParamError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a plugin's builder: one line that names it
+            raise PluginError(f"{where}: the builder raised {describe(e)}") from e
+
+    return build
+
+
+def describe(e: BaseException) -> str:
+    """One line for an exception: the message of the lab's own errors, else the type and the first
+    line of the message (a SyntaxError with its line number)."""
+    if isinstance(e, ScheduleParamError):
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, SyntaxError):
+        return f"SyntaxError: {e.msg} (line {e.lineno})"
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[0][:300]}" if lines else type(e).__name__
+
+
 def get(name: str) -> ScheduleSpec:
+    first_use()
     key = _ALIASES.get(name, name)
     if key not in _REGISTRY:
         raise ScheduleParamError(
@@ -267,22 +359,138 @@ def get(name: str) -> ScheduleSpec:
     return _REGISTRY[key]
 
 
-def all_schedules(kind: str | None = None, tag: str | None = None, ladder: str | None = None) -> list[ScheduleSpec]:
-    """The registered steps in ladder order (GEMM, then GEMV), optionally of one workload kind,
-    carrying one tag, or of one ladder."""
-    order = list(LADDERS)
+def all_schedules(kind: str | None = None, tag: str | None = None, ladder: str | None = None,
+                  builtin: bool | None = None) -> list[ScheduleSpec]:
+    """The registered steps in ladder order (GEMM, then GEMV, then the plugins' own ladders),
+    optionally of one workload kind, carrying one tag, of one ladder, or only the built-in ones
+    (``builtin=True``) or only the plugins' (``builtin=False``)."""
+    first_use()
+    order = ladders()
     specs = sorted(_REGISTRY.values(), key=lambda s: (order.index(s.ladder), s.step))
     return [s for s in specs if (kind is None or s.kind == kind) and (tag is None or tag in s.tags)
-            and (ladder is None or s.ladder == ladder)]
+            and (ladder is None or s.ladder == ladder) and (builtin is None or s.builtin == builtin)]
 
 
-def register_spec(spec: ScheduleSpec):
-    """Add a ready-made spec (the tuner registers tuned schedules this way)."""
-    ladder_position(spec.name, spec.kind)
+def first_use():
+    """Run what waits for the registry's first look-up (the plugins the environment names), once."""
+    while _FIRST_USE:
+        _FIRST_USE.pop(0)()
+
+
+def on_first_use(fn: Callable):
+    """Run ``fn`` once, when the registry is first asked for a step (:func:`get`, :func:`all_schedules`)."""
+    _FIRST_USE.append(fn)
+
+
+def register_spec(spec: ScheduleSpec, after: str | None = None):
+    """Add a ready-made spec (``tuned_gemm`` is registered this way), placed as :func:`register`
+    says, after the checks of :func:`check_step`. Errors are one line (ScheduleParamError)."""
+    for key in (spec.name, *spec.aliases):
+        if key in _REGISTRY or key in _ALIASES:
+            owner = _ALIASES.get(key, key)
+            what = f"step {key!r}" if key == spec.name else f"alias {key!r} of step {spec.name!r}"
+            raise ScheduleParamError(f"{what} already registered" if key == owner else
+                                     f"{what} is already an alias of {owner}")
+    if spec.kind not in LADDER_OF_KIND:
+        raise ScheduleParamError(f"step {spec.name!r}: kind {spec.kind!r} is not one of {', '.join(LADDER_OF_KIND)}")
+    ladder, order = _placed(spec, after)
+    check_step(spec)
+    if ladder is not None:
+        spec = dataclasses.replace(spec, ladder_name=ladder)
+        _ORDER[ladder] = order
     _REGISTRY[spec.name] = spec
     for alias in spec.aliases:
         _ALIASES[alias] = spec.name
     return spec
+
+
+def _placed(spec: ScheduleSpec, after: str | None):
+    """(ladder, its new order) for a step a plugin places, or (None, None) for a built-in step."""
+    own = spec.ladder_name
+    if after is None and not own:
+        ladder_position(spec.name, spec.kind)  # a built-in step: its name is in LADDERS
+        return None, None
+    if after is not None and own:
+        raise ScheduleParamError(f"step {spec.name!r}: give after=STEP or ladder=NAME, not both")
+    if after is None:
+        if own in LADDERS:
+            raise ScheduleParamError(f"step {spec.name!r}: the {own} ladder is built in: place a step in it with "
+                                     "after=STEP")
+        if not _NAME.fullmatch(own):
+            raise ScheduleParamError(f"step {spec.name!r}: ladder name {own!r} is not lower-case letters, digits "
+                                     "and _")
+        return own, [*_order(own), spec.name]
+    home = LADDER_OF_KIND[spec.kind]
+    anchor = _REGISTRY.get(_ALIASES.get(after, after))
+    if anchor is None or (anchor.ladder in LADDERS and anchor.ladder != home):
+        raise ScheduleParamError(f"anchor {after!r} is not a step of the {home} ladder")
+    order = _order(anchor.ladder)
+    order.insert(order.index(anchor.name) + 1, spec.name)
+    builtin = LADDERS.get(anchor.ladder, ())
+    if builtin:
+        run = 0
+        for name in order:
+            run = 0 if name in builtin else run + 1
+            if run > MAX_AFTER_ONE:
+                raise ScheduleParamError(f"step {spec.name!r}: more than {MAX_AFTER_ONE} plugin steps after one "
+                                         f"step of the {anchor.ladder} ladder")
+    return anchor.ladder, order
+
+
+def check_step(spec: ScheduleSpec):
+    """Raise ScheduleParamError (one line, naming the step) unless ``spec`` keeps the contract of
+    every step: a lower-case name (and aliases); a configuration that is a frozen dataclass deriving
+    from StepConfig, with a default for every parameter, that says how it launches (``launch``, or
+    ``choose`` for a shape-driven step) and whose ``search_space`` names its parameters with values
+    of their type; a callable builder whose docstring's first paragraph is the step's summary."""
+    name = spec.name
+    for key in (name, *spec.aliases):
+        if not isinstance(key, str) or not _NAME.fullmatch(key):
+            raise ScheduleParamError(f"step {name!r}: the name {key!r} is not lower-case letters, digits and _")
+    cfg = spec.config_cls
+    # "__dataclass_params__" of its own: a subclass left undecorated would have its parent's fields only
+    if not (isinstance(cfg, type) and issubclass(cfg, StepConfig) and "__dataclass_params__" in vars(cfg)
+            and cfg.__dataclass_params__.frozen):
+        what = getattr(cfg, "__name__", repr(cfg))
+        raise ScheduleParamError(f"step {name!r}: its configuration {what} is not a frozen dataclass deriving from "
+                                 "StepConfig (@dataclass(frozen=True) class ...(StepConfig))")
+    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    bare = [f for f in fields.values() if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if bare:
+        raise ScheduleParamError(f"step {name!r}: parameter {bare[0].name} of {cfg.__name__} has no default")
+    if cfg.launch is StepConfig.launch and cfg.choose is StepConfig.choose:
+        raise ScheduleParamError(f"step {name!r}: {cfg.__name__} does not say how it launches (define launch)")
+    space = cfg.search_space
+    if not isinstance(space, dict):
+        raise ScheduleParamError(f"step {name!r}: {cfg.__name__}.search_space must be a dict (parameter -> values)")
+    for key, values in space.items():
+        if key not in fields:
+            raise ScheduleParamError(f"step {name!r}: search_space names {key!r}, not a parameter of {cfg.__name__}")
+        default = fields[key].default
+        if not isinstance(values, (tuple, list)) or not values or \
+                any(type(v) is not type(default) for v in values):
+            raise ScheduleParamError(f"step {name!r}: search_space[{key!r}] must be a non-empty tuple of "
+                                     f"{type(default).__name__} values (like the default {default!r})")
+    if not callable(spec.builder):
+        raise ScheduleParamError(f"step {name!r}: its builder is not callable")
+    if not (inspect.getdoc(spec.builder) or "").strip():
+        raise ScheduleParamError(f"step {name!r}: its builder has no docstring (its first paragraph is the "
+                                 "step's summary)")
+
+
+def snapshot():
+    """The registry's state, for :func:`restore` (a plugin that fails to load leaves nothing behind)."""
+    return dict(_REGISTRY), dict(_ALIASES), {k: list(v) for k, v in _ORDER.items()}
+
+
+def restore(state):
+    registry, aliases, order = state
+    _REGISTRY.clear()
+    _REGISTRY.update(registry)
+    _ALIASES.clear()
+    _ALIASES.update(aliases)
+    _ORDER.clear()
+    _ORDER.update({k: list(v) for k, v in order.items()})
 
 
 # The README's ladder table and docs/steps.md are generated from the registry (scripts/update_readme_table.py writes
@@ -312,9 +520,10 @@ def ladder_table_markdown(width: int = 200) -> str:
 
     The third column is each step's summary (:attr:`ScheduleSpec.summary`, the first paragraph of its builder's
     docstring), cut at a clause boundary where the row would be longer than ``width`` characters (the full summaries:
-    ``schedlab list``, :func:`ladder_steps_markdown`). Pure: reads the registry only."""
+    ``schedlab list``, :func:`ladder_steps_markdown`). The built-in steps only: a loaded plugin's steps are not the
+    package's. Pure: reads the registry only."""
     rows = ["| step | schedule | what it changes |", "|---:|---|---|"]
-    for spec in all_schedules():
+    for spec in all_schedules(builtin=True):
         head = f"| {spec.label} | `{spec.name}` | "
         text = _shorten(spec.summary.replace("|", "\\|"), width - len(head) - 2)
         rows.append(f"{head}{text} |")
@@ -322,9 +531,10 @@ def ladder_table_markdown(width: int = 200) -> str:
 
 
 def ladder_steps_markdown(width: int = 100) -> str:
-    """Every step with its aliases and its full summary, lines wrapped at ``width``: the body of docs/steps.md."""
+    """Every built-in step with its aliases and its full summary, lines wrapped at ``width``: the body of
+    docs/steps.md."""
     parts = []
-    for spec in all_schedules():
+    for spec in all_schedules(builtin=True):
         aliases = f" (also {', '.join(f'`{a}`' for a in spec.aliases)})" if spec.aliases else ""
         kind = f", a `{spec.kind}` workload" if spec.kind != spec.ladder else ""
         parts.append(f"- **{spec.label}** `{spec.name}`{aliases}{kind}:\n"

@@ -68,6 +68,10 @@ class StepConfig:
     tolerance: ClassVar[float] = 0.0
     #: Integer parameters for which 0 means "chosen from the workload" rather than an error.
     zero_means_auto: ClassVar[tuple[str, ...]] = ()
+    #: The step's search space: parameter name -> the values ``schedlab tune --space STEP`` tries (every
+    #: combination that the workload takes, the defaults first); empty: the step is not tuned by name.
+    search_space: ClassVar[dict[str, tuple]] = {}
+
     @property
     def async_copy(self) -> bool:
         """Whether the global → shared copies are injected as cp.async (``tirx.use_async_copy``);

@@ -21,6 +21,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from scripts import tune_cmd  # noqa: E402  (after the path above)
+from scripts.steps_index import list_steps, plugin_sources, plugins_configured  # noqa: E402
 
 STAGES = ("scheduled", "lowered", "cuda", "ptx")
 DEFAULT_SHAPES = {"gemm": "1024x512x2048", "gemv": "16384x128", "gemv_t": "16384x4096"}
@@ -29,7 +30,10 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 DESCRIPTION = ("The schedlab command: list the steps, show a step's IR at any stage, diff two steps, run the lab, "
                "benchmark, sweep, tune, write report pages and compare two runs.")
-EPILOG = "Run `schedlab COMMAND --help` for a command's options."
+EPILOG = ("Run `schedlab COMMAND --help` for a command's options. --plugin FILE (repeatable, before or after the "
+          "command) adds the steps a Python file registers; so do the files and modules named in SCHEDLAB_PLUGINS and "
+          "installed packages' schedlab.plugins entry points (docs/plugins.md).")
+PLUGIN_HELP = "a Python file (or module) that registers steps of your own (repeatable; docs/plugins.md)"
 
 
 class CliError(Exception):
@@ -57,48 +61,21 @@ def _version() -> str:
     return f"schedlab {version('tvm-schedlab')} (apache-tvm {version('apache-tvm')}, apache-tvm-ffi {version('apache-tvm-ffi')})"
 
 
-STEPS_FILE = os.path.join(ROOT, "schedules", "data", "steps.json")
-
-
-def step_record(s) -> dict:
-    """A step as ``schedlab list --json`` prints it (and schedules/data/steps.json holds it)."""
-    return {"ladder": s.ladder, "step": s.step, "label": s.label, "name": s.name, "kind": s.kind,
-            "aliases": list(s.aliases), "tags": list(s.tags), "summary": s.summary, "dtypes": list(s.input_dtypes),
-            "layouts": list(s.layouts), "batched": s.batched}
-
-
-def registry_steps() -> list[dict]:
-    """Every registered step, in ladder order, as :func:`step_record`s (imports the registry: TVM)."""
-    from schedules import all_schedules  # heavy (TVM): a command's module
-
-    return [step_record(s) for s in all_schedules()]
-
-
-def list_steps() -> list[dict]:
-    """What ``schedlab list`` prints: schedules/data/steps.json, the registry's steps written out by
-    ``python -m scripts.update_readme_table`` (tests/test_readme.py fails when it differs from the
-    registry), so that listing the steps loads no TVM; the registry itself where that file is missing
-    or unreadable."""
-    try:
-        with open(STEPS_FILE, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return registry_steps()
-
-
 def cmd_list(args):
-    steps = [s for s in list_steps() if args.kind in (None, s["kind"])]
+    steps = [s for s in list_steps(args) if args.kind in (None, s["kind"])]
     if args.json:
         print(json.dumps(steps, indent=1))
         return
     for ladder in dict.fromkeys(s["ladder"] for s in steps):  # the ladders in order, each with a step of the kind
         specs = [s for s in steps if s["ladder"] == ladder]
         width = max(len(s["name"]) for s in specs)
+        number = max(8, *(len(s["label"]) for s in specs))
         print(f"{ladder.upper()} ladder")
         for s in specs:
             alias = f" (also {', '.join(s['aliases'])})" if s["aliases"] else ""
             kind = "" if s["kind"] == ladder else f"[{s['kind']}] "
-            print(f"  {s['label']:>8}  {s['name']:<{width}}  {kind}{s['summary']}{alias}")
+            plugin = f" [plugin {s['plugin']}]" if s.get("plugin") else ""
+            print(f"  {s['label']:>{number}}  {s['name']:<{width}}  {kind}{s['summary']}{alias}{plugin}")
         print()
 
 
@@ -292,6 +269,7 @@ def _command(sub, name: str, text: str, description: str | None = None):
 def make_parser():
     p = argparse.ArgumentParser(prog="schedlab", description=DESCRIPTION, epilog=EPILOG)
     p.add_argument("--version", action="version", version=_version())
+    p.add_argument("--plugin", action="append", dest="plugin_before", metavar="FILE", help=PLUGIN_HELP)
     sub = p.add_subparsers(dest="command", required=True)
     s = _command(sub, "list", "List the GEMM and GEMV ladders: every step, its number and what it changes.")
     s.add_argument("--kind", choices=tuple(DEFAULT_SHAPES))
@@ -409,7 +387,20 @@ def make_parser():
                    "reads them with SCHEDLAB_CALIBRATION=FILE (else the packaged calibration)")
     s.add_argument("--report", default=None, help="also write the fit's report (JSON) here")
     s.set_defaults(fn=cmd_calibrate)
+    for s in sub.choices.values():  # every command takes --plugin after its name too
+        s.add_argument("--plugin", action="append", dest="plugin", metavar="FILE", help=PLUGIN_HELP)
     return p
+
+
+def load_plugins(args) -> list[str]:
+    """Load the plugins named by --plugin (before and after the command), after those of
+    SCHEDLAB_PLUGINS and the installed entry points; one-line errors (PluginError). Nothing (no
+    TVM either) where none is named."""
+    if not plugins_configured(args):
+        return []
+    from schedules import plugins  # heavy (TVM): only where a plugin is named
+
+    return plugins.load(*plugin_sources(args))
 
 
 def _stdout_closed():
@@ -436,6 +427,7 @@ def main(argv=None):
     except ValueError:  # not the main thread: SIGTERM keeps its own handling
         previous = None
     try:
+        load_plugins(args)
         code = args.fn(args) or 0
         sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
         return code

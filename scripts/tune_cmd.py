@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 
+from scripts.steps_index import list_steps
 from tuning.names import COST_MODELS, SPACE_NAMES, STRATEGIES  # names only: no TVM before a command runs
 
 COMPARISONS = ("default", "random", "dlight")
@@ -29,9 +30,11 @@ def add_parser(subparsers):
     s = subparsers.add_parser("tune", help="Tune a schedule space with MetaSchedule, resumably, locally or over RPC.",
                               description=__doc__.split("\n\n")[0].replace("``", ""))
     s.add_argument("--workload", default="gemm:1024x512x2048", help="gemm:MxNxK (default %(default)s)")
-    s.add_argument("--space", default="fast", choices=sorted(SPACE_NAMES), help="search space (default %(default)s)")
+    s.add_argument("--space", default="fast", help=f"search space: {', '.join(sorted(SPACE_NAMES))}, or a step whose "
+                   "configuration declares a search_space (a plugin's, say) (default %(default)s)")
     s.add_argument("--strategy", choices=STRATEGIES, default=None,
-                   help="exhaustive | random | evolutionary (default: exhaustive for classic, else evolutionary)")
+                   help="exhaustive | random | evolutionary (default: exhaustive for classic and a step's space, "
+                   "else evolutionary)")
     s.add_argument("--cost-model", default="ridge", choices=COST_MODELS,
                    help="for the evolutionary strategy (default %(default)s; xgb needs xgboost)")
     s.add_argument("--trials", type=int, default=64, help="trial budget of each run (default %(default)s)")
@@ -65,9 +68,10 @@ def add_parser(subparsers):
 
 
 def _options(args, **over):
-    from tuning.tuner import TuneOptions  # heavy (TVM, MetaSchedule): the command's module
+    from tuning.spaces import get_space  # heavy (TVM, MetaSchedule): the command's modules
+    from tuning.tuner import TuneOptions
 
-    strategy = args.strategy or ("exhaustive" if args.space == "classic" else "evolutionary")
+    strategy = args.strategy or get_space(args.space).strategy
     base = dict(workload=args.workload, space=args.space, strategy=strategy, cost_model=args.cost_model,
                 trials=args.trials, db=args.db, target=args.target, arch=args.arch, batch=args.batch, timer=args.timer,
                 builders=args.builders, rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key, seed=args.seed,
@@ -114,7 +118,20 @@ def _print_summary(s):
         print("  no valid configuration found")
 
 
+def check_space(args):
+    """Refuse (one line, before anything is made or imported) a --space that is neither a named space
+    nor a step whose configuration declares a search space (a plugin's steps count once named)."""
+    if args.space in SPACE_NAMES:
+        return
+    steps = [s for s in list_steps(args) if s.get("search_space")]
+    if args.space not in {n for s in steps for n in (s["name"], *s["aliases"])}:
+        known = ", ".join([*sorted(SPACE_NAMES), *(s["name"] for s in steps)])
+        raise ValueError(f"unknown space {args.space!r} (known: {known}; a step is a space once its "
+                         "configuration declares a search_space)")
+
+
 def cmd_tune(args):
+    check_space(args)
     # heavy (TVM, MetaSchedule, pandas): the command's modules
     from reports.engine.files import ensure_out_dir
     from tuning.records import DirectoryLock

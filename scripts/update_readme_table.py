@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a file: python scripts/update_readme_table.py
     sys.path.insert(0, str(ROOT))
 
-from scripts.schedlab import STEPS_FILE, registry_steps  # noqa: E402  (after the path above; no TVM until called)
+from scripts.steps_index import STEPS_FILE, registry_steps  # noqa: E402  (after the path above; no TVM until called)
 
 README_BEGIN = "<!-- ladder table: generated from the registry (schedules.registry.ladder_table_markdown) -->"
 README_END = "<!-- end ladder table -->"
@@ -39,7 +39,7 @@ def blocks():
 
 def files():
     """(file, generated text) for every file generated whole: the step list ``schedlab list`` reads."""
-    return [(Path(STEPS_FILE), json.dumps(registry_steps(), indent=1) + "\n")]
+    return [(Path(STEPS_FILE), json.dumps([r for r in registry_steps() if not r["plugin"]], indent=1) + "\n")]
 
 
 def split(text: str, begin: str, end: str, where: str) -> tuple[str, str, str]:

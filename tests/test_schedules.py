@@ -33,10 +33,11 @@ def test_two_ladders_numbered_in_teaching_order_without_gaps():
         assert get(alias).name == name
 
 
-def test_a_step_outside_the_ladders_cannot_be_registered():
+def test_a_step_outside_the_ladders_cannot_be_registered_without_a_place():
+    from schedules import ScheduleParamError
     from schedules.registry import ScheduleSpec, register_spec
 
-    with pytest.raises(RuntimeError, match="not in the gemm ladder"):
+    with pytest.raises(ScheduleParamError, match="not in the gemm ladder .*: a plugin step names its place with after="):
         register_spec(ScheduleSpec("my_gemm", "gemm", lambda wl, cfg: None, object))
 
 

@@ -3,13 +3,16 @@ every step registered by importing the registry alone, and a ``best_*`` step's c
 per build."""
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from schedules import all_schedules, dispatch, get, parse_workload
+from schedules.registry import check_step
 from schedules.step_config import StepConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,6 +29,24 @@ def test_every_step_configuration_derives_from_the_one_base():
         assert dataclasses.is_dataclass(spec.config_cls) and spec.config_cls.__dataclass_params__.frozen, spec.name
 
 
+def test_every_step_keeps_the_contract_a_plugins_step_is_held_to():
+    """The checks a plugin's step must pass to be registered (schedules.registry.check_step), passed
+    by every built-in step; and they do refuse (tests/test_plugins.py: a plugin that breaks them)."""
+    for spec in all_schedules():
+        check_step(spec)
+    @dataclasses.dataclass(frozen=True)
+    class NoLaunch(StepConfig):
+        tile: int = 4
+
+    spec = get("warp_tiled_gemm")
+    for broken, message in ((dataclasses.replace(spec, builder=lambda wl, cfg: None), "has no docstring"),
+                            (dataclasses.replace(spec, name="Warp-Tiled"), "not lower-case letters"),
+                            (dataclasses.replace(spec, config_cls=object), "not a frozen dataclass"),
+                            (dataclasses.replace(spec, config_cls=NoLaunch), "does not say how it launches")):
+        with pytest.raises(ValueError, match=message):
+            check_step(broken)
+
+
 def test_the_base_declares_each_capability_with_its_default():
     """What the registry, the engine and the CLI read of a configuration is declared on the base,
     with a default, so that a step that says nothing gets the documented behaviour."""
@@ -33,6 +54,7 @@ def test_the_base_declares_each_capability_with_its_default():
     assert base.dtypes == ("float32", "float16") and base.layouts == ("nn",) and base.batched is False
     assert base.tolerance == 0.0 and base.zero_means_auto == () and base.async_copy is False
     assert base.pass_config == {} and base.check(None) is None and base.also_takes(None) is False
+    assert base.search_space == {}
     assert base.choose(None) is None and base.explain(None) is None and base.explanation(None) is None
     with pytest.raises(NotImplementedError):
         base.launch(None)
@@ -46,15 +68,48 @@ def test_a_parameter_named_like_a_capability_keeps_its_place_among_the_fields():
     assert names.index("async_copy") == names.index("stages") + 1
 
 
-def test_importing_the_registry_registers_every_step_tuned_gemm_included():
+OWN_LADDER = '''\
+from schedules.gemm_fast import WarpTileConfig, fast_tiled
+from schedules.registry import register
+
+
+@register("own_first_gemm", "gemm", WarpTileConfig, ladder="own")
+def first(wl, cfg):
+    """The first step of a ladder of its own."""
+    return fast_tiled(wl, cfg)
+
+
+@register("own_second_gemm", "gemm", WarpTileConfig, ladder="own")
+def second(wl, cfg):
+    """The second."""
+    return fast_tiled(wl, cfg)
+'''
+
+
+def test_importing_the_registry_registers_every_step_and_the_environments_plugins(tmp_path):
     """A fresh process that imports only the registry knows tuned_gemm (it used to be registered by
-    importing tuning.tuned, and a path that forgot died with "unknown schedule 'tuned_gemm'")."""
-    code = ("from schedules import get, all_schedules; get('tuned_gemm'); get('tuned');"
-            "print(len(all_schedules()))")
-    proc = subprocess.run([sys.executable, "-c", code], env=_env(), cwd="/", capture_output=True, text=True,
-                          timeout=120)
+    importing tuning.tuned, and a path that forgot died with "unknown schedule 'tuned_gemm'"), and,
+    on its first look-up, the plugins of SCHEDLAB_PLUGINS (a relative path) and of an installed
+    package's entry point (a dist-info folder on the path, as pip leaves it), whose ladder of its
+    own follows the built-in ones: what the worker processes of the engine and the tuner rely on."""
+    dist = tmp_path / "own_steps-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: own-steps\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[schedlab.plugins]\nown = own_ladder_steps\n")
+    (tmp_path / "own_ladder_steps.py").write_text(OWN_LADDER)
+    code = ("import json; from schedules import get, all_schedules; get('tuned_gemm'); get('tuned');"
+            "print(json.dumps([(s.label, s.name, s.plugin) for s in all_schedules()]))")
+    env = _env()
+    env["PYTHONPATH"] += os.pathsep + str(tmp_path)
+    env["SCHEDLAB_PLUGINS"] = os.path.join("docs", "examples", "plugin_wide_tile.py")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert int(proc.stdout.strip()) == len(all_schedules())
+    steps = [tuple(s) for s in json.loads(proc.stdout)]
+    assert [s for s in steps if not s[2]] == [(s.label, s.name, "") for s in all_schedules(builtin=True)]
+    assert [s for s in steps if s[2]] == [("gemm 11.1", "wide_warp_tiled_gemm", "plugin_wide_tile.py"),
+                                           ("own 1", "own_first_gemm", "own (own_ladder_steps)"),
+                                           ("own 2", "own_second_gemm", "own (own_ladder_steps)")]
+    assert steps[-2:] == [s for s in steps if s[0].startswith("own")]
 
 
 @pytest.mark.parametrize("name, workload", [("best_gemm", "gemm:1000x500x2001"),
@@ -158,13 +213,18 @@ def test_the_results_row_records_the_step_and_configuration_a_best_step_chose():
 def test_diff_and_export_resolve_a_best_step_once(monkeypatch, tmp_path):
     """Every path that builds a best_* step (schedlab diff's two builds, the kernel object, the
     harness) asks the dispatcher's model once per build, not again for its build options."""
+    from reports.engine import build as B
     from reports.engine.kernel import compile_kernel
     from reports.views.diff import diff
 
-    calls = []
+    calls, built = [], []
     rank = dispatch.rank
     monkeypatch.setattr(dispatch, "rank", lambda *a, **k: calls.append(a) or rank(*a, **k))
-    diff("best_gemm", "split_k_gemm", "1024x512x2048", default_shapes={})
-    assert len(calls) == 1
+    with monkeypatch.context() as m:  # diff's builds, without compiling: their options are asked for before
+        m.setattr(B, "build", lambda sch, target=None, pass_config=None: built.append(pass_config) or
+                  SimpleNamespace(scheduled=sch.mod.script(), lowered="",
+                                  device=SimpleNamespace(kernels=[], cuda="", ptx="")))
+        diff("best_gemm", "split_k_gemm", "1024x512x2048", default_shapes={})
+    assert len(calls) == 1 and len(built) == 2
     compile_kernel("best_fp16_gemm", "gemm:1000x500x2001:float16")
     assert len(calls) == 2

@@ -287,7 +287,7 @@ def test_list_as_json_is_the_registry():
     import json
 
     from schedules import all_schedules
-    from scripts.schedlab import registry_steps
+    from scripts.steps_index import registry_steps
 
     proc = _schedlab("list", "--json", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=120)

@@ -17,6 +17,10 @@ decisions rebuilds the schedule.
   the unroll depth is a ``sample_categorical`` knob inside each; MetaSchedule's search picks among
   the design spaces and mutates the unroll knob.
 - ``default``: MetaSchedule's own auto-generated space for CUDA (post-order-apply of its rules).
+- a step's own: any registered step whose configuration declares a ``search_space`` (parameter ->
+  values; a plugin's step, say) is a space of its name: one design space per combination that
+  the workload takes, the step's defaults first, each the step's own builder's schedule
+  (:func:`step_space`). No sampled knob: measured exhaustively by default.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from schedules import dispatch
 from schedules.errors import ScheduleParamError
 from schedules.gemm import pipeline_double_buffer, register_tiled_gemm, shared_tiled_gemm
 from schedules.gemm_fast import WarpTileConfig, apply_fast_tiled
-from schedules.registry import get
+from schedules.registry import all_schedules, get
 from schedules.workloads import Gemm
 
 PIPELINE_KEY = "schedlab.pipeline_stages"
@@ -272,6 +276,7 @@ class Space:
     needs_pipeline_postproc: bool = False
     cpu: bool = False  # has a CPU twin (llvm target)
     seeds: Callable | None = None  # wl -> decision lists measured first (the hand-written configs)
+    strategy: str = "evolutionary"  # the search strategy when none is asked for
 
     def generator(self, target) -> ms.space_generator.SpaceGenerator:
         gpu = target.kind.name == "cuda"
@@ -303,7 +308,7 @@ def tiled_seeds(wl):
 SPACES = {
     "classic": Space("classic", "classic AutoTVM template: tile_y, tile_x in {8,16,32}, tile_k in {8,16}, "
                      "vector loads off/on (36 configurations) over step 7", classic_template,
-                     ["tile_y", "tile_x", "tile_k", "vector"], cpu=True),
+                     ["tile_y", "tile_x", "tile_k", "vector"], cpu=True, strategy="exhaustive"),
     "tiled": Space("tiled", "register-tiled steps 8/9: block/vthread/thread/sub-tile sizes per axis, K tile, "
                    "vector width, unroll depth, pipeline stages", tiled_template,
                    ["tile_i", "tile_j", "tile_k", "vector", "unroll", "stages"], needs_pipeline_postproc=True,
@@ -316,9 +321,67 @@ SPACES = {
 
 
 def get_space(name: str) -> Space:
-    if name not in SPACES:
-        raise ValueError(f"unknown space {name!r} (known: {', '.join(SPACES)})")
-    return SPACES[name]
+    """A space of :data:`SPACES`, or the space of a registered step (a plugin's, say) that declares
+    a ``search_space`` (:func:`step_space`)."""
+    if name in SPACES:
+        return SPACES[name]
+    try:
+        spec = get(name)
+    except ScheduleParamError:
+        spec = None
+    if spec is not None and spec.config_cls.search_space:
+        return step_space(spec)
+    steps = [s.name for s in all_schedules(kind="gemm") if s.config_cls.search_space]
+    raise ValueError(f"unknown space {name!r} (known: {', '.join([*SPACES, *steps])}; a step is a space once its "
+                     "configuration declares a search_space)")
+
+
+# --- a step's own space ------------------------------------------------------------------------
+def step_configs(spec, wl) -> list:
+    """The configurations of ``spec``'s ``search_space`` (every combination of its values over the
+    step's defaults) that the step takes for ``wl``, its defaults first."""
+    space = spec.config_cls.search_space
+    default = spec.config()
+    out = []
+    for cfg in [default, *(dataclasses.replace(default, **dict(zip(space, values)))
+                           for values in itertools.product(*space.values()))]:
+        if cfg in out:
+            continue
+        try:
+            spec.validate(wl, cfg)
+        except ScheduleParamError:
+            continue
+        out.append(cfg)
+    return out
+
+
+def step_config_text(spec, cfg) -> str:
+    """The values of a configuration's search-space parameters, as the trace records them."""
+    return " ".join(f"{name}={getattr(cfg, name)}" for name in spec.config_cls.search_space)
+
+
+def step_space(spec) -> Space:
+    """The space of a step that declares a ``search_space``: one design space per configuration of
+    :func:`step_configs`, each the step's builder's schedule for it replayed onto MetaSchedule's
+    schedule of the workload, its configuration annotated (``knob_values`` reads it back)."""
+    if spec.kind != "gemm":
+        raise ValueError(f"space {spec.name!r}: schedlab tune tunes GEMM steps, and {spec.name} is a {spec.kind} step")
+
+    def template(sch):
+        wl = gemm_of(sch)
+        spaces = []
+        for cfg in step_configs(spec, wl):
+            built = spec.resolve(wl, cfg).schedule(wl)
+            s = sch.copy()
+            built.trace.apply_to_schedule(s, remove_postproc=False)
+            s.annotate(s.get_sblock("root"), CONFIG_KEY, step_config_text(spec, cfg))
+            spaces.append(s)
+        if not spaces:
+            raise ScheduleParamError(f"{spec.name}: no configuration of its search space takes {wl}")
+        return spaces
+
+    values = ", ".join(f"{k} in {{{', '.join(map(str, v))}}}" for k, v in spec.config_cls.search_space.items())
+    return Space(spec.name, f"{spec.label} {spec.name}'s search space: {values}", template, strategy="exhaustive")
 
 
 # --- decisions: naming and enumerating ---------------------------------------------------------

@@ -345,13 +345,16 @@ def _final(job: dict, built: dict, measured: dict) -> dict:
     row.update(measured)
     if row.get("status") in ("built", "ready"):
         row["status"] = "ok"
-    for key in ("role", "precision", "device"):
+    defaults = _defaults(job)
+    for key, value in defaults.items():
         if key not in row:
-            row[key] = _defaults(job)[key]
+            row[key] = value
     return row
 
 
 def _defaults(job):
+    """A row's role, precision and device, and a step's number and label: what a row whose build
+    failed before it said them still carries (so that it sorts in its ladder's place)."""
     wl = parse_workload(job["workload"])
     name = job["name"]
     role = "baseline" if name in BASELINES or name == "ceilings" else "schedule"
@@ -359,7 +362,14 @@ def _defaults(job):
         prec = precision(name, wl.dtype)
     except Exception:  # noqa: BLE001 - an unknown name: its row says so already
         prec = None
-    return {"role": role, "precision": prec, "device": "cpu" if name in CPU_BASELINES else "gpu"}
+    out = {"role": role, "precision": prec, "device": "cpu" if name in CPU_BASELINES else "gpu"}
+    if role == "schedule":
+        try:
+            spec = get(name)
+            out.update(step=spec.step, ladder=spec.label)
+        except ScheduleParamError:  # an unknown name: its row says so already
+            pass
+    return out
 
 
 def _asdict(cfg) -> dict:

@@ -26,6 +26,7 @@ import pandas as pd
 
 from schedules import parse_workload
 from schedules.workloads import Gemm
+from schedules.registry import LADDERS
 
 from .files import atomic_write
 
@@ -76,7 +77,10 @@ def _tidy(df: pd.DataFrame) -> pd.DataFrame:
             whole.add(col)
     for col in (*whole, *COUNT_COLUMNS):
         if col in df:
-            df[col] = pd.to_numeric(df[col]).astype("Int64")
+            values = pd.to_numeric(df[col])
+            # a plugin's step placed after built-in step 11 is 11.1: the column is then Float64
+            whole_numbers = values.dropna().mod(1).eq(0).all()
+            df[col] = values.astype("Int64" if whole_numbers or col != "step" else "Float64")
     if KEY not in df:
         df[KEY] = None
     no_id = df[KEY].isna()
@@ -88,6 +92,14 @@ def _tidy(df: pd.DataFrame) -> pd.DataFrame:
 def per_workload(df: pd.DataFrame, what) -> pd.Series:
     values = {w: what(parse_workload(w)) for w in df["workload"].dropna().unique()}
     return df["workload"].map(values).astype(float)
+
+
+def ladder_rank(df: pd.DataFrame) -> pd.Series:
+    """0 for the rows of the built-in ladders (and rows that are not steps), 1 for the steps of a
+    plugin's own ladder (their ``ladder`` label names another ladder): sorted by (rank, step), a
+    plugin's ladder 1, 2, 3... follows the built-in ladder instead of mixing with its first steps."""
+    labels = df["ladder"] if "ladder" in df else pd.Series(None, index=df.index, dtype=object)
+    return labels.map(lambda x: int(isinstance(x, str) and x.split(" ")[0] not in LADDERS))
 
 
 def derive(df: pd.DataFrame) -> pd.DataFrame:
@@ -102,7 +114,8 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
     time = df["time_ms"].where(ok)
     df["tflops"] = per_workload(df, lambda w: w.flops) / time / 1e9
     df["gbps"] = per_workload(df, lambda w: w.min_bytes) / time / 1e6
-    steps = df[(df["role"] == "schedule") & ok].sort_values(["workload", "step"], kind="stable")
+    steps = df[(df["role"] == "schedule") & ok].assign(_rank=ladder_rank(df)).sort_values(
+        ["workload", "_rank", "step"], kind="stable")
     first = steps.groupby("workload")["time_ms"].transform("first")
     prev = steps.groupby("workload")["time_ms"].shift(1)
     df["speedup_vs_first"] = (first / steps["time_ms"]).reindex(df.index)

@@ -2,7 +2,7 @@
 primitives (added, removed, re-parameterized: the difference of the two traces), the compiler's
 resource report (registers, shared memory, spills per kernel), and a unified diff of their IR at one
 stage (scheduled TIR, lowered TIR, CUDA source or PTX). Without B, the step before A in its ladder
-is compared with A (what A changes)."""
+is compared with A (what A changes; for a plugin's step, what it changes against the step it follows)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,13 @@ BOOKKEEPING = ("get_sblock", "get_loops", "get_child_blocks", "get_producers", "
 
 
 def previous_step(name: str):
-    """The step before ``name`` in its ladder that takes the same workload kind."""
+    """The step before ``name`` in its ladder that takes the same workload kind: for a plugin's step
+    the one it follows (its anchor, or the plugin step before it); for a built-in step the built-in
+    step before it, whatever plugins are loaded."""
     spec = get(name)
-    earlier = [s for s in all_schedules(spec.kind) if s.step < spec.step and "tuned" not in s.tags]
+    ladder = [s for s in all_schedules(ladder=spec.ladder)
+              if s is spec or (s.kind == spec.kind and "tuned" not in s.tags and (s.builtin or not spec.builtin))]
+    earlier = ladder[:ladder.index(spec)]
     if not earlier:
         raise ScheduleParamError(f"{spec.name} is the first {spec.kind} step: name a schedule to compare it with")
     return earlier[-1]

@@ -7,7 +7,7 @@ import pandas as pd
 
 from schedules import parse_workload
 
-from ..engine.results import missing
+from ..engine.results import ladder_rank, missing
 
 
 def fmt(v, spec: str) -> str:
@@ -32,9 +32,9 @@ def provenance_line(meta: dict) -> str:
 
 
 def ordered(group: pd.DataFrame) -> pd.DataFrame:
-    """Schedules in ladder order, then the baselines."""
-    return group.assign(_b=group["role"] != "schedule", _s=group["step"].fillna(0)).sort_values(
-        ["_b", "_s"], kind="stable").drop(columns=["_b", "_s"])
+    """Schedules in ladder order (the built-in ladder, then a plugin's own), then the baselines."""
+    return group.assign(_b=group["role"] != "schedule", _l=ladder_rank(group), _s=group["step"].fillna(0)).sort_values(
+        ["_b", "_l", "_s"], kind="stable").drop(columns=["_b", "_l", "_s"])
 
 
 def time_cell(r) -> tuple[str, str, str]:
