@@ -1,7 +1,7 @@
 """Pure TVM schedule builders: workloads, the optimization steps, and the registry that lists them."""
 
 # the step modules (importing them registers the steps)
-from . import best, gemm, gemm_fast, gemm_tma, gemm_tma_tf32, gemm_tma_ws, gemm_wgmma, gemm_wmma  # noqa: F401
+from . import best, gemm, gemm_decode, gemm_fast, gemm_tma, gemm_tma_tf32, gemm_tma_ws, gemm_wgmma, gemm_wmma  # noqa: F401
 from . import gemv, tuned  # noqa: F401
 from .errors import ScheduleParamError
 from .registry import Launch, ScheduleSpec, all_schedules, get, register
