@@ -59,6 +59,7 @@ from dataclasses import asdict, dataclass, field
 from .calibration import CALIBRATION
 from .common import GpuSpec, ceil_div, current_gpu
 from .errors import ScheduleParamError
+from .gemm_decode import DecodeConfig, decode_form
 from .gemm_fast import SkinnyConfig, WarpTileConfig
 from .gemm_tma import TmaLoadConfig
 from .gemm_tma_tf32 import Tf32TmaConfig
@@ -205,6 +206,44 @@ def gemv_candidates(wl):
     return [Candidate("column_gemv_t", ColumnGemvConfig(), "gemv", "gemv column")]
 
 
+# decode_gemm's bandwidth on the scale of the model's DRAM term (memory_gbps, which the H200
+# calibration fits the tiled kernels to), by its token groups of 8 (the few rows, rounded up):
+# measured on an H100 on weights of 4096-28672 rows × 4096-14336, its time set against the
+# persistent TMA kernel's on the same 28672-row weights (where both only stream the weight: that
+# kernel measured 1.46× its estimate). More groups: more X traffic per weight byte, more mmas.
+DECODE_EFFICIENCY = {1: 1.05, 2: 1.03, 4: 0.97, 8: 0.92}
+
+
+def decode_candidates(wl):
+    """A decode-sized product (a few rows against a large weight, layout nt, 16-bit inputs,
+    :func:`schedules.gemm_decode.decode_form`): decode_gemm, its parameters as its plan resolves
+    them on this GPU (so that the choice names them). A matrix-vector product (one row or column)
+    stays with the GEMV family."""
+    if wl.dtype not in DecodeConfig.dtypes or decode_form(wl) is None or vector_form(wl) is not None:
+        return []
+    p = DecodeConfig().plan(wl, current_gpu())
+    cfg = DecodeConfig(warp_rows=16 * p.m_tiles, row_warps=p.row_warps, k_warps=p.k_warps, unroll=p.unroll,
+                       stages=p.stages, split_k=p.splits)
+    cand = Candidate("decode_gemm", cfg, "decode", f"decode t{8 * p.token_tiles}")
+    return [cand] if _valid(cand.step, wl, cfg) else []
+
+
+def _decode_us(wl, cand: Candidate, gpu: GpuSpec, cal: dict) -> tuple[float, dict]:
+    """decode_gemm: launch + every byte once (the weight, X, C) at its share of the bandwidth
+    (``DECODE_EFFICIENCY``, or the calibration's for its key) + split-K's sum; X is read from L2
+    once per block of rows, at ``l2_factor`` times the bandwidth."""
+    p = cand.config.plan(wl, gpu)
+    eff = cal["efficiency"].get(cand.key) or DECODE_EFFICIENCY[min(k for k in DECODE_EFFICIENCY if k >= p.token_tiles)]
+    item, bw = itemsize(wl.dtype), gpu.memory_gbps * 1e3
+    weight, x, out = item * p.rows * wl.K, item * p.tokens * wl.K, 4 * wl.M * wl.N
+    dram = (weight + x + out) / (bw * eff)
+    l2 = x * p.row_blocks / (bw * cal["l2_factor"])
+    reduce = _reduce_us(wl, p.splits, gpu, cal)
+    terms = {"family": "decode", "efficiency": eff, "dram_us": dram, "l2_us": l2, "reduce_us": reduce,
+             "blocks": p.row_blocks * p.splits, "splits": p.splits, "waves": 1}
+    return cal["launch_us"] + max(dram, l2) + reduce, terms
+
+
 def _misaligned(wl) -> bool:
     """Whether A's or B's stored rows are not a whole number of 16 bytes (Gemm.misaligned_rows)."""
     return any(wl.misaligned_rows())
@@ -240,7 +279,7 @@ def fp16_candidates(wl):
     out = [c for c in out if _valid(c.step, wl, c.config)]
     # a few output rows or columns: the skinny SIMT tiles (16-bit inputs widened to fp32)
     skinny = simt_candidates(wl, general=False) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
-    return out + skinny + gemv_candidates(wl)
+    return out + skinny + gemv_candidates(wl) + decode_candidates(wl)
 
 
 def tf32_candidates(wl):
@@ -367,6 +406,9 @@ def _waves_compute(blocks, per_sm, warps, flops_per_block, sm_tflops, eff, gpu, 
 def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None = None) -> Estimate:
     gpu, cal = gpu or current_gpu(), cal or CALIBRATION
     fam = cand.family
+    if fam == "decode":
+        time_us, terms = _decode_us(wl, cand, gpu, cal)
+        return Estimate(cand, time_us, terms)
     eff = cal["efficiency"].get(cand.key, cal["default_efficiency"][fam])
     cfg = cand.config
     M, N, K = wl.M, wl.N, wl.K
@@ -395,7 +437,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
                      reduce_us=reduce, splits=splits, efficiency=eff, load_width=width,
                      pipeline="async" if cfg.async_copy else "registers")
         return Estimate(cand, cal["launch_us"] + max(comp, dram, l2) + reduce, terms)
-    # tensor cores. The cp.async wgmma kernels (steps 19 and 25) store C from the accumulator
+    # tensor cores. The cp.async wgmma kernels (steps 19 and 26) store C from the accumulator
     # fragments a float at a time, each store bounds-checked (the TMA kernels store pairs): their
     # epilogue runs at a fitted share of the store rate, which a short K makes most of their time
     scalar_store = cal.get("scalar_store_factor", 1.0) if fam in ("cp", "cp_tf32") else 1.0
@@ -470,6 +512,8 @@ def describe(cand: Candidate) -> str:
         extra += f", K tile {cfg.block_k}"
     if cand.family == "simt" and cfg.async_copy:
         extra += f", cp.async ring of {cfg.stages}"
+    if cand.family == "decode":
+        extra += f", {cfg.warp_rows} rows per warp, {cfg.row_warps}x{cfg.k_warps} warps, ring of {cfg.stages}"
     return f"{cand.step} [{cand.key}{extra}]"
 
 

@@ -8,7 +8,7 @@ The Hopper steps, a file per stretch of the ladder:
 * gemm 20, tma_gemm: this file, its kernel and the fp16/bf16 pieces of gemm 20-23 (the
   configuration, geometry, loader, wgmma macro, epilogue) in tma_fp16.py;
 * gemm 21-23, warp_specialized_gemm, persistent_gemm, cluster_gemm: gemm_tma_ws.py;
-* gemm 26, tma_tf32_gemm: gemm_tma_tf32.py;
+* gemm 27, tma_tf32_gemm: gemm_tma_tf32.py;
 * what they share (TMA loads, tensor maps, mbarriers, split-K, copy kernels, the warp-specialized
   ring): tma_common.py.
 

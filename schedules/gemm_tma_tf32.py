@@ -1,4 +1,4 @@
-"""gemm 26: tf32 (fp32 inputs) on the persistent, warp-specialized TMA structure, computed as
+"""gemm 27: tf32 (fp32 inputs) on the persistent, warp-specialized TMA structure, computed as
 Cᵀ = Bᵀ·Aᵀ (tma_tf32_gemm): :class:`Tf32TmaConfig` and :func:`tf32_kernel`. The kernel runs the
 warp-specialized ring of gemm 21-23 (tma_common.py: barrier set-up, producer loop, work-unit
 decoding, the end of a unit); its own parts are the tf32 wgmma with the Bᵀ operand in registers,
@@ -25,7 +25,7 @@ from .workloads import LAYOUTS, Gemm
 
 
 # ------------------------------------------------------------------------------------------------
-# gemm 26: tf32 (fp32 inputs) as C^T = B^T · A^T
+# gemm 27: tf32 (fp32 inputs) as C^T = B^T · A^T
 # ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Tf32TmaConfig(StepConfig):
@@ -350,7 +350,7 @@ def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
 
 
 # ------------------------------------------------------------------------------------------------
-# gemm 26, the registered step
+# gemm 27, the registered step
 # ------------------------------------------------------------------------------------------------
 Tf32TmaConfig.launch = tma_launch
 

@@ -2,7 +2,7 @@
 thread-block clusters (cluster_gemm): one fp16/bf16 kernel, :func:`ws_kernel`, with one piece turned
 on per step. Its configuration, geometry, loader, wgmma macro and epilogue are gemm 20's
 (gemm_tma.py); its ring (barrier set-up, producer loop, work-unit decoding, the end of a unit) is
-tma_common.py's, which the tf32 kernel of gemm 26 runs too.
+tma_common.py's, which the tf32 kernel of gemm 27 runs too.
 
 gemm 21, warp specialization (``warp_specialized=True``): warpgroup 0 is the producer: it gives
 registers back (``setmaxnreg.dec``) and one thread walks the block's output tiles issuing, per K tile, one TMA

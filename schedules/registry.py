@@ -39,6 +39,8 @@ LADDERS = {
         "skinny_gemm", "best_gemm", "tuned_gemm",
         # tensor cores: fp16 and bf16, then Hopper's structure one piece at a time
         "tensor_core_gemm", "wgmma_gemm", "tma_gemm", "warp_specialized_gemm", "persistent_gemm", "cluster_gemm",
+        # decode-sized products (a few rows against a large weight) at the bandwidth limit
+        "decode_gemm",
         "best_fp16_gemm",
         # tensor cores: fp32 inputs read as tf32
         "wgmma_tf32_gemm", "tma_tf32_gemm", "best_tf32_gemm",

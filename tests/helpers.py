@@ -12,8 +12,14 @@ ODD_WORKLOADS = {"gemm": ["gemm:1000x500x2000", "gemm:3x5x7", "gemm:1x4097x1", "
                  "gemv_t": ["gemv_t:1x4097", "gemv_t:1000x17", "gemv_t:3x5"]}
 
 
+STEP_WORKLOADS = {"decode_gemm": "gemm:16x1024x2048:float16:nt"}  # a step for one shape class: one of its own
+
+
 def default_workload(spec) -> str:
-    """The largest default workload of the spec's kind, in an input type the spec takes."""
+    """The largest default workload of the spec's kind, in an input type the spec takes (or the
+    step's own, :data:`STEP_WORKLOADS`, for a step made for one class of shapes)."""
+    if spec.name in STEP_WORKLOADS:
+        return STEP_WORKLOADS[spec.name]
     text = DEFAULT_WORKLOADS[spec.kind][-1]
     return text if "float32" in spec.input_dtypes else f"{text}:{spec.input_dtypes[0]}"
 

@@ -1,0 +1,443 @@
+"""gemm 24: decode-sized products at the memory-bandwidth limit (decode_gemm).
+
+    C (M×N, fp32) = A·Bᵀ, A M×K and B N×K (layout nt: PyTorch's Linear, Y = X·Wᵀ), with
+    M ≤ 64 (a few rows of activations against a large weight), or N ≤ 64 (the mirror: the
+    weight is A, the few columns B)
+
+Such a product moves the weight once and does 2·T flops per weight element (T = the few rows):
+at T ≤ 64 that is under 64 flops per byte, below what an H100 or H200 needs to be bound by its
+arithmetic, so the only ceiling is device-memory bandwidth. The tiled kernels waste it: a
+128-row tile is mostly padding, and a few output tiles leave SMs idle. This kernel streams the
+weight through a deep ring of asynchronous copies and multiplies on the tensor cores, so that T
+rows cost no more instructions than one (with FMAs, 16 rows at 3-4.8 TB/s of weight would already
+need 48-77 TFLOP/s of fp32 FMAs, about all an H100 or H200 has):
+
+* a warp owns ``warp_rows`` (16 or 32) rows of the weight: one or two m16 tiles of
+  ``mma.sync.m16n8k16`` (fp16/bf16 in, fp32 accumulators), the weight as the 16-row operand and
+  the few rows as the 8-column one, ⌈T/8⌉ of them (the "swap AB" of decode kernels: T = 1 … 8
+  costs one mma per 16 weight rows and 16 K);
+* lane ``4g + c`` copies 16 contiguous bytes of row g (and g + 8) per 32-element K step, elements
+  8c … 8c+7. The mma's own operand layout would want pairs at k = 2c and 2c + 8; a sum does not
+  depend on the order of its terms, so the kernel gives mma #0 the elements 8c … 8c+3 and mma #1
+  8c+4 … 8c+7 in place of the mma's k slots (the same permutation for both operands): one 16-byte
+  piece feeds two mma instructions, with no shuffle;
+* the pieces travel by ``cp.async`` (16 bytes, zero-filled past K) into a ring of ``stages``
+  shared-memory slots, ``stages - 1`` block steps in flight: the loads are asynchronous, so how
+  many are in flight does not depend on registers or on where the compiler schedules them (with
+  plain loads ptxas moved each load next to its mma and a warp had 5 in flight). A lane reads
+  back the weight pieces it copied itself; the block's few rows (X, 8·⌈T/8⌉ × the step's K) are
+  copied once per block into the same slot and read by every warp, so X's traffic is T / (rows
+  per block) of the weight's;
+* ``row_warps`` warps of a block take consecutive rows, ``k_warps`` the consecutive K pieces of a
+  block step (their sums added through shared memory at the end); ``split_k`` blocks take K
+  slices, writing fp32 partials P[s, M, N] that a second kernel sums (tma_common's split-K sum);
+* the write-back is one place (:func:`make_store`): each output leaves once, straight to C (or
+  P), masked past the edges; an epilogue or another output type would be applied there.
+
+Written as a TIR kernel (TVMScript: ``T.ptx`` cp.async, ``T.ptx_legacy.mma``), as the Hopper steps
+are, because TVM 0.27's schedules cannot express it: its tensor-core tensorization reaches mma
+operands only through ``ldmatrix`` into "warp" buffers laid out in the mma's own k order (no
+permuted K), it registers no bf16 mma or ldmatrix intrinsic, and its cross-thread reductions
+cannot add tensor-core accumulators across warps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir
+from tvm.script import tirx as T
+
+from .common import ceil_div, current_gpu
+from .errors import ScheduleParamError
+from .registry import Launch, register
+from .step_config import StepConfig
+from .tma_common import split_sum_kernel
+from .workloads import Gemm
+
+MAX_TOKENS = 64          # the few rows: at most 8 token groups of 8 (the mma's n = 8)
+PTX_TYPE = {"float16": "fp16", "bfloat16": "bf16"}
+K_STEP = 32              # elements of K one lane-quad covers per piece: 4 lanes × 8
+PIECE = 16               # bytes of one cp.async (8 elements)
+SHARED_STATIC = 48 * 1024  # the cross-warp sum's buffer: static shared memory
+
+
+def decode_form(wl) -> tuple[str, int, int] | None:
+    """``(form, tokens, rows)`` of a GEMM this kernel takes, or None: "rows" when M is the few
+    rows (the weight is B, stored N×K), "columns" when N is (the weight is A, stored M×K; the
+    output's rows are the weight's). Layout nt only: both operands K-contiguous."""
+    if wl.kind != "gemm" or getattr(wl, "batched", False) or wl.layout != "nt":
+        return None
+    if wl.M <= wl.N and wl.M <= MAX_TOKENS:
+        return "rows", wl.M, wl.N
+    if wl.N <= MAX_TOKENS:
+        return "columns", wl.N, wl.M
+    return None
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """The numbers one launch is built from (:meth:`DecodeConfig.plan`)."""
+
+    form: str          # "rows" (tokens = M, weight = B) or "columns" (tokens = N, weight = A)
+    tokens: int        # T, the few rows
+    rows: int          # R, the weight's rows
+    m_tiles: int       # m16 tiles per warp
+    row_warps: int     # warps along the rows in a block
+    k_warps: int       # warps along K in a block
+    unroll: int        # 32-element K pieces per warp per block step
+    stages: int        # ring slots
+    splits: int        # K slices on separate blocks
+    steps_per_slice: int
+
+    @property
+    def token_tiles(self) -> int:
+        return ceil_div(self.tokens, 8)
+
+    @property
+    def block_rows(self) -> int:
+        return 16 * self.m_tiles * self.row_warps
+
+    @property
+    def row_blocks(self) -> int:
+        return ceil_div(self.rows, self.block_rows)
+
+    @property
+    def warps(self) -> int:
+        return self.row_warps * self.k_warps
+
+    @property
+    def step_k(self) -> int:
+        """K elements of one block step: every K warp's ``unroll`` pieces of 32."""
+        return K_STEP * self.unroll * self.k_warps
+
+    @property
+    def acc(self) -> int:
+        """fp32 accumulators per lane: 4 per (m16 tile, token group)."""
+        return 4 * self.m_tiles * self.token_tiles
+
+    @property
+    def x_pitch(self) -> int:
+        """uint32 words per X row in a slot: the step's pieces, padded to an odd multiple of 64
+        bytes so that the 8 rows one fragment load reads fall on both halves of the banks."""
+        words = self.step_k // 2  # a multiple of 16 (64 bytes)
+        return words if words // 16 % 2 else words + 16
+
+    @property
+    def slot_words(self) -> int:
+        """uint32 words of one ring slot: every warp's weight pieces, then X's 8·⌈T/8⌉ rows."""
+        return self.warps * self.unroll * self.m_tiles * 2 * 32 * 4 + 8 * self.token_tiles * self.x_pitch
+
+    @property
+    def ring_bytes(self) -> int:
+        return 4 * self.stages * self.slot_words
+
+    @property
+    def shared_floats(self) -> int:
+        """The cross-warp sum's buffer: in its first round half of the K warps of each row group
+        park their accumulators there."""
+        return self.k_warps // 2 * self.row_warps * 32 * self.acc
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _plan(cfg: "DecodeConfig", wl, gpu) -> DecodePlan:
+    form, tokens, rows = decode_form(wl) or ("rows", wl.M, wl.N)
+    nt = ceil_div(tokens, 8)
+    mt = cfg.warp_rows // 16 if cfg.warp_rows else (2 if nt >= 4 else 1)
+    groups = ceil_div(rows, 16 * mt)
+    unroll = cfg.unroll or 2
+    # K slices: at most so many that their fp32 partials (written and read once) stay under a
+    # quarter of the weight's bytes: 4·S·T / K ≤ 1/4
+    most = cfg.split_k or max(1, wl.K // (16 * tokens))
+    # rows per block: T rows (up to 16 tokens) or 2·T rows share each copy of X, so that its
+    # traffic (from L2) stays at most the weight's, or half of it once the mmas per step grow
+    share = 1 if nt <= 2 else 2
+    rw = cfg.row_warps or min(_pow2_at_least(ceil_div(share * tokens, 16 * mt)), _pow2_at_least(groups), 8)
+    block_warps = cfg.block_warps or (8 if nt == 1 else 4)
+    kw = cfg.k_warps or max(1, block_warps // rw)
+    while not cfg.k_warps and kw > 1 and (K_STEP * unroll * kw * 2 > wl.K
+                                          or kw // 2 * rw * 32 * 4 * mt * nt * 4 > SHARED_STATIC):
+        kw //= 2
+    probe = DecodePlan(form, tokens, rows, mt, rw, kw, unroll, 1, 1, 1)
+    # two blocks per SM, each ring as deep as its half of the SM's shared memory allows
+    budget = cfg.ring_bytes or gpu.smem_per_sm // 2 - 4 * probe.shared_floats - 8 * 1024
+    stages = cfg.stages or max(2, min(8, budget // (4 * probe.slot_words)))
+    steps = ceil_div(wl.K, probe.step_k)
+    splits = cfg.split_k
+    if not splits:
+        # as many slices as keep the blocks in one wave (the blocks the SMs' shared memory holds)
+        block_bytes = 4 * stages * probe.slot_words + 4 * probe.shared_floats + 1024
+        slots = gpu.sms * max(1, min(gpu.smem_per_sm // block_bytes, 64 // probe.warps))
+        splits = 1
+        while probe.row_blocks * splits * 2 <= slots and splits * 2 <= most and steps >= 4 * splits:
+            splits *= 2
+    per_slice = ceil_div(steps, splits)
+    splits = ceil_div(steps, per_slice)  # slices that would start past K are dropped
+    return DecodePlan(form, tokens, rows, mt, rw, kw, unroll, stages, splits, per_slice)
+
+
+@dataclass(frozen=True)
+class DecodeConfig(StepConfig):
+    """The weight rows a warp owns (``warp_rows``: 16 or 32), warps per block along the rows
+    (``row_warps``) and along K (``k_warps``), 32-element K pieces per warp per block step
+    (``unroll``), ring slots (``stages``) and K slices on separate blocks (``split_k``). 0: chosen
+    from the shape and the GPU (:meth:`plan`)."""
+
+    dtypes = ("float16", "bfloat16")
+    layouts = ("nt",)   # both operands K-contiguous: 16-byte pieces along K for the weight and X
+    zero_means_auto = ("warp_rows", "row_warps", "k_warps", "unroll", "stages", "split_k", "block_warps",
+                       "ring_bytes")
+    warp_rows: int = 0
+    row_warps: int = 0
+    k_warps: int = 0
+    unroll: int = 0
+    stages: int = 0
+    split_k: int = 0
+    block_warps: int = 0        # warps per block the automatic choice aims for; 0: 8 for one token group, else 4
+    ring_bytes: int = 0         # shared memory the automatic choice of stages fills; 0: half the SM's
+
+    @property
+    def pass_config(self) -> dict:
+        """The fragments are local uint32 arrays that the mma reads by offset; StorageRewrite would
+        retype one written only by 16-byte loads into an array of uint4, and the offsets would then
+        count 16-byte elements."""
+        return {"tirx.disable_storage_rewrite": True}
+
+    def check(self, wl):
+        if getattr(wl, "has_epilogue", False):
+            raise ScheduleParamError(f"decode_gemm writes the float32 product only: it does not take an epilogue "
+                                     f"or a {getattr(wl, 'out_dtype', 'float32')} output ({wl})")
+        if wl.dtype not in self.dtypes:
+            raise ScheduleParamError(f"decode_gemm takes float16 or bfloat16 inputs, not {wl.dtype}")
+        if decode_form(wl) is None:
+            raise ScheduleParamError(f"decode_gemm needs M ≤ {MAX_TOKENS} or N ≤ {MAX_TOKENS} (the few rows of a "
+                                     f"decode step), layout nt and no batch: {wl}")
+        if wl.K % 8:
+            raise ScheduleParamError(f"decode_gemm copies 16 bytes along K: K = {wl.K} must be a multiple of 8")
+        if self.k_warps & (self.k_warps - 1):
+            raise ScheduleParamError(f"decode_gemm: k_warps must be a power of two (their sums are added in halving "
+                                     f"rounds), got {self.k_warps}")
+        if self.warp_rows not in (0, 16, 32):
+            raise ScheduleParamError(f"decode_gemm: warp_rows must be 16 or 32 (one or two m16 tiles), "
+                                     f"got {self.warp_rows}")
+        p = self.plan(wl)
+        if p.stages < 2:
+            raise ScheduleParamError(f"decode_gemm: stages must be at least 2 (a slot filling while one is read), "
+                                     f"got {p.stages}")
+        if 4 * p.shared_floats > SHARED_STATIC:
+            raise ScheduleParamError(f"decode_gemm: the sum of {p.k_warps} K warps needs {4 * p.shared_floats} bytes "
+                                     f"of shared memory, more than {SHARED_STATIC}; fewer k_warps")
+        if p.splits > 1 and p.splits * wl.M * wl.N >= 2**31:
+            raise ScheduleParamError(f"decode_gemm: split_k={p.splits} partials need 64-bit indices; lower split_k")
+
+    def plan(self, wl, gpu=None) -> DecodePlan:
+        """Resolve the automatic parameters for ``wl`` on ``gpu`` (the current one by default).
+
+        m16 tiles per warp: 2 from 32 tokens up (each X fragment then feeds two tiles), else 1;
+        two 32-element pieces per warp and block step. Rows per block: enough row warps that T
+        weight rows (up to 16 tokens) or 2·T (beyond) share each copy of X; K warps fill the block
+        to ``block_warps`` (8 for one token group, else 4). Stages: as many slots as half the SM's
+        shared memory holds (2 to 8; two blocks per SM). Split-K: doubled while the blocks stay
+        within one wave of what the SMs hold and the partials (written and read once) under a
+        quarter of the weight's bytes. Measured on an H100 against the neighbouring choices
+        (twice or half the row warps, 8 warps per block, 1 or 4 pieces, 4 stages, twice or half
+        the slices) on weights of 4096-28672 × 4096-14336 rows and 1-64 tokens."""
+        return _plan(self, wl, gpu or current_gpu())
+
+    def launch(self, wl) -> Launch:
+        p = self.plan(wl)
+        return Launch(grid=(p.row_blocks * p.splits, 1, 1), block=(32, p.warps, 1),
+                      shared_bytes=p.ring_bytes + 4 * p.shared_floats, dynamic_shared=True,
+                      threads_from="32 × row_warps × k_warps",
+                      shared_from="stages × (the warps' weight pieces + X's rows) + the K warps' sum")
+
+
+def make_store(form: str, tokens: int, rows: int):
+    """A macro: the single write of one output, C[t, r] (rows form) or C[r, t] (columns form),
+    masked past the edges; ``C`` is the output, or with split-K the partials and ``part`` the
+    block's slice. An epilogue or an output cast would go here."""
+
+    @T.macro
+    def store(C, value, t, r, part, split):
+        if T.And(t < tokens, r < rows):
+            if split:
+                if form == "rows":
+                    C[part, t, r] = value
+                else:
+                    C[part, r, t] = value
+            elif form == "rows":
+                C[t, r] = value
+            else:
+                C[r, t] = value
+
+    return store
+
+
+def decode_kernel(wl: Gemm, p: DecodePlan):
+    """The TIR PrimFunc ``main(A, B, C)`` of plan ``p`` for ``wl`` (see the module's docstring)."""
+    DT, K = wl.dtype, wl.K
+    PT = PTX_TYPE[DT]
+    FORM, TOK, ROWS = p.form, p.tokens, p.rows
+    MT, NT, U, WR, WK, S = p.m_tiles, p.token_tiles, p.unroll, p.row_warps, p.k_warps, p.stages
+    WARPS, THREADS = p.warps, 32 * p.warps
+    SUB = K_STEP * U                # K elements of one warp per block step
+    BSTEP = p.step_k                # ... of the block
+    KT = ceil_div(K, BSTEP)         # block steps of the whole K
+    KTS, SPLIT = p.steps_per_slice, p.splits
+    RB, BROWS = p.row_blocks, p.block_rows
+    GRID = RB * SPLIT
+    ACC = p.acc
+    K2 = K // 2                     # the operands as uint32 pairs: 16 bytes = 4 of them
+    SLOT, XPITCH = p.slot_words, p.x_pitch
+    W_WORDS = WARPS * U * MT * 2 * 128   # a slot's weight pieces: per warp, piece, tile, row half
+    XP = BSTEP // 8                 # 16-byte pieces of one X row per step
+    X_PIECES = 8 * NT * XP
+    X_ROUNDS = ceil_div(X_PIECES, THREADS)
+    X_EDGE = X_PIECES % THREADS != 0
+    RED = max(1, p.shared_floats)
+    ROUNDS = (WK - 1).bit_length()  # k_warps is a power of two: log2 of it
+    HALF = WK // 2 * WR             # warps that park their sums in the first round
+    sum_kernel = split_sum_kernel(wl.M, wl.N, SPLIT)[0] if SPLIT > 1 else None
+    store = make_store(FORM, TOK, ROWS)
+
+    def copy(dst, src, ok):
+        """One 16-byte cp.async, zero-filled where ``ok`` is false (past K, past the few rows)."""
+        return T.ptx["cp.async.cg.shared.global"](T.address_of(dst), T.address_of(src), PIECE,
+                                                  T.if_then_else(ok, T.uint32(PIECE), T.uint32(0)))
+
+    @T.macro
+    def fetch(ring, Wu, Xu, slot, bstep, warp, lane, row0):
+        """Block step ``bstep`` into ring slot ``slot``: each lane's weight pieces (its rows g and
+        g + 8 of each tile, elements 8c … 8c+7 of each of its warp's ``unroll`` 32-element pieces),
+        then X's rows for the whole step, spread over the block's threads."""
+        for q in T.unroll(U):
+            for i in T.unroll(MT):
+                for h in T.unroll(2):
+                    T.evaluate(copy(
+                        ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + lane * 4],
+                        Wu[T.min(row0 + 16 * i + 8 * h + lane // 4, ROWS - 1),
+                           T.min(bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8, K - 8) // 2],
+                        bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 < K))
+        for x in T.unroll(X_ROUNDS):
+            if T.Or(not X_EDGE, x * THREADS + warp * 32 + lane < X_PIECES):
+                T.evaluate(copy(
+                    ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) // XP * XPITCH
+                         + (x * THREADS + warp * 32 + lane) % XP * 4],
+                    Xu[T.min((x * THREADS + warp * 32 + lane) // XP, TOK - 1),
+                       T.min(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XP * 8, K - 8) // 2],
+                    T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XP * 8 < K,
+                          (x * THREADS + warp * 32 + lane) // XP < TOK)))
+
+    @T.macro
+    def compute(ring, acc, wt, wf, xf, slot, warp, lane):
+        """The mmas of ring slot ``slot``: per 32-element piece, the lane's weight pieces (rows g
+        and g + 8 interleaved into the mma's A registers) and X's token groups, read back with
+        16-byte shared loads."""
+        for q in T.unroll(U):
+            for i in T.unroll(MT):
+                for h in T.unroll(2):
+                    for v in T.vectorized(4):
+                        wt[v] = ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + lane * 4 + v]
+                    for v in T.unroll(4):
+                        wf[i * 8 + 2 * v + h] = wt[v]
+            for j in T.unroll(NT):
+                for v in T.vectorized(4):
+                    xf[j * 4 + v] = ring[slot * SLOT + W_WORDS + (8 * j + lane // 4) * XPITCH
+                                         + (warp // WR * U + q) * 16 + lane % 4 * 4 + v]
+            for i in T.unroll(MT):
+                for j in T.unroll(NT):
+                    for half in T.unroll(2):  # elements 8c..8c+3, then 8c+4..8c+7 of each lane
+                        T.ptx_legacy.mma("m16n8k16", "row", "col", PT, PT, "fp32",
+                                         wf.data, i * 8 + 4 * half, xf.data, j * 4 + 2 * half,
+                                         acc.data, (i * NT + j) * 4, False, dtype="float32")
+
+    W_SHAPE, X_SHAPE = (ROWS, K2), (TOK, K2)
+    W_ARG = "B" if FORM == "rows" else "A"
+
+    @T.prim_func
+    def main(A: T.Buffer(wl.a_shape, DT), B: T.Buffer(wl.b_shape, DT), C: T.Buffer(wl.c_shape, "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        if SPLIT > 1:
+            # the partial products: a global buffer of the host part (the device's workspace pool)
+            P = T.alloc_buffer((SPLIT, wl.M, wl.N), "float32", scope="global")
+        with T.launch_thread("blockIdx.x", GRID) as bid:
+            lane = T.launch_thread("threadIdx.x", 32)
+            warp = T.launch_thread("threadIdx.y", WARPS)
+            Wu = T.decl_buffer(W_SHAPE, "uint32", data=(B if W_ARG == "B" else A).data)
+            Xu = T.decl_buffer(X_SHAPE, "uint32", data=(A if W_ARG == "B" else B).data)
+            ring = T.alloc_buffer((S * SLOT,), "uint32", scope="shared.dyn")
+            red = T.alloc_buffer((RED,), "float32", scope="shared")
+            acc = T.alloc_buffer((ACC,), "float32", scope="local")
+            wt = T.alloc_buffer((4,), "uint32", scope="local")
+            wf = T.alloc_buffer((MT * 8,), "uint32", scope="local")
+            xf = T.alloc_buffer((NT * 4,), "uint32", scope="local")
+            for e in T.unroll(ACC):
+                acc[e] = T.float32(0)
+            row0: T.let[T.int32] = bid % RB * BROWS + warp % WR * (16 * MT)
+            part: T.let[T.int32] = bid // RB
+            # this block's K slice: steps first .. first + n - 1 (the last slice may be shorter)
+            n: T.let[T.int32] = T.min(KTS, KT - part * KTS)
+            for s in T.unroll(S - 1):
+                if s < n:
+                    fetch(ring, Wu, Xu, s, part * KTS + s, warp, lane, row0)
+                T.ptx["cp.async.commit_group"]()
+            for it in T.serial(n):
+                T.ptx["cp.async.wait_group"](S - 2)  # this thread's copies of step it have landed
+                T.cuda.cta_sync()  # ... everyone's, and everyone is done with slot (it - 1) % S
+                if it + S - 1 < n:
+                    fetch(ring, Wu, Xu, (it + S - 1) % S, part * KTS + it + S - 1, warp, lane, row0)
+                T.ptx["cp.async.commit_group"]()
+                compute(ring, acc, wt, wf, xf, it % S, warp, lane)
+            # the K warps of each row group add up their sums, halving each round: warps
+            # [stride, 2·stride) park theirs, warps [0, stride) add them
+            for rnd in T.unroll(ROUNDS):
+                if T.And(warp // WR >= (WK >> (rnd + 1)), warp // WR < (WK >> rnd)):
+                    for e in T.unroll(ACC):
+                        red[(e * HALF + warp - (WK >> (rnd + 1)) * WR) * 32 + lane] = acc[e]
+                T.cuda.cta_sync()
+                if warp // WR < (WK >> (rnd + 1)):
+                    for e in T.unroll(ACC):
+                        acc[e] = acc[e] + red[(e * HALF + warp) * 32 + lane]
+                if rnd + 1 < ROUNDS:
+                    T.cuda.cta_sync()
+            if warp < WR:
+                # lane 4g + c holds rows g, g + 8 of each tile, tokens 2c, 2c + 1 of each group
+                for i in T.unroll(MT):
+                    for j in T.unroll(NT):
+                        for h in T.unroll(2):
+                            for e in T.unroll(2):
+                                if SPLIT > 1:
+                                    store(P, acc[(i * NT + j) * 4 + 2 * h + e], 8 * j + lane % 4 * 2 + e,
+                                          row0 + 16 * i + 8 * h + lane // 4, part, True)
+                                else:
+                                    store(C, acc[(i * NT + j) * 4 + 2 * h + e], 8 * j + lane % 4 * 2 + e,
+                                          row0 + 16 * i + 8 * h + lane // 4, part, False)
+        if SPLIT > 1:
+            sum_kernel(P, C)
+
+    return main
+
+
+@register("decode_gemm", "gemm", DecodeConfig, aliases=("decode", "gemm_decode"), tags=("float16",))
+def decode_gemm(wl: Gemm, cfg: DecodeConfig = DecodeConfig()):
+    """Decode-sized products (M ≤ 64 rows against a large weight, Y = X·Wᵀ, or the mirror N ≤ 64)
+    at the memory-bandwidth limit: the weight streamed once through a deep ring of 16-byte
+    ``cp.async`` copies along K into ``mma.sync`` (the weight as its 16-row operand, the few rows as
+    its 8-column one), K split over the warps of a block and, for weights with few rows, over
+    blocks.
+
+    The tiled tensor-core kernels pad a 64-row or 128-row tile around a few rows, and a handful of
+    output tiles leave SMs idle with a long K loop each. Here nothing is padded but the mma's 8
+    token columns; each lane's 16-byte piece feeds two mma instructions (K taken in a permuted
+    order that both operands share); how much is in flight is the ring's depth, not what the
+    compiler keeps in registers (plain loads had ptxas move each load next to its mma: 5 in flight
+    per warp, 55-67% of the copy bandwidth); every output is written once.
+    """
+    cfg.check(wl)
+    return s_tir.Schedule(decode_kernel(wl, cfg.plan(wl)))

@@ -1,0 +1,107 @@
+"""decode_gemm (gemm 24): decode-sized products, a few rows against a large weight. It compiles for
+sm_90 without spills with the instructions it is about (cp.async into the ring, bf16/fp16
+mma.sync), its plan keeps the blocks in one wave and its ring in shared memory, what it does not
+take is refused in one line, best_fp16_gemm chooses it for decode shapes and not for large ones,
+and (on a GPU) it is right against float64 on ragged shapes, both forms, split-K and K warps."""
+
+import pytest
+
+from schedules import Gemm, ScheduleParamError, dispatch, get, parse_workload
+from schedules.common import GpuSpec
+from schedules.gemm_decode import DecodeConfig, decode_form
+from tests.helpers import build_spec, run_on_gpu
+
+_BUILT = {}
+
+
+def built(workload, **params):
+    key = (workload, tuple(sorted(params.items())))
+    if key not in _BUILT:
+        _BUILT[key] = build_spec(get("decode_gemm"), workload, **params)
+    return _BUILT[key]
+
+
+@pytest.mark.parametrize("workload, split", [
+    ("gemm:8x4096x4096:bfloat16:nt", False),  # one kernel: the blocks fill the GPU without split-K
+    ("gemm:64x4096x4096:float16:nt", True),   # split-K: the partials' sum is a second kernel
+    ("gemm:4095x24x1000:bfloat16:nt", True),  # the mirror (N is the few), ragged rows and K
+])
+def test_compiles_for_sm90_without_spills_with_its_instructions(workload, split):
+    b, wl = built(workload), parse_workload(workload)
+    assert (DecodeConfig().plan(wl).splits > 1) == split
+    assert "for 'sm_90" in b.device.ptxas_log
+    assert len(b.device.kernels) == 1 + split and all(k.spills == 0 for k in b.device.kernels)
+    ptx = b.device.ptx
+    ptype = {"bfloat16": "bf16", "float16": "f16"}[wl.dtype]
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{ptype}.{ptype}.f32" in ptx
+    assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
+    launch = get("decode_gemm").validate(wl)
+    assert tuple(b.launch.get(f"blockIdx.{a}", 1) for a in "xyz") == launch.grid
+    assert tuple(b.launch.get(f"threadIdx.{a}", 1) for a in "xyz") == launch.block
+
+
+def test_the_forms_and_what_is_refused():
+    assert decode_form(parse_workload("gemm:16x6144x4096:bfloat16:nt")) == ("rows", 16, 6144)
+    assert decode_form(parse_workload("gemm:6144x16x4096:bfloat16:nt")) == ("columns", 16, 6144)
+    spec = get("decode_gemm")
+    for text, word in (("gemm:16x6144x4096:bfloat16", "nt layout only"), ("gemm:65x6144x4096:bfloat16:nt", "M ≤ 64"),
+                       ("gemm:16x6144x4100:bfloat16:nt", "multiple of 8"), ("gemm:16x6144x4096:nt", "float16"),
+                       ("bmm:2x16x6144x4096:bfloat16:nt", "batch")):
+        with pytest.raises(ScheduleParamError, match=word) as err:
+            spec.validate(parse_workload(text))
+        assert "\n" not in str(err.value)
+    with pytest.raises(ScheduleParamError, match="power of two"):
+        spec.validate(parse_workload("gemm:16x6144x4096:bfloat16:nt"), spec.config(k_warps=3))
+
+    class WithEpilogue(Gemm):  # a product with an output cast or an epilogue: not taken yet
+        has_epilogue = True
+
+    with pytest.raises(ScheduleParamError, match="epilogue"):
+        spec.validate(WithEpilogue(16, 6144, 4096, "bfloat16", layout="nt"))
+
+
+@pytest.mark.parametrize("workload", ["gemm:1x4096x4096:bfloat16:nt", "gemm:16x6144x4096:bfloat16:nt",
+                                      "gemm:64x4096x14336:float16:nt", "gemm:28672x32x4096:bfloat16:nt"])
+def test_the_plan_fills_the_gpu_in_one_wave_within_shared_memory(workload):
+    wl, gpu = parse_workload(workload), GpuSpec()
+    cfg = DecodeConfig()
+    p, launch = cfg.plan(wl, gpu), cfg.launch(wl)
+    blocks = launch.grid[0]
+    per_sm = gpu.smem_per_sm // (launch.shared_bytes + 1024)
+    assert per_sm >= 1 and launch.shared_bytes <= gpu.smem_per_block
+    assert blocks >= gpu.sms or p.splits * 2 > max(1, wl.K // (16 * p.tokens))  # else split-K would fill it
+    assert p.splits == 1 or blocks <= gpu.sms * per_sm  # split-K stops at one wave
+    # the rows that share each copy of X: T of them up to 16 tokens, 2·T beyond
+    assert 2 <= p.stages <= 8 and 16 * p.m_tiles * p.row_warps >= min((1 if p.tokens <= 16 else 2) * p.tokens, 128)
+    # split-K's partials stay under a quarter of the weight's bytes
+    assert 4 * p.splits * p.tokens <= max(wl.K // 4, 4 * p.tokens)
+
+
+@pytest.mark.parametrize("workload", ["gemm:8x6144x4096:bfloat16:nt", "gemm:16x6144x4096:float16:nt",
+                                      "gemm:8x4096x14336:bfloat16:nt"])
+def test_best_fp16_chooses_it_for_decode_shapes(workload):
+    wl = parse_workload(workload)
+    choice = get("best_fp16_gemm").config().choose(wl)
+    assert choice.step == "decode_gemm" and "decode t" in choice.text
+    assert get("decode_gemm").validate(wl, choice.config)
+
+
+@pytest.mark.parametrize("workload", ["gemm:4096x4096x4096:float16:nt", "gemm:512x6144x4096:bfloat16:nt",
+                                      "gemm:16x6144x4096:bfloat16:nn", "gemm:1x4096x4096:float16"])
+def test_best_fp16_does_not_choose_it_elsewhere(workload):
+    wl = parse_workload(workload)
+    assert all(e.step != "decode_gemm" for e in dispatch.rank(wl, "bf16" if wl.dtype == "bfloat16" else "fp16"))
+
+
+GPU_CASES = [("gemm:5x1000x4104:bfloat16:nt", {}), ("gemm:37x3000x1000:float16:nt", {}),
+             ("gemm:37x3000x1000:bfloat16:nt", {"row_warps": 2, "k_warps": 4, "split_k": 3}),
+             ("gemm:64x4096x4096:bfloat16:nt", {}), ("gemm:4095x24x1000:bfloat16:nt", {}),
+             ("gemm:2000x61x2056:float16:nt", {"split_k": 2, "stages": 2}), ("gemm:1x1x8:bfloat16:nt", {}),
+             ("gemm:17x5000x776:float16:nt", {"warp_rows": 32, "unroll": 1})]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload, params", GPU_CASES, ids=lambda c: str(c))
+def test_right_on_the_gpu(harness, workload, params):
+    err = run_on_gpu(harness, get("decode_gemm"), workload, **params)
+    assert err < 1e-5, f"{workload} {params}: relative error {err:.3g}"
