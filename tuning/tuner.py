@@ -34,6 +34,7 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
 from schedules import parse_workload
+from schedules.tensor_intrinsics import import_tensor_intrinsics
 from schedules.tuned import launch_of
 
 from . import records as R
@@ -315,6 +316,7 @@ def tune(opts: TuneOptions, on_trial=None) -> dict:
             state.best_gflops, state.best_ms = r["gflops"], r["time_ms"]
     prior_elapsed = max((r.get("elapsed_s", 0.0) for r in mine), default=0.0)
 
+    import_tensor_intrinsics()  # what TuneContext imports, at a tenth of the cost
     ctx = ms.TuneContext(mod, target=target, space_generator=space.generator(target),
                          search_strategy=_strategy(opts), task_name=run,
                          rand_state=opts.seed + 7919 * len(mine), num_threads=os.cpu_count() or 1)
