@@ -37,6 +37,7 @@ from schedules import parse_workload
 from schedules.tensor_intrinsics import import_tensor_intrinsics
 from schedules.tuned import launch_of
 
+from . import database as DB
 from . import records as R
 from .cost_models import make_cost_model
 from .cuda_compile import cuda_target, setup_cuda_env
@@ -288,6 +289,7 @@ class RunState:
     started: float = field(default_factory=time.time)
     keys: set = field(default_factory=set)
     elapsed_s: float = 0.0
+    last_trial: int = 0  # the highest trial number of the run (a lost log line leaves a gap, not a repeat)
 
 
 def tune(opts: TuneOptions, on_trial=None) -> dict:
@@ -304,13 +306,14 @@ def tune(opts: TuneOptions, on_trial=None) -> dict:
     mod = tvm.IRModule({"main": func})
     run = opts.name()
     os.makedirs(opts.db, exist_ok=True)
-    database = R.open_database(opts.db)
+    database = DB.open_database(opts.db, say=log)
     past = R.trials(opts.db, wl_text)
     check_timer(opts, past)
     mine = [r for r in past if r.get("run") == run and r.get("status") != "verify"]
     cache = {r["key"]: r for r in past if r.get("space") == opts.space and r.get("key")
              and r.get("status") not in ("invalid", "verify")}
-    state = RunState(run, opts.trials, done=len(mine), keys={r["key"] for r in mine if r.get("key")})
+    state = RunState(run, opts.trials, done=len(mine), keys={r["key"] for r in mine if r.get("key")},
+                     last_trial=max((r.get("trial", 0) for r in mine), default=0))
     for r in mine:
         if r.get("status") == "ok" and r["gflops"] > state.best_gflops:
             state.best_gflops, state.best_ms = r["gflops"], r["time_ms"]
@@ -421,8 +424,7 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
                 cache[key] = row
                 secs = res["secs"] if res["status"] == "ok" else [FAILED_SECS]
                 try:
-                    database.commit_tuning_record(ms.database.TuningRecord(
-                        cand.sch.trace, workload_entry, secs, target, cand.args_info))
+                    database.commit_tuning_record(cand.sch.trace, workload_entry, secs, target, cand.args_info)
                 except Exception:  # noqa: BLE001
                     pass
                 if res["status"] == "ok":
@@ -509,6 +511,7 @@ def _trial_row(res, cand, space, wl, key, reused) -> dict:
 
 def _log(path, opts, run, wl_text, row, state: RunState, t_start, prior_elapsed, on_trial):
     state.done += 1
+    state.last_trial += 1
     state.keys.add(row["key"])
     if row.get("reused"):
         state.reused += 1
@@ -521,7 +524,7 @@ def _log(path, opts, run, wl_text, row, state: RunState, t_start, prior_elapsed,
     state.elapsed_s = prior_elapsed + time.time() - t_start
     full = {"run": run, "workload": wl_text, "space": opts.space, "strategy": opts.strategy,
             "cost_model": opts.cost_model if opts.strategy == "evolutionary" else None,
-            "trial": state.done, "elapsed_s": round(state.elapsed_s, 3),
+            "trial": state.last_trial, "elapsed_s": round(state.elapsed_s, 3),
             "best_gflops": state.best_gflops, **row}
     R.append_jsonl(path, full)
     if on_trial:
