@@ -69,6 +69,23 @@ def test_tiled_space_reuses_the_register_tiled_steps():
     assert names == {"A_shared", "B_shared", "C_local"}
 
 
+def test_tvms_tensor_intrinsics_import_in_seconds():
+    """What every tuning process pays before its first trial (MetaSchedule's TuneContext imports them):
+    about 50 s of CPU here before, when each TVMScript parse rescanned sys.modules for every stack
+    frame; the intrinsics are registered and inspect is left as it was."""
+    code = ("import inspect, time; import tvm; from tvm import s_tir\n"
+            "from schedules.tensor_intrinsics import import_tensor_intrinsics\n"
+            "getmodule, t0 = inspect.getmodule, time.process_time()\n"
+            "intrinsics = import_tensor_intrinsics()\n"
+            "s_tir.TensorIntrin.get(intrinsics.cuda.WMMA_SYNC_16x16x16_f16f16f32_INTRIN)\n"
+            "print(time.process_time() - t0, inspect.getmodule is getmodule)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    cpu, restored = out.stdout.split()
+    assert float(cpu) < 20 and restored == "True", out.stdout
+
+
 def test_sigkill_mid_run_then_resume(tmp_path):
     """Kill a tuner with SIGKILL once it has recorded trials (while it is measuring more), garble a
     line in the middle of its log and cut the last one short, then resume: the damage is said in one
