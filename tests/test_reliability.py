@@ -91,6 +91,98 @@ def test_an_rpc_tracker_that_is_not_there_is_named_within_seconds(tmp_path, caps
     assert time.time() - t0 < 10, err
 
 
+class _NotATracker:
+    """A loopback server that is not an RPC tracker: it accepts connections, then says nothing
+    (``reply`` None) or answers with ``reply``."""
+
+    def __init__(self, reply=None):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.port, self.reply, self.conns = self.sock.getsockname()[1], reply, []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            if self.reply is not None:
+                conn.recv(64)
+                conn.sendall(self.reply)
+
+    def close(self):
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("reply, words", [(None, "no answer to the tracker handshake within 1 s"),
+                                          (b"HTTP/1.0 400 Bad Request\r\n\r\n", "answered the tracker handshake with")])
+def test_an_rpc_tracker_address_with_another_server_behind_it(tmp_path, capsys, monkeypatch, reply, words):
+    """It used to hang with no output until killed (TVM's client waits for the handshake forever)."""
+    from tuning import tracker
+
+    monkeypatch.setattr(tracker, "HANDSHAKE_TIMEOUT_S", 1.0)
+    server = _NotATracker(reply)
+    try:
+        t0 = time.time()
+        err = _one_line_error(capsys, ["tune", "--workload", "gemm:64x64x64", "--rpc-tracker",
+                                       f"127.0.0.1:{server.port}", "--rpc-key", "x", "--db", str(tmp_path / "db"),
+                                       "--quiet"], f"--rpc-tracker 127.0.0.1:{server.port}: the server there is not "
+                                                   "an RPC tracker")
+        assert words in err and time.time() - t0 < 10, err
+    finally:
+        server.close()
+    assert not (tmp_path / "db").exists()
+
+
+@pytest.mark.skipif(HAS_GPU, reason="a GPU is present")
+def test_tuning_for_a_gpu_on_a_machine_without_one_is_refused(tmp_path, capsys):
+    """It used to log every trial as failed (a loader not registered), say "no valid configuration
+    found", exit 0, and leave those trials counted as done for a later run on a GPU machine."""
+    db = tmp_path / "db"
+    _one_line_error(capsys, ["tune", "--workload", "gemm:64x64x64", "--db", str(db), "--quiet"],
+                    "--target cuda: this machine has no CUDA GPU to measure on")
+    assert not db.exists()
+
+
+def test_a_tuning_directory_keeps_its_target(tmp_path, capsys):
+    """A run for another target than the directory's trials is refused, before anything is written
+    there (it used to mix the targets' trials in one run)."""
+    from tuning.records import append_jsonl, save_json
+
+    db = tmp_path / "db"
+    os.makedirs(db)
+    save_json(str(db / "provenance.json"), {"gpu": "NVIDIA H100", "target": "cuda", "timer": "cold"})
+    append_jsonl(str(db / "trials.jsonl"), {"run": "classic/exhaustive", "workload": "gemm:64x64x64", "trial": 1,
+                                            "key": "k", "status": "run", "reason": "x"})
+    before = sorted(os.listdir(db))
+    _one_line_error(capsys, ["tune", "--workload", "gemm:32x32x32", "--target", "llvm", "--space", "classic", "--db",
+                             str(db), "--quiet"],
+                    f"{db} holds trials measured for --target cuda; this run is for --target llvm")
+    assert sorted(os.listdir(db)) == before  # no lock, no provenance rewritten
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--trials", "0"], "--trials must be at least 1"), (["--batch", "0"], "--batch must be at least 1"),
+    (["--builders", "0"], "--builders must be at least 1"), (["--time-limit", "nan"], "--time-limit must be"),
+    (["--workload", "gemv:64x64"], "tunes GEMM workloads"), (["--compare", "bogus"], "--compare 'bogus' is not"),
+    (["--rpc-tracker", "127.0.0.1:1"], "--rpc-tracker needs --rpc-key"),
+])
+def test_a_refused_tune_leaves_no_directory(tmp_path, capsys, args, words):
+    """Each used to create the --db folder and its lock before saying no."""
+    db = tmp_path / "db"
+    _one_line_error(capsys, ["tune", "--workload", "gemm:32x32x32", "--target", "llvm", "--db", str(db), "--quiet",
+                             *args], words)
+    assert not db.exists()
+
+
 def test_two_tuners_on_one_directory(tmp_path, capsys):
     from tuning.records import DirectoryLock
 

@@ -152,7 +152,8 @@ def _free_port():
 def test_rpc_tracker_and_server_end_to_end(tmp_path):
     """A tracker and a server on 127.0.0.1 (own process groups), a small llvm tuning run measured
     through them, then both stopped by killing their process groups."""
-    from tuning.tuner import TuneOptions, count_rpc_servers, tune
+    from tuning.tracker import count_rpc_servers
+    from tuning.tuner import TuneOptions, tune
 
     port = _free_port()
     key = "schedlab-test"

@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import sys
 import threading
 import time
@@ -40,11 +39,12 @@ from schedules.tuned import launch_of
 from . import database as DB
 from . import records as R
 from .cost_models import make_cost_model
-from .cuda_compile import cuda_target, setup_cuda_env
+from .cuda_compile import cuda_available, cuda_target, setup_cuda_env
 from .measure import (make_parallel_builder, checked_evaluator_local, checked_evaluator_rpc, cold_evaluator_local,
                       cold_evaluator_rpc, classify_error, verify_evaluator_local, verify_evaluator_rpc, FULL_TOLERANCE,
                       TIMERS)
 from .spaces import enumerate_decisions, get_space, knob_values, sample_insts
+from .tracker import count_rpc_servers, parse_tracker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STRATEGIES = ("exhaustive", "random", "evolutionary")
@@ -108,34 +108,13 @@ def make_target(kind: str = "cuda", arch: str | None = None):
     raise ValueError(f"unknown target {kind!r} (cuda or llvm)")
 
 
-def parse_tracker(text: str) -> tuple[str, int]:
-    host, sep, port = (text or "").rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"--rpc-tracker {text!r} is malformed: expected HOST:PORT")
-    return host, int(port)
-
-
-def probe_tracker(host: str, port: int, timeout: float = 3.0):
-    """Raise ValueError (one line, naming the tracker) unless something accepts connections at
-    ``host:port`` within ``timeout`` seconds: TVM's own client retries for over a minute and then
-    ends in a traceback."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return
-    except OSError as e:
-        raise ValueError(f"--rpc-tracker {host}:{port}: no RPC tracker answers there "
-                         f"({e.strerror or type(e).__name__})") from None
-
-
-def count_rpc_servers(host: str, port: int, key: str) -> int:
-    """Servers registered under ``key`` at the tracker (free or busy)."""
-    from tvm import rpc
-
-    probe_tracker(host, port)
-    summary = rpc.connect_tracker(host, port).summary()
-    n = sum(1 for s in summary.get("server_info", []) if str(s.get("key", "")).split(":")[-1] == key)
-    free = int(summary.get("queue_info", {}).get(key, {}).get("free", 0))
-    return max(n, free)
+def check_device(opts: TuneOptions) -> None:
+    """Refuse (one line) to tune for a device that is not here: on a host without a GPU every CUDA
+    candidate would fail to load, and the log would call those trials done. Over RPC the servers
+    are the device (the tracker is asked when the runner is made)."""
+    if opts.target == "cuda" and not opts.rpc_tracker and not cuda_available():
+        raise ValueError("--target cuda: this machine has no CUDA GPU to measure on: run on a GPU machine, measure "
+                         "on remote GPUs with --rpc-tracker/--rpc-key, or tune for the CPU with --target llvm")
 
 
 def make_builder(opts: TuneOptions):
@@ -300,15 +279,16 @@ def tune(opts: TuneOptions, on_trial=None) -> dict:
     if getattr(wl, "layout", "nn") != "nn" or getattr(wl, "batched", False):
         raise ValueError(f"schedlab tune tunes nn GEMMs without a batch (its spaces assume A M×K, B K×N), not {wl}")
     wl_text = str(wl)
+    check_device(opts)
     target = make_target(opts.target, opts.arch)
     space = get_space(opts.space)
     func = wl.prim_func()
     mod = tvm.IRModule({"main": func})
     run = opts.name()
+    check_directory(opts, wl_text)  # before anything is written there
     os.makedirs(opts.db, exist_ok=True)
     database = DB.open_database(opts.db, say=log)
     past = R.trials(opts.db, wl_text)
-    check_timer(opts, past)
     mine = [r for r in past if r.get("run") == run and r.get("status") != "verify"]
     cache = {r["key"]: r for r in past if r.get("space") == opts.space and r.get("key")
              and r.get("status") not in ("invalid", "verify")}
@@ -531,15 +511,21 @@ def _log(path, opts, run, wl_text, row, state: RunState, t_start, prior_elapsed,
         on_trial(full, state)
 
 
+def recorded_provenance(db: str) -> dict:
+    """DIR/provenance.json ({} where there is none, or it is unreadable)."""
+    try:
+        with open(os.path.join(db, "provenance.json")) as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def recorded_timer(db: str) -> str | None:
     """The timer a tuning directory's trials were measured with (directories from before the
     choice existed were measured warm)."""
-    path = os.path.join(db, "provenance.json")
-    try:
-        with open(path) as f:
-            return json.load(f).get("timer", "warm")
-    except (OSError, ValueError):
-        return None
+    prov = recorded_provenance(db)
+    return str(prov.get("timer", "warm")) if prov else None
 
 
 def check_timer(opts: TuneOptions, past: list) -> None:
@@ -550,6 +536,23 @@ def check_timer(opts: TuneOptions, past: list) -> None:
     if had and had != now and any(r.get("status") == "ok" for r in past):
         raise ValueError(f"{opts.db} holds trials timed with the {had} timer; this run would time {now}: "
                          f"use another --db, or --timer {had}")
+
+
+def check_target(opts: TuneOptions, past: list) -> None:
+    """A tuning directory keeps one target (recorded in its provenance.json): its trials, failures
+    included, answer for candidates of any later run in it, and a CUDA kernel's verdict says nothing
+    about the CPU's. A run for another target is refused; it takes its own --db."""
+    had = recorded_provenance(opts.db).get("target")
+    if had and had != opts.target and past:
+        raise ValueError(f"{opts.db} holds trials measured for --target {had}; this run is for --target "
+                         f"{opts.target}: a tuning directory keeps one target, use another --db")
+
+
+def check_directory(opts: TuneOptions, workload: str) -> None:
+    """Refuse (one line) a run that would mix targets or timers in ``opts.db``; reads only."""
+    past = R.trials(opts.db)
+    check_target(opts, past)
+    check_timer(opts, [r for r in past if r.get("workload") == workload])
 
 
 def _write_provenance(opts, target):
