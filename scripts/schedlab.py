@@ -353,8 +353,8 @@ def _stdout_closed():
 
 
 def main(argv=None):
-    args = make_parser().parse_args(argv)
     try:
+        args = make_parser().parse_args(argv)  # imports TVM for some commands' choices: Ctrl-C can land here
         code = args.fn(args) or 0
         sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
         return code

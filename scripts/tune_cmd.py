@@ -138,6 +138,9 @@ def cmd_tune(args):
     except KeyboardInterrupt:
         code = None
         INTERRUPTED.set()
+    except Exception:  # noqa: BLE001 - after Ctrl-C, a failure of the workers it killed is the interruption
+        if not INTERRUPTED.is_set():
+            raise
     finally:
         signal.signal(signal.SIGINT, previous)
     if INTERRUPTED.is_set():
@@ -212,12 +215,14 @@ def _tune(args, wl, compare, runs):
     summaries = []
     for opts in runs:
         s = tune(opts, on_trial=_progress_cb(args.quiet, opts.trials, opts.name()))
+        if INTERRUPTED.is_set():  # cmd_tune says so, in one line
+            return 130
         summaries.append(s)
         _print_summary(s)
-        if INTERRUPTED.is_set():
-            return 130
     if "dlight" in compare:
         d = measure_dlight(runs[0])
+        if INTERRUPTED.is_set():
+            return 130
         r = d.get("result") or {}
         print(f"dlight on {wl}: " + (f"{r['time_ms']:.4g} ms, {r['gflops']:.0f} GFLOP/s" if r.get("status") == "ok"
                                      else f"{r.get('status')}: {r.get('reason', d.get('skipped', ''))}"))

@@ -119,7 +119,7 @@ def check_device(opts: TuneOptions) -> None:
 
 def make_builder(opts: TuneOptions):
     """Parallel local build processes that live for the whole run (see measure.make_parallel_builder)."""
-    return make_parallel_builder(opts.builders or os.cpu_count() or 1, opts.build_timeout)
+    return make_parallel_builder(opts.builders or os.cpu_count() or 1, opts.build_timeout, stop=INTERRUPTED)
 
 
 def effective_timer(opts: TuneOptions) -> str:
@@ -440,7 +440,8 @@ def _from_row(row):
     return {"status": row.get("status", "run"), "reason": row.get("reason", "")}
 
 
-def _measure(cands, target, device_type, builder, runner) -> list[dict]:
+def _measure(cands, target, device_type, builder, runner) -> list[dict | None]:
+    """Build and run ``cands``: a result per candidate, None for those Ctrl-C left unmeasured."""
     if not cands:
         return []
     built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in cands])
@@ -453,7 +454,16 @@ def _measure(cands, target, device_type, builder, runner) -> list[dict]:
         else:
             to_run.append(ms.runner.RunnerInput(b.artifact_path, device_type, c.args_info))
             idx.append(n)
-    futures = runner.run(to_run) if to_run else []
+    if isinstance(runner, ms.runner.LocalRunner):
+        # LocalRunner runs one candidate after another; asked one at a time, it stops at Ctrl-C
+        # (its worker dies with it, and it would start a new one, paying TVM's start-up, for each)
+        futures = []
+        for rin in to_run:
+            if INTERRUPTED.is_set():
+                break
+            futures += runner.run([rin])
+    else:
+        futures = runner.run(to_run) if to_run else []
     for n, fut, rin in zip(idx, futures, to_run):
         try:
             res = fut.result()
@@ -579,18 +589,27 @@ def schedule_from_trace(wl, trace_json):
     return sch
 
 
-def verify(opts: TuneOptions, wl, target, trace_json, builder=None) -> float:
-    """Build the candidate again and compare its full output with float64 on the measuring device;
-    returns the relative error (inf if it failed to build or run)."""
-    sch = schedule_from_trace(wl, trace_json)
-    builder = builder or make_parallel_builder(1, opts.build_timeout)
+def verify_runner(opts: TuneOptions):
+    """The runner of :func:`verify`: one run, the full float64 comparison in place of timings."""
     vopts = TuneOptions(**{**asdict(opts), "number": 1, "repeat": 1, "min_repeat_ms": 0,
                            "run_timeout": max(opts.run_timeout, 120.0), "rpc_servers": 1})
-    runner, _ = make_runner(vopts, verify=True)
+    return make_runner(vopts, verify=True)[0]
+
+
+def verify(opts: TuneOptions, wl, target, trace_json, builder, runner) -> tuple[float | None, str]:
+    """Build the candidate again and compare its full output with float64 on the measuring device
+    (``runner``: :func:`verify_runner`). Returns (the relative error, inf for outputs that are not
+    finite; "") or, when the check could not run (the build or the run failed: a timeout, a worker
+    killed by Ctrl-C), (None, why): no verdict."""
+    sch = schedule_from_trace(wl, trace_json)
     device_type = "cuda" if target.kind.name == "cuda" else "cpu"
     res = _measure([ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod))], target,
                    device_type, builder, runner)[0]
-    return float(res["secs"][0]) if res["status"] == "ok" else float("inf")
+    if res is None:
+        return None, "interrupted"
+    if res["status"] != "ok":
+        return None, f"{res['status']}: {res.get('reason', '')}"
+    return float(res["secs"][0]), ""
 
 
 def _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start, new_elapsed, builder=None):
@@ -602,15 +621,27 @@ def _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start, new_e
                    if r.get("status") == "verify" and r.get("passed")}
     ok = sorted((r for r in rows if r.get("status") == "ok" and r["key"] not in verified_bad),
                 key=lambda r: r["time_ms"])
-    best = None
+    best, checker, own_builder = None, None, None
     for cand in ok[:5]:
+        if INTERRUPTED.is_set():  # no check on workers Ctrl-C may have killed: the candidates stay pending
+            break
         if not opts.verify:
             best = dict(cand, rel_error=None)
             break
         if cand["key"] in verified_ok:
             best = dict(cand, rel_error=verified_ok[cand["key"]])
             break
-        err = verify(opts, wl, target, cand["trace"], builder)
+        if checker is None:
+            checker = verify_runner(opts)
+            if builder is None:
+                builder = own_builder = make_parallel_builder(1, opts.build_timeout, stop=INTERRUPTED)
+        err, why = verify(opts, wl, target, cand["trace"], builder, checker)
+        if INTERRUPTED.is_set():  # a check cut short is no verdict
+            break
+        if err is None:
+            log(f"the float64 check of trial {cand.get('trial')} of {state.run} could not run ({why[:200]}); it is "
+                "checked again next time")
+            continue
         passed = err <= FULL_TOLERANCE
         R.append_jsonl(os.path.join(opts.db, R.TRIALS_FILE),
                        {"run": state.run, "workload": wl_text, "space": opts.space, "status": "verify",
@@ -618,6 +649,8 @@ def _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start, new_e
         if passed:
             best = dict(cand, rel_error=err)
             break
+    if own_builder is not None:
+        own_builder.shutdown()
     measured = [r for r in rows if not r.get("reused") and r.get("status") != "verify"]
     elapsed = max((r.get("elapsed_s", 0.0) for r in rows), default=0.0)
     summary.update(trials=len([r for r in rows if r.get("status") != "verify"]), measured_now=state.measured,
@@ -686,6 +719,8 @@ def measure_dlight(opts: TuneOptions, on_trial=None) -> dict:
                        "cuda", builder, runner)[0]
     finally:
         builder.shutdown()
+    if res is None or INTERRUPTED.is_set():
+        return {"run": "dlight", "workload": str(wl), "skipped": "interrupted"}
     row = {"key": "dlight", "status": res["status"], "reused": False, "knobs": {}}
     if res["status"] == "ok":
         t = float(np.median(res["secs"]))
