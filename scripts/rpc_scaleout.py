@@ -68,7 +68,8 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
 
-    from tuning.tuner import TuneOptions, count_rpc_servers, tune
+    from tuning.tracker import count_rpc_servers
+    from tuning.tuner import TuneOptions, tune
 
     require_tornado()
     gpus = [g for g in args.gpus.split(",") if g != ""]

@@ -421,12 +421,13 @@ def _terminate(signum, frame):
 
 
 def main(argv=None):
-    args = make_parser().parse_args(argv)
+    previous = None
     try:
-        previous = signal.signal(signal.SIGTERM, _terminate)
-    except ValueError:  # not the main thread: SIGTERM keeps its own handling
-        previous = None
-    try:
+        args = make_parser().parse_args(argv)  # Ctrl-C can land here too
+        try:
+            previous = signal.signal(signal.SIGTERM, _terminate)
+        except ValueError:  # not the main thread: SIGTERM keeps its own handling
+            previous = None
         load_plugins(args)
         code = args.fn(args) or 0
         sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush

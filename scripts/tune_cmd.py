@@ -16,6 +16,7 @@ convergence chart and tables.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sys
@@ -137,6 +138,7 @@ def cmd_tune(args):
     from tuning.records import DirectoryLock
     from tuning.tuner import INTERRUPTED
 
+    wl, compare, runs = _checked(args)  # everything that can be refused, before anything is made
     ensure_out_dir(args.db, "--db")
     message = (f"schedlab tune: interrupted; every finished trial is in {args.db}/trials.jsonl: the same "
                "command resumes")
@@ -146,10 +148,13 @@ def cmd_tune(args):
     previous = {sig: signal.signal(sig, lambda *_: INTERRUPTED.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with DirectoryLock(args.db):
-            code = _tune(args)
+            code = _tune(args, wl, compare, runs)
     except KeyboardInterrupt:
         code = None
         INTERRUPTED.set()
+    except Exception:  # noqa: BLE001 - after Ctrl-C, a failure of the workers it killed is the interruption
+        if not INTERRUPTED.is_set():
+            raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -159,19 +164,22 @@ def cmd_tune(args):
     return code
 
 
-def _tune(args):
-    # heavy (TVM, MetaSchedule, pandas, matplotlib): the command's modules
-    from reports.experiments.tuned import reselect, write_report
-    from reports.views.page import write_tuning_page
+def _checked(args):
+    """The workload, the comparisons and the runs' options, once every argument, the device, the
+    RPC tracker and the tuning directory's target and timer are found fit; ValueError (one line)
+    otherwise. Reads only: a refused command leaves no --db folder or lock behind."""
+    # heavy (TVM, MetaSchedule): the command's modules
     from schedules import parse_workload
-    from tuning.records import best_path
-    from tuning.tuner import INTERRUPTED, measure_dlight, parse_tracker, probe_tracker, tune
+    from tuning.tracker import parse_tracker, probe_tracker
+    from tuning.tuner import check_device, check_directory
 
     wl = parse_workload(args.workload)
-    if args.trials < 1:
-        raise ValueError(f"--trials must be at least 1, got {args.trials}")
-    if args.rpc_tracker:
-        probe_tracker(*parse_tracker(args.rpc_tracker))  # before any search starts
+    for name, value, least in (("--trials", args.trials, 1), ("--batch", args.batch, 1),
+                               ("--builders", args.builders, 1), ("--population", args.population, 2)):
+        if value is not None and value < least:
+            raise ValueError(f"{name} must be at least {least}, got {value}")
+    if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
+        raise ValueError(f"--time-limit must be a positive number of seconds, got {args.time_limit:g}")
     if wl.kind != "gemm":
         raise ValueError("schedlab tune tunes GEMM workloads (gemm:MxNxK)")
     if wl.layout != "nn" or wl.batched:
@@ -183,6 +191,32 @@ def _tune(args):
     if args.target == "llvm":
         compare = [c for c in compare if c != "dlight"]
     if args.report_only:
+        if not os.path.isdir(args.db):
+            raise ValueError(f"--db {args.db}: no tuning directory there")
+        return wl, compare, []
+    if args.rpc_tracker and not args.rpc_key:
+        raise ValueError("--rpc-tracker needs --rpc-key")
+    runs = [_options(args)]
+    if "random" in compare and runs[0].strategy != "random":
+        runs.append(_options(args, strategy="random"))
+    if "default" in compare and args.target == "cuda":
+        runs.append(_options(args, space="default", strategy="evolutionary"))
+    check_device(runs[0])
+    if args.rpc_tracker:
+        probe_tracker(*parse_tracker(args.rpc_tracker))  # before any search starts
+    for opts in runs:
+        check_directory(opts, str(wl))
+    return wl, compare, runs
+
+
+def _tune(args, wl, compare, runs):
+    # heavy (TVM, MetaSchedule, pandas, matplotlib): the command's modules
+    from reports.experiments.tuned import reselect, write_report
+    from reports.views.page import write_tuning_page
+    from tuning.records import best_path
+    from tuning.tuner import INTERRUPTED, measure_dlight, tune
+
+    if args.report_only:
         if args.reselect:
             for r in reselect(args.db, str(wl), args.report or os.path.join(args.db, "report"), args.reselect):
                 print(f"  tuner #{r['rank']} ({r['run']}): tuner {r['tuner_ms']:.4g} ms, harness "
@@ -193,20 +227,17 @@ def _tune(args):
         paths = write_report(args.db, str(wl), out, hand=args.hand)
         print(f"report: {paths['markdown']}, {write_tuning_page(args.db, str(wl), out)}")
         return 0
-    runs = [_options(args)]
-    if "random" in compare and runs[0].strategy != "random":
-        runs.append(_options(args, strategy="random"))
-    if "default" in compare and args.target == "cuda":
-        runs.append(_options(args, space="default", strategy="evolutionary"))
     summaries = []
     for opts in runs:
         s = tune(opts, on_trial=_progress_cb(args.quiet, opts.trials, opts.name()))
+        if INTERRUPTED.is_set():  # cmd_tune says so, in one line
+            return 130
         summaries.append(s)
         _print_summary(s)
-        if INTERRUPTED.is_set():
-            return 130
     if "dlight" in compare:
         d = measure_dlight(runs[0])
+        if INTERRUPTED.is_set():
+            return 130
         r = d.get("result") or {}
         print(f"dlight on {wl}: " + (f"{r['time_ms']:.4g} ms, {r['gflops']:.0f} GFLOP/s" if r.get("status") == "ok"
                                      else f"{r.get('status')}: {r.get('reason', d.get('skipped', ''))}"))

@@ -91,6 +91,98 @@ def test_an_rpc_tracker_that_is_not_there_is_named_within_seconds(tmp_path, caps
     assert time.time() - t0 < 10, err
 
 
+class _NotATracker:
+    """A loopback server that is not an RPC tracker: it accepts connections, then says nothing
+    (``reply`` None) or answers with ``reply``."""
+
+    def __init__(self, reply=None):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.port, self.reply, self.conns = self.sock.getsockname()[1], reply, []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            if self.reply is not None:
+                conn.recv(64)
+                conn.sendall(self.reply)
+
+    def close(self):
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("reply, words", [(None, "no answer to the tracker handshake within 1 s"),
+                                          (b"HTTP/1.0 400 Bad Request\r\n\r\n", "answered the tracker handshake with")])
+def test_an_rpc_tracker_address_with_another_server_behind_it(tmp_path, capsys, monkeypatch, reply, words):
+    """It used to hang with no output until killed (TVM's client waits for the handshake forever)."""
+    from tuning import tracker
+
+    monkeypatch.setattr(tracker, "HANDSHAKE_TIMEOUT_S", 1.0)
+    server = _NotATracker(reply)
+    try:
+        t0 = time.time()
+        err = _one_line_error(capsys, ["tune", "--workload", "gemm:64x64x64", "--rpc-tracker",
+                                       f"127.0.0.1:{server.port}", "--rpc-key", "x", "--db", str(tmp_path / "db"),
+                                       "--quiet"], f"--rpc-tracker 127.0.0.1:{server.port}: the server there is not "
+                                                   "an RPC tracker")
+        assert words in err and time.time() - t0 < 10, err
+    finally:
+        server.close()
+    assert not (tmp_path / "db").exists()
+
+
+@pytest.mark.skipif(HAS_GPU, reason="a GPU is present")
+def test_tuning_for_a_gpu_on_a_machine_without_one_is_refused(tmp_path, capsys):
+    """It used to log every trial as failed (a loader not registered), say "no valid configuration
+    found", exit 0, and leave those trials counted as done for a later run on a GPU machine."""
+    db = tmp_path / "db"
+    _one_line_error(capsys, ["tune", "--workload", "gemm:64x64x64", "--db", str(db), "--quiet"],
+                    "--target cuda: this machine has no CUDA GPU to measure on")
+    assert not db.exists()
+
+
+def test_a_tuning_directory_keeps_its_target(tmp_path, capsys):
+    """A run for another target than the directory's trials is refused, before anything is written
+    there (it used to mix the targets' trials in one run)."""
+    from tuning.records import append_jsonl, save_json
+
+    db = tmp_path / "db"
+    os.makedirs(db)
+    save_json(str(db / "provenance.json"), {"gpu": "NVIDIA H100", "target": "cuda", "timer": "cold"})
+    append_jsonl(str(db / "trials.jsonl"), {"run": "classic/exhaustive", "workload": "gemm:64x64x64", "trial": 1,
+                                            "key": "k", "status": "run", "reason": "x"})
+    before = sorted(os.listdir(db))
+    _one_line_error(capsys, ["tune", "--workload", "gemm:32x32x32", "--target", "llvm", "--space", "classic", "--db",
+                             str(db), "--quiet"],
+                    f"{db} holds trials measured for --target cuda; this run is for --target llvm")
+    assert sorted(os.listdir(db)) == before  # no lock, no provenance rewritten
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--trials", "0"], "--trials must be at least 1"), (["--batch", "0"], "--batch must be at least 1"),
+    (["--builders", "0"], "--builders must be at least 1"), (["--time-limit", "nan"], "--time-limit must be"),
+    (["--workload", "gemv:64x64"], "tunes GEMM workloads"), (["--compare", "bogus"], "--compare 'bogus' is not"),
+    (["--rpc-tracker", "127.0.0.1:1"], "--rpc-tracker needs --rpc-key"),
+])
+def test_a_refused_tune_leaves_no_directory(tmp_path, capsys, args, words):
+    """Each used to create the --db folder and its lock before saying no."""
+    db = tmp_path / "db"
+    _one_line_error(capsys, ["tune", "--workload", "gemm:32x32x32", "--target", "llvm", "--db", str(db), "--quiet",
+                             *args], words)
+    assert not db.exists()
+
+
 def test_two_tuners_on_one_directory(tmp_path, capsys):
     from tuning.records import DirectoryLock
 
@@ -253,25 +345,128 @@ def test_sigterm_mid_build_from_another_folder(tmp_path):
     assert "Traceback" not in err and "schedlab: terminated; " in err
 
 
-def test_ctrl_c_during_tuning_then_resume(tmp_path):
+def test_ctrl_c_while_the_command_line_is_being_read(monkeypatch, capsys):
+    """Building the parser imports TVM (tune's choices), seconds in which Ctrl-C used to end in a
+    KeyboardInterrupt traceback."""
+    import scripts.schedlab as S
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(S, "make_parser", interrupted)
+    try:
+        code = S.main(["tune", "--target", "llvm"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped schedlab's main: a traceback")
+    assert code == 130
+    err = capsys.readouterr().err.strip()
+    assert "interrupted" in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+class Terminal:
+    """A command under a pseudo-terminal, as in a shell: its own session with the terminal as the
+    controlling one, so that Ctrl-C (the byte 0x03 typed into it) reaches the command's whole process
+    group (its worker processes too) as SIGINT. Everything the command writes is collected."""
+
+    def __init__(self, cmd):
+        import fcntl
+        import pty
+        import termios
+        import threading
+
+        master, slave = pty.openpty()
+
+        def controlling_terminal():
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdin=slave, stdout=slave, stderr=slave,
+                                     preexec_fn=controlling_terminal)
+        os.close(slave)
+        self.master, self.output = master, bytearray()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        while True:
+            try:
+                data = os.read(self.master, 4096)
+            except OSError:  # the command ended and closed the terminal
+                return
+            if not data:
+                return
+            self.output += data
+
+    def ctrl_c(self):
+        """Type Ctrl-C; returns (exit code, seconds to exit, what it wrote since)."""
+        mark, t0 = len(self.output), time.time()
+        os.write(self.master, b"\x03")
+        try:
+            code = self.proc.wait(60)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        seconds = time.time() - t0
+        self.reader.join(5)
+        os.close(self.master)
+        return code, seconds, self.output[mark:].decode(errors="replace").replace("^C", "")
+
+    def wait_for(self, condition, what, limit=120):
+        deadline = time.time() + limit
+        while not condition():
+            if self.proc.poll() is not None:
+                pytest.fail(f"the command ended before {what}: {self.output.decode(errors='replace')[-2000:]}")
+            if time.time() > deadline:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                pytest.fail(f"no {what} within {limit} s")
+            time.sleep(0.05)
+
+
+def _worker_started(proc):
+    """A MetaSchedule worker process (the runner's, started before the first build) is up."""
+    import psutil
+
+    try:
+        return any("tvm.exec.popen_worker" in " ".join(c.cmdline())
+                   for c in psutil.Process(proc.pid).children(recursive=True))
+    except psutil.Error:
+        return False
+
+
+def _rows(path):
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def test_ctrl_c_under_a_terminal_while_tuning_then_resume(tmp_path):
+    """Ctrl-C typed into a terminal (SIGINT to the tuner and its workers), once while the runner
+    starts and once mid-search: each exits 130 within seconds, in one line, without a traceback and
+    without a verdict from a check that ran on killed workers (it used to log candidates as failing
+    the float64 check, excluded for good); the resume checks the best and finishes the budget."""
     db = tmp_path / "db"
-    cmd = [sys.executable, "-m", "scripts.schedlab", "tune", "--target", "llvm", "--space", "classic",
-           "--workload", "gemm:64x64x64", "--trials", "12", "--batch", "2", "--builders", "1", "--db", str(db),
-           "--compare", "none", "--quiet"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     trials = db / "trials.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and not (trials.exists() and trials.read_text().count("\n") >= 2):
-        if proc.poll() is not None:
-            pytest.fail("the tuner ended before it could be interrupted")
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr[-2000:]
-    assert "Traceback" not in stderr and "the same command resumes" in stderr
-    kept = [json.loads(x) for x in trials.read_text().splitlines() if x.strip()]
-    assert kept
+    cmd = [sys.executable, "-m", "scripts.schedlab", "tune", "--target", "llvm", "--space", "classic",
+           "--workload", "gemm:32x32x32", "--trials", "4", "--batch", "2", "--builders", "1", "--db", str(db),
+           "--compare", "none", "--quiet"]
+    interrupted = "schedlab tune: interrupted; every finished trial is in"
+    starting = Terminal(cmd)  # while the runner starts (a ChildProcessError traceback, before)
+    starting.wait_for(lambda: _worker_started(starting.proc), "worker process")
+    code, seconds, said = starting.ctrl_c()
+    assert code == 130 and seconds < 10, (code, seconds, said)
+    assert said.strip().startswith(interrupted) and len(said.strip().splitlines()) == 1, said
+    assert not _rows(trials)
+
+    searching = Terminal(cmd)  # mid-search: two trials recorded, the next batch being measured
+    searching.wait_for(lambda: len(_rows(trials)) >= 2, "two trials")
+    code, seconds, said = searching.ctrl_c()
+    assert code == 130 and seconds < 10, (code, seconds, said)
+    assert said.strip().startswith(interrupted) and len(said.strip().splitlines()) == 1, said
+    kept = _rows(trials)
+    assert [r["trial"] for r in kept] == [1, 2] and not [r for r in kept if r["status"] == "verify"]
+
     done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = [json.loads(x) for x in trials.read_text().splitlines() if x.strip()]
-    assert len([r for r in rows if r.get("status") != "verify"]) == 12
+    rows = _rows(trials)
+    assert [r["trial"] for r in rows if r["status"] != "verify"] == [1, 2, 3, 4]
+    checks = [r for r in rows if r["status"] == "verify"]
+    assert len(checks) == 1 and checks[0]["passed"] and checks[0]["rel_error"] < 1e-5
+    assert "rel. error vs float64" in done.stdout

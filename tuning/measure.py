@@ -19,6 +19,8 @@ an importable module and import what they need themselves.
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import numpy as np
 
 SAMPLES = 512
@@ -219,12 +221,23 @@ def build_and_export(mod, target) -> str:
     return default_export(build_in_target_scope(mod, target, None))
 
 
-def make_parallel_builder(max_workers: int, timeout_sec: float):
+def make_parallel_builder(max_workers: int, timeout_sec: float, stop=None):
     """A MetaSchedule builder over a pool of build processes that stays up for the whole run
-    (MetaSchedule's LocalBuilder starts a fresh pool for every batch, paying TVM's start-up again)."""
+    (MetaSchedule's LocalBuilder starts a fresh pool for every batch, paying TVM's start-up again).
+    ``stop`` (a threading.Event; Ctrl-C sets it): no further build starts once it is set, and the
+    pool's processes are ended (Ctrl-C reaches them too; a pool would start new ones for the
+    builds still queued, each paying TVM's start-up, only for them to be dropped)."""
     from tvm.support.popen_pool import PopenPoolExecutor
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+
+    def result_of(fut):
+        try:
+            return BuilderResult(fut.result(), None)
+        except TimeoutError:
+            return BuilderResult(None, f"Timeout: build killed after {timeout_sec:g} s")
+        except Exception as e:  # noqa: BLE001 - the candidate's build error
+            return BuilderResult(None, f"{type(e).__name__}: {e}")
 
     @derived_object
     class ParallelBuilder(PyBuilder):
@@ -233,22 +246,27 @@ def make_parallel_builder(max_workers: int, timeout_sec: float):
             self.pool = None  # started on the first build
 
         def build(self, build_inputs):
-            if self.pool is None:
-                self.pool = PopenPoolExecutor(max_workers=max_workers, timeout=timeout_sec,
-                                              initializer=warm_up_worker)
-            futures = [self.pool.submit(build_and_export, b.mod, b.target) for b in build_inputs]
-            results = []
-            for fut in futures:
-                try:
-                    results.append(BuilderResult(fut.result(), None))
-                except TimeoutError:
-                    results.append(BuilderResult(None, f"Timeout: build killed after {timeout_sec:g} s"))
-                except Exception as e:  # noqa: BLE001 - the candidate's build error
-                    results.append(BuilderResult(None, f"{type(e).__name__}: {e}"))
+            results = [None] * len(build_inputs)
+            queued, running = list(enumerate(build_inputs)), {}
+            while (queued or running) and not (stop is not None and stop.is_set()):
+                if self.pool is None:
+                    self.pool = PopenPoolExecutor(max_workers=max_workers, timeout=timeout_sec,
+                                                  initializer=warm_up_worker)
+                while queued and len(running) < max_workers:
+                    n, b = queued.pop(0)
+                    running[self.pool.submit(build_and_export, b.mod, b.target)] = n
+                done, _ = concurrent.futures.wait(running, timeout=0.2,
+                                                  return_when=concurrent.futures.FIRST_COMPLETED)
+                for fut in done:
+                    results[running.pop(fut)] = result_of(fut)
+            if queued or running:  # stopped
+                self.shutdown()
+                results = [r or BuilderResult(None, "interrupted: build not finished") for r in results]
             return results
 
         def shutdown(self):
             if self.pool is not None:
                 self.pool.shutdown()
+                self.pool = None
 
     return ParallelBuilder()

@@ -9,10 +9,10 @@ Layout of ``DIR``:
 - ``best_<workload>.json``: the best verified configuration of a workload (what ``tuned_gemm``
   replays).
 
-Crash safety: a process killed while appending can leave at most one partial last line. JSONDatabase
-refuses to open a file with a malformed line, so :func:`repair_jsonl` drops partial or malformed
-lines (rewriting the file atomically: a temporary file, fsync, rename) before either file is opened,
-and records whose workload line was lost. Every append is one ``write`` of a complete line.
+Crash safety: every append is one ``write`` of a complete line, so a process killed while
+appending leaves at most one partial last line; rewrites are atomic (a temporary file, fsync,
+rename). Before a run, :mod:`tuning.database` checks every line of the three files and recovers a
+damaged one (kept aside, never overwritten).
 """
 
 from __future__ import annotations
@@ -106,33 +106,6 @@ def atomic_write(path: str, data: bytes):
                 pass
 
 
-def repair_jsonl(path: str, keep=None) -> int:
-    """Drop lines that are not complete JSON (a write cut short by a kill), and lines for which
-    ``keep(index, value)`` is false. Returns how many lines were dropped; the file is only
-    rewritten (atomically) when something was dropped."""
-    if not os.path.exists(path):
-        return 0
-    with open(path, "rb") as f:
-        raw = f.read()
-    good, dropped = [], 0
-    for line in raw.split(b"\n"):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError:  # cut short by a kill (or garbage): drop it
-            dropped += 1
-            continue
-        if keep is not None and not keep(len(good), value):
-            dropped += 1
-            continue
-        good.append(line)
-    data = b"".join(line + b"\n" for line in good)
-    if data != raw:
-        atomic_write(path, data)
-    return dropped
-
-
 def append_jsonl(path: str, value: dict):
     """Append one line with a single write (O_APPEND); a kill leaves at most a partial last line."""
     line = (json.dumps(value, default=plain, separators=(",", ":")) + "\n").encode()
@@ -144,41 +117,20 @@ def append_jsonl(path: str, value: dict):
 
 
 def read_jsonl(path: str) -> list[dict]:
+    """The JSON objects of a JSON-lines file; other lines (damaged, or of another shape) are skipped
+    (a run checks and recovers the file first: tuning.database)."""
     if not os.path.exists(path):
         return []
     out = []
     with open(path, "rb") as f:
         for line in f:
             try:
-                out.append(json.loads(line))
+                value = json.loads(line)
             except ValueError:
                 continue
+            if isinstance(value, dict):
+                out.append(value)
     return out
-
-
-def repair_database(db_dir: str) -> dict:
-    """Make every file of a tuning directory readable again after a crash. Returns the counts of
-    dropped lines per file."""
-    os.makedirs(db_dir, exist_ok=True)
-    wl_path, rec_path = os.path.join(db_dir, WORKLOAD_FILE), os.path.join(db_dir, RECORD_FILE)
-    dropped = {WORKLOAD_FILE: repair_jsonl(wl_path)}
-    n_workloads = sum(1 for _ in read_jsonl(wl_path))
-
-    def valid_record(_, value):
-        return isinstance(value, list) and len(value) == 2 and isinstance(value[0], int) \
-            and 0 <= value[0] < n_workloads
-
-    dropped[RECORD_FILE] = repair_jsonl(rec_path, valid_record)
-    dropped[TRIALS_FILE] = repair_jsonl(os.path.join(db_dir, TRIALS_FILE))
-    return dropped
-
-
-def open_database(db_dir: str):
-    """Repair, then open MetaSchedule's JSONDatabase in ``db_dir``."""
-    from tvm.s_tir import meta_schedule as ms  # heavy (MetaSchedule): only where a database is opened
-
-    repair_database(db_dir)
-    return ms.database.JSONDatabase(work_dir=db_dir, allow_missing=True)
 
 
 def trace_key(workload: str, space: str, trace_json) -> str:

@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import sys
 import threading
 import time
@@ -34,16 +33,19 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
 from schedules import parse_workload
+from schedules.tensor_intrinsics import import_tensor_intrinsics
 from schedules.tuned import launch_of
 
+from . import database as DB
 from . import records as R
 from .cost_models import make_cost_model
-from .cuda_compile import cuda_target, setup_cuda_env
+from .cuda_compile import cuda_available, cuda_target, setup_cuda_env
 from .measure import (make_parallel_builder, checked_evaluator_local, checked_evaluator_rpc, cold_evaluator_local,
                       cold_evaluator_rpc, classify_error, verify_evaluator_local, verify_evaluator_rpc, FULL_TOLERANCE,
                       TIMERS)
 from .names import STRATEGIES
 from .spaces import enumerate_decisions, get_space, knob_values, sample_insts
+from .tracker import count_rpc_servers, parse_tracker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # set by ``schedlab tune``'s Ctrl-C handler: the search stops before its next batch, and a batch that
@@ -106,39 +108,18 @@ def make_target(kind: str = "cuda", arch: str | None = None):
     raise ValueError(f"unknown target {kind!r} (cuda or llvm)")
 
 
-def parse_tracker(text: str) -> tuple[str, int]:
-    host, sep, port = (text or "").rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"--rpc-tracker {text!r} is malformed: expected HOST:PORT")
-    return host, int(port)
-
-
-def probe_tracker(host: str, port: int, timeout: float = 3.0):
-    """Raise ValueError (one line, naming the tracker) unless something accepts connections at
-    ``host:port`` within ``timeout`` seconds: TVM's own client retries for over a minute and then
-    ends in a traceback."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return
-    except OSError as e:
-        raise ValueError(f"--rpc-tracker {host}:{port}: no RPC tracker answers there "
-                         f"({e.strerror or type(e).__name__})") from None
-
-
-def count_rpc_servers(host: str, port: int, key: str) -> int:
-    """Servers registered under ``key`` at the tracker (free or busy)."""
-    from tvm import rpc
-
-    probe_tracker(host, port)
-    summary = rpc.connect_tracker(host, port).summary()
-    n = sum(1 for s in summary.get("server_info", []) if str(s.get("key", "")).split(":")[-1] == key)
-    free = int(summary.get("queue_info", {}).get(key, {}).get("free", 0))
-    return max(n, free)
+def check_device(opts: TuneOptions) -> None:
+    """Refuse (one line) to tune for a device that is not here: on a host without a GPU every CUDA
+    candidate would fail to load, and the log would call those trials done. Over RPC the servers
+    are the device (the tracker is asked when the runner is made)."""
+    if opts.target == "cuda" and not opts.rpc_tracker and not cuda_available():
+        raise ValueError("--target cuda: this machine has no CUDA GPU to measure on: run on a GPU machine, measure "
+                         "on remote GPUs with --rpc-tracker/--rpc-key, or tune for the CPU with --target llvm")
 
 
 def make_builder(opts: TuneOptions):
     """Parallel local build processes that live for the whole run (see measure.make_parallel_builder)."""
-    return make_parallel_builder(opts.builders or os.cpu_count() or 1, opts.build_timeout)
+    return make_parallel_builder(opts.builders or os.cpu_count() or 1, opts.build_timeout, stop=INTERRUPTED)
 
 
 def effective_timer(opts: TuneOptions) -> str:
@@ -287,6 +268,7 @@ class RunState:
     started: float = field(default_factory=time.time)
     keys: set = field(default_factory=set)
     elapsed_s: float = 0.0
+    last_trial: int = 0  # the highest trial number of the run (a lost log line leaves a gap, not a repeat)
 
 
 def tune(opts: TuneOptions, on_trial=None) -> dict:
@@ -297,24 +279,27 @@ def tune(opts: TuneOptions, on_trial=None) -> dict:
     if getattr(wl, "layout", "nn") != "nn" or getattr(wl, "batched", False):
         raise ValueError(f"schedlab tune tunes nn GEMMs without a batch (its spaces assume A M×K, B K×N), not {wl}")
     wl_text = str(wl)
+    check_device(opts)
     target = make_target(opts.target, opts.arch)
     space = get_space(opts.space)
     func = wl.prim_func()
     mod = tvm.IRModule({"main": func})
     run = opts.name()
+    check_directory(opts, wl_text)  # before anything is written there
     os.makedirs(opts.db, exist_ok=True)
-    database = R.open_database(opts.db)
+    database = DB.open_database(opts.db, say=log)
     past = R.trials(opts.db, wl_text)
-    check_timer(opts, past)
     mine = [r for r in past if r.get("run") == run and r.get("status") != "verify"]
     cache = {r["key"]: r for r in past if r.get("space") == opts.space and r.get("key")
              and r.get("status") not in ("invalid", "verify")}
-    state = RunState(run, opts.trials, done=len(mine), keys={r["key"] for r in mine if r.get("key")})
+    state = RunState(run, opts.trials, done=len(mine), keys={r["key"] for r in mine if r.get("key")},
+                     last_trial=max((r.get("trial", 0) for r in mine), default=0))
     for r in mine:
         if r.get("status") == "ok" and r["gflops"] > state.best_gflops:
             state.best_gflops, state.best_ms = r["gflops"], r["time_ms"]
     prior_elapsed = max((r.get("elapsed_s", 0.0) for r in mine), default=0.0)
 
+    import_tensor_intrinsics()  # what TuneContext imports, at a tenth of the cost
     ctx = ms.TuneContext(mod, target=target, space_generator=space.generator(target),
                          search_strategy=_strategy(opts), task_name=run,
                          rand_state=opts.seed + 7919 * len(mine), num_threads=os.cpu_count() or 1)
@@ -419,8 +404,7 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
                 cache[key] = row
                 secs = res["secs"] if res["status"] == "ok" else [FAILED_SECS]
                 try:
-                    database.commit_tuning_record(ms.database.TuningRecord(
-                        cand.sch.trace, workload_entry, secs, target, cand.args_info))
+                    database.commit_tuning_record(cand.sch.trace, workload_entry, secs, target, cand.args_info)
                 except Exception:  # noqa: BLE001
                     pass
                 if res["status"] == "ok":
@@ -456,7 +440,8 @@ def _from_row(row):
     return {"status": row.get("status", "run"), "reason": row.get("reason", "")}
 
 
-def _measure(cands, target, device_type, builder, runner) -> list[dict]:
+def _measure(cands, target, device_type, builder, runner) -> list[dict | None]:
+    """Build and run ``cands``: a result per candidate, None for those Ctrl-C left unmeasured."""
     if not cands:
         return []
     built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in cands])
@@ -469,7 +454,16 @@ def _measure(cands, target, device_type, builder, runner) -> list[dict]:
         else:
             to_run.append(ms.runner.RunnerInput(b.artifact_path, device_type, c.args_info))
             idx.append(n)
-    futures = runner.run(to_run) if to_run else []
+    if isinstance(runner, ms.runner.LocalRunner):
+        # LocalRunner runs one candidate after another; asked one at a time, it stops at Ctrl-C
+        # (its worker dies with it, and it would start a new one, paying TVM's start-up, for each)
+        futures = []
+        for rin in to_run:
+            if INTERRUPTED.is_set():
+                break
+            futures += runner.run([rin])
+    else:
+        futures = runner.run(to_run) if to_run else []
     for n, fut, rin in zip(idx, futures, to_run):
         try:
             res = fut.result()
@@ -507,6 +501,7 @@ def _trial_row(res, cand, space, wl, key, reused) -> dict:
 
 def _log(path, opts, run, wl_text, row, state: RunState, t_start, prior_elapsed, on_trial):
     state.done += 1
+    state.last_trial += 1
     state.keys.add(row["key"])
     if row.get("reused"):
         state.reused += 1
@@ -519,22 +514,28 @@ def _log(path, opts, run, wl_text, row, state: RunState, t_start, prior_elapsed,
     state.elapsed_s = prior_elapsed + time.time() - t_start
     full = {"run": run, "workload": wl_text, "space": opts.space, "strategy": opts.strategy,
             "cost_model": opts.cost_model if opts.strategy == "evolutionary" else None,
-            "trial": state.done, "elapsed_s": round(state.elapsed_s, 3),
+            "trial": state.last_trial, "elapsed_s": round(state.elapsed_s, 3),
             "best_gflops": state.best_gflops, **row}
     R.append_jsonl(path, full)
     if on_trial:
         on_trial(full, state)
 
 
+def recorded_provenance(db: str) -> dict:
+    """DIR/provenance.json ({} where there is none, or it is unreadable)."""
+    try:
+        with open(os.path.join(db, "provenance.json")) as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def recorded_timer(db: str) -> str | None:
     """The timer a tuning directory's trials were measured with (directories from before the
     choice existed were measured warm)."""
-    path = os.path.join(db, "provenance.json")
-    try:
-        with open(path) as f:
-            return json.load(f).get("timer", "warm")
-    except (OSError, ValueError):
-        return None
+    prov = recorded_provenance(db)
+    return str(prov.get("timer", "warm")) if prov else None
 
 
 def check_timer(opts: TuneOptions, past: list) -> None:
@@ -545,6 +546,23 @@ def check_timer(opts: TuneOptions, past: list) -> None:
     if had and had != now and any(r.get("status") == "ok" for r in past):
         raise ValueError(f"{opts.db} holds trials timed with the {had} timer; this run would time {now}: "
                          f"use another --db, or --timer {had}")
+
+
+def check_target(opts: TuneOptions, past: list) -> None:
+    """A tuning directory keeps one target (recorded in its provenance.json): its trials, failures
+    included, answer for candidates of any later run in it, and a CUDA kernel's verdict says nothing
+    about the CPU's. A run for another target is refused; it takes its own --db."""
+    had = recorded_provenance(opts.db).get("target")
+    if had and had != opts.target and past:
+        raise ValueError(f"{opts.db} holds trials measured for --target {had}; this run is for --target "
+                         f"{opts.target}: a tuning directory keeps one target, use another --db")
+
+
+def check_directory(opts: TuneOptions, workload: str) -> None:
+    """Refuse (one line) a run that would mix targets or timers in ``opts.db``; reads only."""
+    past = R.trials(opts.db)
+    check_target(opts, past)
+    check_timer(opts, [r for r in past if r.get("workload") == workload])
 
 
 def _write_provenance(opts, target):
@@ -571,18 +589,27 @@ def schedule_from_trace(wl, trace_json):
     return sch
 
 
-def verify(opts: TuneOptions, wl, target, trace_json, builder=None) -> float:
-    """Build the candidate again and compare its full output with float64 on the measuring device;
-    returns the relative error (inf if it failed to build or run)."""
-    sch = schedule_from_trace(wl, trace_json)
-    builder = builder or make_parallel_builder(1, opts.build_timeout)
+def verify_runner(opts: TuneOptions):
+    """The runner of :func:`verify`: one run, the full float64 comparison in place of timings."""
     vopts = TuneOptions(**{**asdict(opts), "number": 1, "repeat": 1, "min_repeat_ms": 0,
                            "run_timeout": max(opts.run_timeout, 120.0), "rpc_servers": 1})
-    runner, _ = make_runner(vopts, verify=True)
+    return make_runner(vopts, verify=True)[0]
+
+
+def verify(opts: TuneOptions, wl, target, trace_json, builder, runner) -> tuple[float | None, str]:
+    """Build the candidate again and compare its full output with float64 on the measuring device
+    (``runner``: :func:`verify_runner`). Returns (the relative error, inf for outputs that are not
+    finite; "") or, when the check could not run (the build or the run failed: a timeout, a worker
+    killed by Ctrl-C), (None, why): no verdict."""
+    sch = schedule_from_trace(wl, trace_json)
     device_type = "cuda" if target.kind.name == "cuda" else "cpu"
     res = _measure([ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod))], target,
                    device_type, builder, runner)[0]
-    return float(res["secs"][0]) if res["status"] == "ok" else float("inf")
+    if res is None:
+        return None, "interrupted"
+    if res["status"] != "ok":
+        return None, f"{res['status']}: {res.get('reason', '')}"
+    return float(res["secs"][0]), ""
 
 
 def _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start, new_elapsed, builder=None):
@@ -594,15 +621,27 @@ def _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start, new_e
                    if r.get("status") == "verify" and r.get("passed")}
     ok = sorted((r for r in rows if r.get("status") == "ok" and r["key"] not in verified_bad),
                 key=lambda r: r["time_ms"])
-    best = None
+    best, checker, own_builder = None, None, None
     for cand in ok[:5]:
+        if INTERRUPTED.is_set():  # no check on workers Ctrl-C may have killed: the candidates stay pending
+            break
         if not opts.verify:
             best = dict(cand, rel_error=None)
             break
         if cand["key"] in verified_ok:
             best = dict(cand, rel_error=verified_ok[cand["key"]])
             break
-        err = verify(opts, wl, target, cand["trace"], builder)
+        if checker is None:
+            checker = verify_runner(opts)
+            if builder is None:
+                builder = own_builder = make_parallel_builder(1, opts.build_timeout, stop=INTERRUPTED)
+        err, why = verify(opts, wl, target, cand["trace"], builder, checker)
+        if INTERRUPTED.is_set():  # a check cut short is no verdict
+            break
+        if err is None:
+            log(f"the float64 check of trial {cand.get('trial')} of {state.run} could not run ({why[:200]}); it is "
+                "checked again next time")
+            continue
         passed = err <= FULL_TOLERANCE
         R.append_jsonl(os.path.join(opts.db, R.TRIALS_FILE),
                        {"run": state.run, "workload": wl_text, "space": opts.space, "status": "verify",
@@ -610,6 +649,8 @@ def _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start, new_e
         if passed:
             best = dict(cand, rel_error=err)
             break
+    if own_builder is not None:
+        own_builder.shutdown()
     measured = [r for r in rows if not r.get("reused") and r.get("status") != "verify"]
     elapsed = max((r.get("elapsed_s", 0.0) for r in rows), default=0.0)
     summary.update(trials=len([r for r in rows if r.get("status") != "verify"]), measured_now=state.measured,
@@ -678,6 +719,8 @@ def measure_dlight(opts: TuneOptions, on_trial=None) -> dict:
                        "cuda", builder, runner)[0]
     finally:
         builder.shutdown()
+    if res is None or INTERRUPTED.is_set():
+        return {"run": "dlight", "workload": str(wl), "skipped": "interrupted"}
     row = {"key": "dlight", "status": res["status"], "reused": False, "knobs": {}}
     if res["status"] == "ok":
         t = float(np.median(res["secs"]))
