@@ -12,8 +12,15 @@ ODD_WORKLOADS = {"gemm": ["gemm:1000x500x2000", "gemm:3x5x7", "gemm:1x4097x1", "
                  "gemv_t": ["gemv_t:1x4097", "gemv_t:1000x17", "gemv_t:3x5"]}
 
 
+# the epilogue steps' default: a linear layer's (bf16, bias, GELU tanh, a residual), not tile multiples
+EPILOGUE_WORKLOAD = "gemm:1000x500x2001:bfloat16:out=bfloat16:bias:gelu_tanh:residual"
+
+
 def default_workload(spec) -> str:
-    """The largest default workload of the spec's kind, in an input type the spec takes."""
+    """The largest default workload of the spec's kind, in an input type the spec takes (for the
+    epilogue steps, :data:`EPILOGUE_WORKLOAD`)."""
+    if "epilogue" in spec.tags:
+        return EPILOGUE_WORKLOAD
     text = DEFAULT_WORKLOADS[spec.kind][-1]
     return text if "float32" in spec.input_dtypes else f"{text}:{spec.input_dtypes[0]}"
 
