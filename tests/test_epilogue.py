@@ -1,8 +1,9 @@
 """Epilogues and output types: the workload grammar, the float64 reference of each activation
 (rounded to the output type last), the tolerance that rounding implies, which steps take an
-epilogue and which refuse it in one line, the dispatcher's choice and byte count, the tuner's
-sampled check and spaces; a few steps × epilogues compiled
-with nvcc (0 spills); and, on the GPU, every kind of step and baseline checked against float64.
+epilogue and which refuse it in one line, the dispatcher's choice and byte count, the baselines'
+plan and expressions (on CPU tensors), the tuner's sampled check and spaces; a few steps ×
+epilogues compiled with nvcc (0 spills); and, on the GPU, every kind of step and baseline checked
+against float64.
 
 The IR of the two epilogue steps (one kernel storing D against two, C read back) is checked in
 test_schedules.py, which builds them with an epilogue already."""
@@ -256,6 +257,81 @@ def test_fused_steps_compile_without_spills_and_store_the_epilogue(built):
     assert "expf(" not in bodies[partial] and "R_ptr" not in bodies[partial]  # never on a partial sum
 
 
+# --- baselines -----------------------------------------------------------------------------------------
+def test_the_baseline_plan():
+    from reports.engine.baselines import fused_library_call, gpu_baselines
+    from reports.experiments.run import default_baselines
+
+    assert gpu_baselines(parse_workload("gemm:64x64x64:bfloat16")) == ["cublas"]
+    assert gpu_baselines(parse_workload("gemm:64x64x64:bfloat16:out=bfloat16")) == ["cublas"]
+    assert gpu_baselines(parse_workload(LLM)) == ["cublas", "cublaslt_fused", "torch_eager"]
+    assert fused_library_call(parse_workload(LLM)) == "torch._addmm_activation(bias, a, b, use_gelu=True)"
+    assert fused_library_call(parse_workload("gemm:64x64x64:float16:out=float16:bias")) == "torch.addmm(bias, a, b)"
+    for no_lt in ("gemm:64x64x64:bfloat16:out=bfloat16:bias:gelu_erf", "gemm:64x64x64:bfloat16:out=bfloat16:silu",
+                  "gemm:64x64x64:float16:out=float16:bias:residual", "gemm:64x64x64:bfloat16:bias:relu",
+                  "bmm:2x64x64x64:float16:out=float16:bias"):
+        assert gpu_baselines(parse_workload(no_lt)) == ["cublas", "torch_eager"], no_lt
+    wl = parse_workload("gemm:64x64x64:bias:relu")
+    assert default_baselines(wl, [get("fused_epilogue_gemm")]) == ["cublas", "cublaslt_fused", "torch_eager",
+                                                                     "tvm_dlight"]
+    assert default_baselines(parse_workload("gemm:64x64x64"), [get("warp_tiled_gemm")])[:3] == \
+        ["numpy_cpu", "torch_cpu", "cublas"]
+    from reports.experiments.run import plan
+
+    jobs, left_out = plan([LLM])  # schedlab run --workload LLM: the steps that take it, the others named
+    names = [j["name"] for j in jobs]
+    assert {"fused_epilogue_gemm", "unfused_epilogue_gemm", "skinny_gemm", "best_fp16_gemm"} <= set(names)
+    assert names[-4:] == ["cublas", "cublaslt_fused", "torch_eager", "tvm_dlight"]
+    assert {"persistent_gemm", "naive_gemm", "tensor_core_gemm"} <= set(left_out[LLM])
+
+
+@pytest.mark.parametrize("text, name", [
+    ("gemm:48x40x32:nt:bias:relu:alpha=0.5", "cublaslt_fused"),
+    ("gemm:48x40x32:bias", "cublaslt_fused"),
+    ("gemm:48x40x32:tn:bias:gelu_tanh:residual:alpha=2:beta=-0.5", "torch_eager"),
+    ("gemm:48x40x32:silu", "torch_eager"),
+    ("bmm:3x48x40x32:bias:gelu_erf:residual", "torch_eager"),
+])
+def test_the_baseline_expressions_compute_the_epilogue_on_cpu_tensors(text, name):
+    """The same closures the GPU rows time, on CPU tensors in fp32 (PyTorch's CPU GELU of
+    _addmm_activation is the erf form, so the tanh one is checked on the GPU only)."""
+    import torch
+
+    from reports.engine.baselines import eager_tolerance, epilogue_call
+
+    wl = parse_workload(text)
+    ins = [torch.empty(s, dtype=torch.float32).uniform_(-1, 1) for s, _ in wl.arg_shapes()[:-1]]
+    out = torch.full(wl.arg_shapes()[-1][0], float("nan"))
+    fn, call = epilogue_call(torch, wl, ins, out, name)
+    fn()
+    assert product_error(wl, out, ins) < min(eager_tolerance(wl), 1e-5), call
+
+
+def test_bench_gemm_puts_an_epilogue_shape_beside_the_fused_library_and_eager():
+    from reports.experiments.bench_gemm import make_jobs
+
+    jobs = make_jobs(["2048x8192x1024:nt:out=bfloat16:bias:gelu_tanh"], ["bf16", "fp16"])
+    names = {(j["workload"], j["name"]) for j in jobs}
+    bf16, fp16 = LLM, "gemm:2048x8192x1024:float16:nt:out=bfloat16:bias:gelu_tanh"
+    assert {(bf16, n) for n in ("cublas", "cublaslt_fused", "torch_eager", "unfused_epilogue_gemm",
+                                "fused_epilogue_gemm", "best_fp16_gemm")} <= names
+    assert (bf16, "persistent_gemm") not in names  # refuses the epilogue: left out
+    assert (fp16, "tensor_core_gemm") in names and (fp16, "cublaslt_fused") not in names  # bf16 out of fp16 inputs
+    assert make_jobs(["64x64x64:bfloat16:bias"], ["fp16"]) == []  # the entry names bf16 inputs
+
+
+def test_results_compare_with_the_fused_library_and_eager():
+    from reports.engine import results as R
+
+    rows = [{"workload": LLM, "name": n, "role": r, "status": "ok", "time_ms": t, "precision": "bf16"}
+            for n, r, t in (("cublas", "baseline", 1.0), ("cublaslt_fused", "baseline", 1.2), ("torch_eager", "baseline", 2.0),
+                            ("fused_epilogue_gemm", "schedule", 1.5))]
+    df = R.frame(rows).set_index("name")
+    assert df.loc["fused_epilogue_gemm", "pct_cublaslt"] == pytest.approx(80.0)
+    assert df.loc["fused_epilogue_gemm", "speedup_vs_eager"] == pytest.approx(2.0 / 1.5)
+    assert df.loc["fused_epilogue_gemm", "pct_cublas"] == pytest.approx(100 / 1.5)
+
+
 # --- the GPU -------------------------------------------------------------------------------------------
 GPU_STEPS = [("fused_epilogue_gemm", LLM), ("unfused_epilogue_gemm", LLM),
              ("fused_epilogue_gemm", "gemm:1000x500x2001:float16:out=float16:bias:gelu_erf:residual:alpha=0.5"),
@@ -278,6 +354,20 @@ def test_epilogue_steps_are_right_on_gpu(name, workload):
     row = check_in_process(name, workload)
     assert row["status"] == "ok", row.get("error")
     assert row["rel_error"] <= row["tolerance"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, workload", [
+    ("cublas", LLM), ("cublaslt_fused", LLM), ("torch_eager", LLM), ("cublas", "gemm:2048x2048x2048:bfloat16:out=bfloat16"),
+    ("cublaslt_fused", "gemm:1024x1024x512:float16:out=float16:bias:relu:alpha=0.5"),
+    ("torch_eager", "bmm:2x256x192x320:bfloat16:out=bfloat16:bias:silu:residual:beta=0.5"),
+    ("cublaslt_fused", "gemm:1024x1024x512:bias")])
+def test_epilogue_baselines_are_right_on_gpu(name, workload):
+    from reports.engine.harness import check_in_process
+
+    row = check_in_process(name, workload, time=True, budget_s=0.02)
+    assert row["status"] == "ok", row.get("error")
+    assert row["time_ms"] > 0 and row["cublas_call"]
 
 
 @pytest.mark.gpu
