@@ -2,12 +2,12 @@
 loader of plugins that add steps to it."""
 
 # the step modules (importing them registers the steps)
-from . import best, gemm, gemm_decode, gemm_fast, gemm_tma, gemm_tma_tf32, gemm_tma_ws, gemm_wgmma, gemm_wmma  # noqa: F401
+from . import best, gemm, gemm_decode, gemm_epilogue, gemm_fast, gemm_tma, gemm_tma_tf32, gemm_tma_ws, gemm_wgmma, gemm_wmma  # noqa: F401
 from . import gemv, tuned  # noqa: F401
 from . import plugins  # noqa: F401  (the registry loads the plugins SCHEDLAB_PLUGINS and entry points name on first use)
 from .errors import ScheduleParamError
 from .registry import Launch, ScheduleSpec, all_schedules, get, register
-from .workloads import LAYOUTS, Gemm, Gemv, GemvT, parse_shape, parse_workload
+from .workloads import LAYOUTS, Epilogue, Gemm, Gemv, GemvT, parse_shape, parse_workload
 
-__all__ = ["LAYOUTS", "Gemm", "Gemv", "GemvT", "Launch", "ScheduleParamError", "ScheduleSpec", "all_schedules", "get",
+__all__ = ["LAYOUTS", "Epilogue", "Gemm", "Gemv", "GemvT", "Launch", "ScheduleParamError", "ScheduleSpec", "all_schedules", "get",
            "parse_shape", "parse_workload", "register"]

@@ -2,7 +2,9 @@
 ``best_tf32_gemm`` (fp32 inputs read as tf32). Each asks the dispatcher's model
 (:mod:`schedules.dispatch`) for the fastest of the lab's kernels and configurations on the
 workload's shape and the GPU's properties, and builds that. ``schedlab show best_gemm --shape S
---explain`` prints the choice with the model's figures for it and the runners-up."""
+--explain`` prints the choice with the model's figures for it and the runners-up. A workload with an
+epilogue or a 16-bit output is chosen for among the kernels that take one (each computes it in its
+write-back), its output bytes and the epilogue's reads counted."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ class BestConfig(StepConfig):
     dtypes = ("float32",)
     layouts = LAYOUTS
     batched = True
+    epilogues = True  # chosen among the kernels that take the workload's epilogue and output type
     precision_name = "fp32"
     step_name = "best_gemm"
 

@@ -208,3 +208,24 @@ def cooperative_fetch_axes(sch, copy_block, axes, vector=1):
         parts = parts[:-1]
     for (tag, extent), loop in zip(axes, parts[1:]):
         sch.bind(loop, tag)
+
+
+def epilogue_block(sch):
+    """The elementwise block "D" of a product with an epilogue or another output type
+    (:attr:`schedules.workloads.Gemm.has_epilogue`), or None for a plain product."""
+    try:
+        return sch.get_sblock("D")
+    except s_tir.ScheduleError:
+        return None
+
+
+def fuse_epilogue(sch):
+    """Compute the epilogue where the product is written: the elementwise block "D" (bias,
+    activation, residual, scaling, the rounding to the output type) inlined into the block that
+    writes C from the accumulators (a register or shared-memory write-back, padding already folded
+    into it), which then stores D instead of C. C is never written to memory, nor read back; the
+    bias and R are read where each output is stored. A plain product (no "D") is left as it is.
+    Call it last, once the write-back block is in place and ``inline_padding`` has run."""
+    block = epilogue_block(sch)
+    if block is not None:
+        sch.reverse_compute_inline(block)

@@ -17,7 +17,8 @@ Every candidate is one of the lab's kernels with one configuration. Its time is 
   least ``k_step_us`` per K tile it waits for: every tile with the register double buffer, one in
   ``stages - 1`` with a cp.async ring (whose efficiency carries a fitted ``simt_async_factor``).
   Persistent kernels walk ⌈units / SMs⌉ tiles per block instead.
-* **memory**: every input byte from DRAM once, the output once, plus each block's panels of A and B
+* **memory**: every input byte from DRAM once, the output once (in its type: 2 bytes an output for a
+  16-bit one), the epilogue's inputs once (the bias, a residual R), plus each block's panels of A and B
   from L2 (A is read once per column of blocks, B once per row of blocks), at the measured DRAM
   bandwidth and ``l2_factor`` times it; split-K adds its partial sums, written and read once more
   (split-K is a candidate only where they fit in L2).
@@ -43,6 +44,12 @@ the per-configuration efficiencies were calibrated on nn, and a transposed opera
 where the kernel adapts (transposed on its way into shared memory, or read through the tensor
 cores' transpose); a calibration sweep over layouts would add one.
 
+Epilogues and 16-bit outputs (``Gemm.has_epilogue``): a kernel is a candidate only where its step
+takes them (``epilogues`` on its configuration: the TVM-scheduled steps do, computing the epilogue
+in the write-back); where none of the usual tensor-core kernels does, tensor_core_gemm (fp16, WMMA)
+and the SIMT tiles (bf16 widened to fp32) are offered. The output bytes and the epilogue's reads are
+counted in the memory and store terms.
+
 Degenerate shapes go to their own families: N = 1 or M = 1 is a matrix-vector product (the GEMV
 dispatcher, row form or transposed form); M or N of a few dozen get skinny block tiles (a few rows
 or columns per block, many K slices); few outputs with a long K get split-K; a short K gets no deep
@@ -65,6 +72,7 @@ from .gemm_tma import TmaLoadConfig
 from .gemm_tma_tf32 import Tf32TmaConfig
 from .gemm_tma_ws import PersistentConfig
 from .gemm_wgmma import Tf32WgmmaConfig, WgmmaConfig
+from .gemm_wmma import TensorCoreConfig
 from .gemv import ColumnGemvConfig, GemvDispatchConfig, vector_form
 from .registry import get
 from .workloads import itemsize
@@ -101,6 +109,13 @@ TMA_SMALL_TILES = [(64, 256, 5), (64, 128, 8), (64, 64, 8)]  # one warpgroup, no
 CP_TILES = [(128, 256, 4), (128, 128, 4), (128, 64, 4), (64, 128, 4), (64, 64, 4)]
 TF32_TMA_TILES = [(256, 128, 4), (128, 128, 6), (64, 128, 8)]  # (block_m = the wgmma's N, block_n, stages)
 TF32_CP_TILES = [(256, 128, 4), (128, 128, 4), (128, 64, 4)]
+# WMMA tiles (warps_m, warps_n, frags_m, frags_n): offered for fp16 products with an epilogue, where
+# the TMA and wgmma kernels do not take one. Only tensor_core_gemm's own 128×128 tile, the one measured
+WMMA_TILES = [(2, 2, 4, 4)]
+# families the calibration sweep has not measured: their share of the SM's peak once it is full.
+# WMMA: tensor_core_gemm's 128×128 tile measured about half of cuBLAS (H200, 4096³), which runs
+# near the wgmma peak
+UNCALIBRATED_EFFICIENCY = {"wmma": 0.45}
 
 
 @dataclass(frozen=True)
@@ -144,6 +159,9 @@ def _splits(K: int, block_k: int, most: int = 64):
 
 
 def simt_candidates(wl, general: bool = True):
+    """The SIMT configurations valid for ``wl``: the general tiles (warp_tiled_gemm / split_k_gemm for
+    fp32 inputs; for 16-bit inputs, skinny_gemm's body, which widens them, with the same tiles) and,
+    always, the skinny ones."""
     out = []
     # rows that are not whole 16 bytes: also each configuration with padded copies of A and B
     pads = (False, True) if _misaligned(wl) else (False,)
@@ -155,7 +173,7 @@ def simt_candidates(wl, general: bool = True):
                     fields = dict(block_m=bm, block_n=bn, block_k=bk, thread_m=tm, thread_n=tn, warps_m=wm,
                                   warps_n=wn, stages=stages, async_copy=ring, split_k=s, group_m=8,
                                   vector=min(4, tm, tn), pad_operands=pad)
-                    if skinny:
+                    if skinny or itemsize(wl.dtype) != 4:
                         step, cfg = "skinny_gemm", SkinnyConfig(**fields)
                     else:
                         step, cfg = ("split_k_gemm" if s > 1 else "warp_tiled_gemm"), WarpTileConfig(**fields)
@@ -202,8 +220,10 @@ def gemv_candidates(wl):
     if form is None:
         return []
     if form[0] == "row":
-        return [Candidate("gemv_dispatch", GemvDispatchConfig(), "gemv", "gemv row")]
-    return [Candidate("column_gemv_t", ColumnGemvConfig(), "gemv", "gemv column")]
+        out = [Candidate("gemv_dispatch", GemvDispatchConfig(), "gemv", "gemv row")]
+    else:
+        out = [Candidate("column_gemv_t", ColumnGemvConfig(), "gemv", "gemv column")]
+    return [c for c in out if _valid(c.step, wl, c.config)]  # a GEMV kernel takes no epilogue
 
 
 # decode_gemm's bandwidth on the scale of the model's DRAM term (memory_gbps, which the H200
@@ -277,9 +297,18 @@ def fp16_candidates(wl):
         cfg = WgmmaConfig(block_m=bm, block_n=bn, stages=st, mma_overlap=bn == 256)
         out.append(Candidate("wgmma_gemm", cfg, "cp", f"cp {bm}x{bn}"))
     out = [c for c in out if _valid(c.step, wl, c.config)]
+    if getattr(wl, "has_epilogue", False):  # an epilogue: also the TVM-scheduled tensor-core and SIMT kernels
+        return out + wmma_candidates(wl) + simt_candidates(wl) + gemv_candidates(wl)
     # a few output rows or columns: the skinny SIMT tiles (16-bit inputs widened to fp32)
     skinny = simt_candidates(wl, general=False) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
     return out + skinny + gemv_candidates(wl) + decode_candidates(wl)
+
+
+def wmma_candidates(wl):
+    """tensor_core_gemm's tiles (fp16 inputs only: TVM 0.27 has no bf16 tensor-core intrinsics)."""
+    out = [Candidate("tensor_core_gemm", TensorCoreConfig(warps_m=wm, warps_n=wn, frags_m=fm, frags_n=fn), "wmma",
+                     f"wmma {16 * wm * fm}x{16 * wn * fn}") for wm, wn, fm, fn in WMMA_TILES]
+    return [c for c in out if _valid(c.step, wl, c.config)]
 
 
 def tf32_candidates(wl):
@@ -322,12 +351,28 @@ def blocks_per_sm(threads: int, regs: int, smem: int, gpu: GpuSpec) -> int:
     return max(0, min(limits))
 
 
-def _memory_us(wl, bm, bn, splits, gpu, cal, out_bytes=4, cfg=None) -> tuple[float, float]:
+def _out_bytes(wl) -> int:
+    """Bytes per output: its type's (4 for fp32, 2 for a 16-bit output)."""
+    return itemsize(getattr(wl, "out_dtype", "float32"))
+
+
+def _epilogue_bytes(wl) -> int:
+    """Bytes the epilogue of one product reads besides it: the bias (N outputs' worth), R (one per
+    output); 0 without an epilogue."""
+    return getattr(wl, "epilogue_bytes", 0) // _batches(wl)
+
+
+def _store_bytes(wl) -> int:
+    """Bytes a block moves per output as it stores its tile: the output, and R read beside it."""
+    return _out_bytes(wl) * (2 if getattr(wl, "residual", False) else 1)
+
+
+def _memory_us(wl, bm, bn, splits, gpu, cal, cfg=None) -> tuple[float, float]:
     """(DRAM time, L2→SM time) of a tiled product in µs; the split-K partials in the first; a batch
-    (bmm) moves each product's bytes."""
+    (bmm) moves each product's bytes. The output in its type, and the epilogue's inputs."""
     item = itemsize(wl.dtype)
     M, N, K = wl.M, wl.N, wl.K
-    dram = item * (M * K + K * N) + out_bytes * M * N / _store_factor(wl, cal, cfg)
+    dram = item * (M * K + K * N) + _out_bytes(wl) * M * N / _store_factor(wl, cal, cfg) + _epilogue_bytes(wl)
     if splits > 1:
         dram += _partial_bytes(wl, splits)  # partials written by the main kernel
     l2 = item * (M * K * ceil_div(N, bn) + K * N * ceil_div(M, bm))
@@ -345,14 +390,17 @@ def _partial_bytes(wl, splits) -> int:
 
 
 def _reduce_us(wl, splits, gpu, cal) -> float:
-    """Split-K's second kernel: every partial read once, C written once."""
+    """Split-K's second kernel: every partial read once, the output written once (in its type, the
+    epilogue's inputs read there)."""
     if splits <= 1:
         return 0.0
-    return cal["launch_us"] + _partial_bytes(wl, splits + 1) * _batches(wl) / (gpu.memory_gbps * 1e3)
+    moved = _partial_bytes(wl, splits) + _out_bytes(wl) * wl.M * wl.N + _epilogue_bytes(wl)
+    return cal["launch_us"] + moved * _batches(wl) / (gpu.memory_gbps * 1e3)
 
 
 def _store_factor(wl, cal, cfg=None) -> float:
-    """C's rows start 16-byte aligned only when N % 4 == 0 (fp32): otherwise a thread's 4 or 8
+    """C's rows start 16-byte aligned only when N % 4 == 0 (fp32; a 16-bit output's rows need N % 8
+    for 16-byte stores, but its 8-byte stores of 4 outputs only N % 4): otherwise a thread's 4 or 8
     adjacent outputs leave as scalar stores strided across the warp's lanes. A thread tile one
     column wide (``thread_n = 1``) stores scalars too, but a warp's lanes write 32 consecutive
     floats of a row: whole sectors, whatever N's alignment."""
@@ -409,7 +457,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     if fam == "decode":
         time_us, terms = _decode_us(wl, cand, gpu, cal)
         return Estimate(cand, time_us, terms)
-    eff = cal["efficiency"].get(cand.key, cal["default_efficiency"][fam])
+    eff = cal["efficiency"].get(cand.key, cal["default_efficiency"].get(fam, UNCALIBRATED_EFFICIENCY.get(fam)))
     cfg = cand.config
     M, N, K = wl.M, wl.N, wl.K
     terms = {"family": fam, "efficiency": eff}
@@ -429,7 +477,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         factor, width = _simt_copy_factor(wl, cfg, cal)
         eff *= factor * (cal.get("simt_async_factor", 1.0) if cfg.async_copy else 1.0)
         waves, comp = _waves_compute(tiles * splits, per_sm, cfg.threads // 32, 2 * cfg.block_m * cfg.block_n * kt,
-                                     cal["fp32_sm_tflops"], eff, gpu, cal, 4 * cfg.block_m * cfg.block_n,
+                                     cal["fp32_sm_tflops"], eff, gpu, cal, _store_bytes(wl) * cfg.block_m * cfg.block_n,
                                      _store_factor(wl, cal, cfg), k_steps=kt // cfg.block_k, in_flight=tiles_in_flight(cfg))
         dram, l2 = _memory_us(wl, cfg.block_m, cfg.block_n, splits, gpu, cal, cfg=cfg)
         reduce = _reduce_us(wl, splits, gpu, cal) + _pad_us(wl, cfg, gpu, cal)
@@ -456,17 +504,21 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         units = tiles * splits
         grid = min(gpu.sms, units)
         per_block = ceil_div(units, grid)
-        # the epilogue: a tile's fp32 accumulators leave the SM, not overlapped with the next tile
-        epi = 4 * bm * bn / (cal["sm_store_gbps"] * 1e3 * _store_factor(wl, cal))
+        # the epilogue: a tile's outputs leave the SM (and R comes in), not overlapped with the next tile
+        epi = _store_bytes(wl) * bm * bn / (cal["sm_store_gbps"] * 1e3 * _store_factor(wl, cal))
         comp = cal["fill_us"] + per_block * (flops / (peak * 1e6 * eff) + epi)
         waves = per_block
         per_sm = 1
     else:
-        threads = cfg.threads
-        smem = cfg.shared_bytes() if not hasattr(cfg, "stage_bytes") else cfg.shared_bytes(itemsize(wl.dtype))
+        if fam == "wmma":  # its launch says its threads and shared memory
+            launch = cfg.launch(wl)
+            threads, smem = launch.threads, launch.shared_bytes
+        else:
+            threads = cfg.threads
+            smem = cfg.shared_bytes() if not hasattr(cfg, "stage_bytes") else cfg.shared_bytes(itemsize(wl.dtype))
         per_sm = blocks_per_sm(threads, cal["regs"].get(fam, 168), smem, gpu)
         waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal,
-                                     4 * bm * bn, _store_factor(wl, cal) * scalar_store)
+                                     _store_bytes(wl) * bm * bn, _store_factor(wl, cal) * scalar_store)
     dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal)
     reduce = _reduce_us(wl, splits, gpu, cal) + _pad_us(wl, cfg, gpu, cal)  # the extra kernels
     terms.update(blocks=tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp, dram_us=dram, l2_us=l2,

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from .common import (aligned_vector, ceil_div, cooperative_fetch_axes, inline_padding, new_schedule,
+from .common import (aligned_vector, ceil_div, cooperative_fetch_axes, fuse_epilogue, inline_padding, new_schedule,
                      padded_copy, register_fragments)
 from .errors import ScheduleParamError
 from .gemm import check_thread_tiles, pipeline_double_buffer
@@ -52,6 +52,7 @@ class FastTileConfig(StepConfig):
     dtypes = ("float32",)  # input types the step takes (a class attribute, not a parameter)
     layouts = LAYOUTS  # operand layouts (class attributes): the shared tiles adapt, see apply_fast_tiled
     batched = True     # a bmm: the batch on blockIdx.z
+    epilogues = True   # computed in the write-back from the accumulators (split-K: after the final sum)
 
     block_m: int = 128
     block_n: int = 128
@@ -158,12 +159,13 @@ class FastTileConfig(StepConfig):
                       shared_from="(A tile + B tile, padded) × stages floats")
 
 
-def fast_tiled(wl: Gemm, cfg: FastTileConfig):
-    """The fp32 body of vectorized_shared_gemm ... rasterized_gemm. Returns the schedule."""
-    return apply_fast_tiled(new_schedule(wl.prim_func()), wl, cfg)
+def fast_tiled(wl: Gemm, cfg: FastTileConfig, fuse: bool = True):
+    """The fp32 body of vectorized_shared_gemm ... rasterized_gemm. Returns the schedule. ``fuse``:
+    compute an epilogue in the write-back (False leaves its block "D" to the caller)."""
+    return apply_fast_tiled(new_schedule(wl.prim_func()), wl, cfg, fuse=fuse)
 
 
-def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None):
+def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool = True):
     """:func:`fast_tiled` applied to an existing schedule of ``wl``'s PrimFunc (the tuner's design
     spaces start from MetaSchedule's schedule). ``unroll``: in place of ``cfg.unroll``, e.g. a
     sampled value (a tuning knob) annotated where the hand-written step puts its own.
@@ -174,7 +176,10 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None):
     "k_major"`` keeps it as it comes (128-bit shared stores, 16-byte cp.async), ``"m_major"``
     transposes it. B stored N×K (``nt``, ``tt``) is transposed on its way in, so the inner loop
     still reads a row of B (n contiguous) per k; as for A in ``nn``, the shared stores are scalar
-    and cp.async copies single floats. A batch (``bmm``) is one more spatial loop, on blockIdx.z."""
+    and cp.async copies single floats. A batch (``bmm``) is one more spatial loop, on blockIdx.z.
+    An epilogue or a 16-bit output (``wl.has_epilogue``) is computed in the write-back from the
+    registers (:func:`~schedules.common.fuse_epilogue`); with split-K, in that of the final sum, since
+    an activation of a partial sum is not the activation of the sum."""
     block = sch.get_sblock("C")
     splits = cfg.splits(wl)
     batch = [1] if wl.batched else []
@@ -254,6 +259,8 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None):
         padded_copy(sch, name)
     inline_padding(sch, reads=[name for name in ("A_pad", "B_pad") if name not in copies])
     sch.decompose_reduction(block, ko)
+    if fuse:
+        fuse_epilogue(sch)  # into the write-back from the accumulators (split-K: that of the final sum)
     return sch
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import ceil_div, inline_padding, new_schedule
+from .common import ceil_div, fuse_epilogue, inline_padding, new_schedule
 from .errors import ScheduleParamError
 from .gemm_fast import async_pipeline, rasterize
 from .registry import Launch, register
@@ -28,6 +28,7 @@ class TensorCoreConfig(StepConfig):
     dtypes = ("float16",)  # input types the step takes (a class attribute, not a parameter)
     layouts = LAYOUTS  # transposed operands through the intrinsics' col_major / .trans loads
     batched = True     # a bmm: the batch on blockIdx.y
+    epilogues = True   # computed on the way out of the shared staging tile (fuse_epilogue)
     warps_m: int = 2
     warps_n: int = 2
     frags_m: int = 4
@@ -155,14 +156,16 @@ def _wmma_sync_intrin(trans_a: bool, trans_b: bool) -> str:
     return name
 
 
-def tensor_core_tiled(wl: Gemm, cfg: TensorCoreConfig):
+def tensor_core_tiled(wl: Gemm, cfg: TensorCoreConfig, fuse: bool = True):
     """fp16 × fp16 → fp32 on tensor cores through WMMA intrinsics (dlight MatmulTensorization's
     recipe for C = A·B with B row-major, tile sizes from ``cfg``).
 
     Any operand layout: the shared tiles keep the stored layout (16-byte cp.async along the stored
     rows), and a transposed tile reaches the tensor cores through the transposing loads (WMMA
     ``col_major`` fragments, ``ldmatrix.trans``), not through a copy. A batch (``bmm``) is one more
-    spatial loop, on blockIdx.y."""
+    spatial loop, on blockIdx.y. An epilogue or a 16-bit output is computed as the fp32 tile leaves
+    the shared staging buffer for global memory (:func:`~schedules.common.fuse_epilogue`; ``fuse=False``
+    leaves its block "D" to the caller)."""
     sch = new_schedule(wl.prim_func())
     block = sch.get_sblock("C")
     sch.pad_einsum(block, ([1] if wl.batched else []) + [cfg.block_m, cfg.block_n, cfg.block_k])
@@ -243,6 +246,8 @@ def tensor_core_tiled(wl: Gemm, cfg: TensorCoreConfig):
     _, tx, vec = sch.split(sch.fuse(*sch.get_loops(to_global)[-2:]), [None, 32, 4])
     sch.bind(tx, "threadIdx.x")
     sch.vectorize(vec)
+    if fuse:  # an epilogue: applied as the staged tile is copied out, before the store
+        fuse_epilogue(sch)
 
     if cfg.async_copy:
         async_pipeline(sch, k0, k1 if cfg.fragment_pipeline else None, cfg.stages)

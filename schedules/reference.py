@@ -1,28 +1,141 @@
 """What a workload computes, in float64: the reference every check of the lab compares with (the
 measurement engine's check of each kernel, the tuner's check of its best), and the error those
-checks bound. Pure computation on host arrays or torch tensors; no I/O."""
+checks bound. Pure computation on host arrays or torch tensors; no I/O.
+
+A GEMM with an epilogue (:class:`schedules.workloads.Epilogue`) is checked against the same
+epilogue applied in float64 to the float64 product: ``act(alpha·(A·B) + bias) + beta·R`` with each
+activation computed exactly (GELU's erf form with erf, its tanh form by its formula, SiLU as
+x·sigmoid(x)), then rounded to the output type last, as an exact kernel would store it."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 LONG_SUM = 16384  # sums longer than this are checked relative to ‖|A|·|B|‖ (see product_error)
+# the unit roundoff u of each output type: round-to-nearest with p significand bits (the implicit
+# one included) moves a value by at most u = 2^-p of itself
+UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float64": 2.0 ** -53}
 
 
 def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
 
 
+def _f64(x):
+    return x.double() if _is_torch(x) else np.asarray(x, dtype=np.float64)
+
+
 def reference(workload, inputs):
-    """The float64 product of ``inputs`` (numpy arrays or torch tensors, computed where they are),
-    as stored: a GEMM's operands are read through its layout (op(A)·op(B), a transposed operand
-    as a view of the stored one), a batch of products (bmm) as one batched product."""
-    a, b = (x.double() if _is_torch(x) else np.asarray(x, dtype=np.float64) for x in inputs)
+    """The float64 output of ``workload`` on ``inputs`` (numpy arrays or torch tensors, computed
+    where they are), as stored: a GEMM's operands are read through its layout (op(A)·op(B), a
+    transposed operand as a view of the stored one), a batch of products (bmm) as one batched
+    product; a GEMM's epilogue applied after it (:func:`apply_epilogue`: its extra inputs, bias
+    then R, follow A and B in ``inputs``) and the result rounded to its output type."""
+    prod = _product(workload, *(_f64(x) for x in inputs[:2]))
+    if not getattr(workload, "has_epilogue", False):
+        return prod
+    bias, res = epilogue_inputs(workload, inputs)
+    return apply_epilogue(workload, prod, bias, res)
+
+
+def _product(workload, a, b):
+    """op(A)·op(B) of float64 stored operands (A read transposed for a transposed GEMV)."""
     if workload.kind == "gemv_t":
         a = a.t() if _is_torch(a) else a.T
     elif workload.kind == "gemm":
         a, b = workload.operands(a, b)
     return a @ b
+
+
+def epilogue_inputs(workload, inputs):
+    """(bias, R) from a GEMM's inputs ``[A, B, bias?, R?]`` (None for the ones it has not), in float64."""
+    rest = list(inputs[2:])
+    bias = _f64(rest.pop(0)) if workload.bias else None
+    res = _f64(rest.pop(0)) if workload.residual else None
+    return bias, res
+
+
+def activation(name: str | None, x):
+    """An activation of float64 ``x`` (numpy or torch), computed exactly: ReLU max(x, 0); GELU erf
+    x·Φ(x) = 0.5·x·(1 + erf(x/√2)); GELU tanh 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))); SiLU
+    x·sigmoid(x) = x / (1 + e^−x)."""
+    if name is None:
+        return x
+    torch = _is_torch(x)
+    if torch:
+        import torch as T
+
+        erf, tanh, exp = T.erf, T.tanh, T.exp
+    else:
+        erf, tanh, exp = _erf_array, np.tanh, np.exp
+    if name == "relu":
+        return x.clamp(min=0) if torch else np.maximum(x, 0.0)
+    if name == "gelu_erf":
+        return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+    if name == "gelu_tanh":
+        return 0.5 * x * (1.0 + tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+    if name == "silu":
+        return x / (1.0 + exp(-x))
+    raise ValueError(f"unknown activation {name!r}")
+
+
+def _erf_array(x):
+    """erf of a float64 array: torch's (on the CPU) where torch is installed, else math.erf element
+    by element (NumPy has none)."""
+    try:
+        import torch  # optional: a vectorized float64 erf
+    except ImportError:
+        return np.vectorize(math.erf, otypes=[np.float64])(x)
+    return torch.erf(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))).numpy()
+
+
+def apply_epilogue(workload, prod, bias=None, residual=None, rounded: bool = True):
+    """``act(alpha·prod + bias) + beta·R`` in float64 on the product ``prod`` (any shape that
+    ``bias`` broadcasts against along its last axis: a whole output, or sampled outputs with the
+    bias sampled at their columns), then, with ``rounded``, rounded to the workload's output type."""
+    ep = workload.epilogue
+    x = prod
+    if ep is not None:
+        if ep.alpha != 1.0:
+            x = x * ep.alpha
+        if ep.bias:
+            x = x + bias
+        x = activation(ep.activation, x)
+        if ep.residual:
+            x = x + ep.beta * residual
+    return round_to(x, workload.out_dtype) if rounded else x
+
+
+def round_to(x, dtype: str):
+    """float64 ``x`` rounded to ``dtype`` (float32, float16, bfloat16) and widened back to float64:
+    torch's types on torch tensors, NumPy's and ml_dtypes' (bfloat16) on arrays."""
+    if dtype == "float64":
+        return x
+    if _is_torch(x):
+        import torch
+
+        return x.to(getattr(torch, dtype)).double()
+    if dtype == "bfloat16":
+        import ml_dtypes  # optional: bfloat16 host arrays only
+
+        return np.asarray(x, dtype=np.float64).astype(ml_dtypes.bfloat16).astype(np.float64)
+    return np.asarray(x, dtype=np.float64).astype(dtype).astype(np.float64)
+
+
+def output_tolerance(workload, tolerance: float) -> float:
+    """The check's bound for an output rounded to a narrower type than the sum: ``tolerance`` is what
+    the float32 result D̃ may differ from the exact D (‖D̃ − D‖ ≤ t·‖D‖), and both the kernel's output
+    and the reference are then rounded to the output type, each element by at most u of itself
+    (:data:`UNIT_ROUNDOFF`). So ‖round(D̃) − round(D)‖ ≤ ‖round(D̃) − D̃‖ + ‖D̃ − D‖ + ‖D − round(D)‖ ≤
+    u·‖D̃‖ + t·‖D‖ + u·‖D‖ ≤ (t·(1 + u) + 2u)·‖D‖: the bound returned (bfloat16, u = 2^-8: 7.9e-3 above
+    t; float16, u = 2^-11: 9.8e-4). A float32 output keeps ``tolerance``."""
+    out = getattr(workload, "out_dtype", "float32")
+    if out == "float32":
+        return tolerance
+    u = UNIT_ROUNDOFF[out]
+    return tolerance * (1.0 + u) + 2.0 * u
 
 
 def _norm(x) -> float:
@@ -41,22 +154,32 @@ def count_not_finite(out) -> int:
     return int((~np.isfinite(np.asarray(out, dtype=np.float64))).sum())
 
 
+def _abs(x):
+    return x.abs() if _is_torch(x) else np.abs(_f64(x))
+
+
 def product_error(workload, out, inputs, ref=None) -> float:
     """The error the checks bound: ‖out − ref‖ / ‖ref‖ against float64. For a single output, or
     sums longer than 16384 terms, ‖ref‖ can be small through cancellation (one y of a sum of ±
     products) while the rounding of the sum grows like √K, so there the error is taken relative to
-    ‖|A|·|B|‖, the size of the products being added (the usual backward-error scale). NaN when any
+    ‖|A|·|B|‖, the size of the products being added (the usual backward-error scale; with an
+    epilogue, ‖|alpha|·|A|·|B| + |bias|‖ + |beta|·‖R‖, the size of what it adds). NaN when any
     output is not finite (never written). Works on numpy arrays and on torch tensors (on the GPU)."""
     if count_not_finite(out):
         return float("nan")
     ref = reference(workload, inputs) if ref is None else ref
-    out64 = out.double() if _is_torch(out) else np.asarray(out, dtype=np.float64)
+    out64 = _f64(out)
     sum_length = workload.K if workload.kind == "gemm" else (
         inputs[0].shape[0] if workload.kind == "gemv_t" else inputs[0].shape[-1])
     diff = _norm(out64 - ref)
     outputs = ref.numel() if _is_torch(ref) else ref.size
     if outputs > 1 and sum_length <= LONG_SUM:
         return diff / max(_norm(ref), np.finfo(float).tiny)
-    scale = reference(workload, [x.abs() if _is_torch(x) else np.abs(np.asarray(x, dtype=np.float64))
-                                 for x in inputs])
+    scale = _product(workload, *(_abs(x) for x in inputs[:2]))
+    if getattr(workload, "epilogue", None) is not None:
+        ep = workload.epilogue
+        bias, res = epilogue_inputs(workload, inputs)
+        scale = abs(ep.alpha) * scale + (_abs(bias) if bias is not None else 0.0)
+        extra = abs(ep.beta) * _norm(res) if res is not None else 0.0
+        return diff / max(_norm(scale) + extra, np.finfo(float).tiny)
     return diff / max(_norm(scale), np.finfo(float).tiny)

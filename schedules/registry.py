@@ -25,6 +25,7 @@ from typing import Callable
 
 from .common import GpuLimits, pass_config_of
 from .errors import PluginError, ScheduleParamError
+from .reference import output_tolerance
 from .step_config import Launch, StepConfig  # noqa: F401  (Launch: re-exported for the steps)
 
 
@@ -44,6 +45,8 @@ LADDERS = {
         "best_fp16_gemm",
         # tensor cores: fp32 inputs read as tf32
         "wgmma_tf32_gemm", "tma_tf32_gemm", "best_tf32_gemm",
+        # a linear layer's epilogue (bias, activation, residual, a 16-bit output): after the product, then in it
+        "unfused_epilogue_gemm", "fused_epilogue_gemm",
     ),
     "gemv": ("warp_gemv", "vectorized_gemv", "multi_row_gemv", "multi_warp_gemv", "split_k_gemv", "gemv_dispatch",
              "column_gemv_t"),
@@ -147,8 +150,10 @@ class ScheduleSpec:
         """The largest ‖out − ref‖/‖ref‖ against float64 that counts as right: the input type's
         (1e-5 for fp32 sums of fp32 products; 1e-4 for fp16/bf16 inputs, whose products are exact
         but whose K-long sums the tensor cores round in fp32), or the step's own where larger
-        (``tolerance`` on the config: tf32 steps round their inputs to 10 mantissa bits)."""
-        return max(TOLERANCE[workload.dtype], self.config_cls.tolerance)
+        (``tolerance`` on the config: tf32 steps round their inputs to 10 mantissa bits); for a
+        16-bit output, widened by the rounding of the output and of the reference
+        (:func:`schedules.reference.output_tolerance`)."""
+        return output_tolerance(workload, max(TOLERANCE[workload.dtype], self.config_cls.tolerance))
 
     def precision(self, dtype: str) -> str:
         """What the step computes in, for comparisons with cuBLAS: tf32 for the tf32 steps, else
@@ -176,13 +181,24 @@ class ScheduleSpec:
         return bool(self.config_cls.batched)
 
     def accepts(self, workload) -> bool:
-        """Whether the step takes the workload's input type, operand layout and batch
-        (``schedlab run`` with no schedule names leaves out steps that do not)."""
+        """Whether the step takes the workload's input type, operand layout, batch, epilogue and
+        output type (``schedlab run`` with no schedule names leaves out steps that do not)."""
         return self.accepts_dtype(workload) and self.layout_refusal(workload) is None
 
+    @property
+    def epilogues(self) -> bool:
+        """Whether the step takes an epilogue and a 16-bit output (``epilogues`` on its config)."""
+        return bool(self.config_cls.epilogues)
+
     def layout_refusal(self, workload, cfg=None) -> str | None:
-        """Why the step does not take ``workload``'s layout or batch (one line), or None."""
+        """Why the step does not take ``workload``'s layout, batch, epilogue or output type (one
+        line), or None."""
         src = cfg if cfg is not None else self.config_cls
+        if getattr(workload, "has_epilogue", False) and not src.epilogues:
+            what = [f"the epilogue {workload.epilogue}"] if workload.epilogue is not None else []
+            what += [f"a {workload.out_dtype} output"] if workload.out_dtype != "float32" else []
+            return (f"{self.name} writes the float32 product only: it does not take {' or '.join(what)} "
+                    f"({workload})")
         layout = getattr(workload, "layout", "nn")
         layouts = src.layouts
         if layout not in layouts:

@@ -66,6 +66,11 @@ class StepConfig:
     #: The step's own ‖out − ref‖/‖ref‖ bound where it is larger than its input type's (the tf32
     #: steps round their inputs to 10 mantissa bits); 0 keeps the input type's.
     tolerance: ClassVar[float] = 0.0
+    #: Whether the step takes a GEMM with an epilogue or an output type other than float32 (bias,
+    #: activation, residual, scaling, a 16-bit output: ``Gemm.has_epilogue``). A step that does not
+    #: refuses such a workload in one line; one that does computes the epilogue in the product's
+    #: registers before the single write of the output (:func:`schedules.common.fuse_epilogue`).
+    epilogues: ClassVar[bool] = False
     #: Integer parameters for which 0 means "chosen from the workload" rather than an error.
     zero_means_auto: ClassVar[tuple[str, ...]] = ()
     #: The step's search space: parameter name -> the values ``schedlab tune --space STEP`` tries (every

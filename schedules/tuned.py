@@ -59,6 +59,7 @@ class TunedConfig(StepConfig):
     the configuration itself is the saved trace."""
 
     source: str = ""
+    epilogues = True  # the trace was tuned on the workload itself, its epilogue included
 
     def check(self, wl):
         load_best(wl, self.source)

@@ -12,25 +12,101 @@ row-major, B as N×K row-major (``gemm:4096x4096x4096:float16:nt``, ``gemm:1024x
 compute definition indexes the stored operands, and ``arg_shapes()`` gives the stored shapes. A
 string leaves out what is default (fp32, nn, no batch), so ``str(workload)`` reads back through
 :func:`parse_workload` to the same workload.
+
+A GEMM may also name its output type and an epilogue, the elementwise work a linear layer does after
+its product, after the input type and layout: ``:out=bfloat16`` (``float32``, the default,
+``float16`` or ``bfloat16``), then the epilogue's words, ``bias`` (a length-N vector added to every
+row), an activation (``relu``, ``gelu_tanh``, ``gelu_erf`` or ``gelu``, which is ``gelu_erf`` as in
+PyTorch, ``silu``), ``residual`` (a tensor R shaped like the output, added last), ``alpha=X`` (the
+product's scale) and ``beta=X`` (R's scale, with ``residual`` only)::
+
+    gemm:2048x8192x1024:bfloat16:nt:out=bfloat16:bias:gelu_tanh
+    D = act(alpha·op(A)·op(B) + bias) + beta·R       (in float32, rounded to the output type last)
+
+Bias and R are stored in the output type. A GEMV workload takes neither (write it as a GEMM with one
+column: ``gemm:Mx1xK``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
+import tvm
 from tvm import te
 
 from .errors import ScheduleParamError
 
 
 LAYOUTS = ("nn", "nt", "tn", "tt")  # BLAS: C = op(A)·op(B); "t": the operand is stored transposed
+ACTIVATIONS = ("relu", "gelu_tanh", "gelu_erf", "silu")
+ACTIVATION_ALIASES = {"gelu": "gelu_erf"}  # PyTorch's default GELU is the erf form
+OUT_DTYPES = ("float32", "float16", "bfloat16")
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # the tanh form of GELU: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+GELU_TANH_CUBIC = 0.044715
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What a GEMM does to its product before the single write of its output:
+    ``D = act(alpha·(A·B) + bias) + beta·R``, computed in float32 (the accumulator's type) and rounded
+    to the output type last. ``bias``: a length-N vector added to every row; ``activation``: one of
+    :data:`ACTIVATIONS` (or None); ``residual``: a tensor R shaped like the output, added after the
+    activation, scaled by ``beta`` (which needs it). The defaults do nothing."""
+
+    bias: bool = False
+    activation: str | None = None
+    residual: bool = False
+    alpha: float = 1.0
+    beta: float = 1.0
+
+    def __post_init__(self):
+        act = ACTIVATION_ALIASES.get(self.activation, self.activation)
+        if act is not None and act not in ACTIVATIONS:
+            raise ScheduleParamError(f"activation {self.activation!r} is not one of {', '.join(ACTIVATIONS)} "
+                                     f"(or gelu, which is gelu_erf)")
+        object.__setattr__(self, "activation", act)
+        for name in ("alpha", "beta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ScheduleParamError(f"epilogue {name} must be a finite number, got {value!r}")
+            object.__setattr__(self, name, float(value))
+        for name in ("bias", "residual"):
+            if not isinstance(getattr(self, name), bool):
+                raise ScheduleParamError(f"epilogue {name} must be True or False, got {getattr(self, name)!r}")
+        if self.beta != 1.0 and not self.residual:
+            raise ScheduleParamError(f"epilogue beta={_number(self.beta)} scales the residual: it needs residual")
+
+    @property
+    def identity(self) -> bool:
+        """True when it changes nothing (every field at its default)."""
+        return self == Epilogue()
+
+    def words(self) -> list[str]:
+        """Its spec words, in the grammar's order (defaults left out)."""
+        out = (["bias"] if self.bias else []) + ([self.activation] if self.activation else [])
+        out += ["residual"] if self.residual else []
+        out += [f"alpha={_number(self.alpha)}"] if self.alpha != 1.0 else []
+        out += [f"beta={_number(self.beta)}"] if self.beta != 1.0 else []
+        return out
+
+    def __str__(self):
+        return ":".join(self.words())
+
+
+def _number(x: float) -> str:
+    """A float as the grammar prints it: the shortest text that reads back to it, without ``.0``."""
+    text = repr(float(x))
+    return text[:-2] if text.endswith(".0") else text
 
 
 @dataclass(frozen=True)
 class Gemm:
     """C = op(A)·op(B) (``layout``), or a batch of ``batch`` such products (a BMM: operands and
-    output with a leading batch dimension; ``batch=None`` is a plain GEMM with 2-D operands)."""
+    output with a leading batch dimension; ``batch=None`` is a plain GEMM with 2-D operands).
+    ``out_dtype`` and ``epilogue``: the output's type and what is done to the product before it is
+    written (:class:`Epilogue`); an epilogue that does nothing is stored as None."""
 
     M: int
     N: int
@@ -39,6 +115,8 @@ class Gemm:
     acc_dtype: str = "float32"
     layout: str = "nn"
     batch: int | None = None
+    out_dtype: str = "float32"
+    epilogue: Epilogue | None = None
 
     kind = "gemm"  # the ladder's kind: a BMM is a GEMM with a batch (steps say whether they take one)
 
@@ -50,6 +128,41 @@ class Gemm:
                                      f"(C = op(A)·op(B); t: the operand is stored transposed)")
         if self.batch is not None:
             _check_positive("bmm batch", self.batch)
+        if self.out_dtype not in OUT_DTYPES:
+            raise ScheduleParamError(f"gemm output type {self.out_dtype!r} is not one of {', '.join(OUT_DTYPES)}")
+        if self.epilogue is not None and not isinstance(self.epilogue, Epilogue):
+            raise ScheduleParamError(f"gemm epilogue must be an Epilogue or None, got {self.epilogue!r}")
+        if self.epilogue is not None and self.epilogue.identity:
+            object.__setattr__(self, "epilogue", None)
+
+    # the output and its epilogue --------------------------------------------------------------
+    @property
+    def has_epilogue(self) -> bool:
+        """Whether the output is more than the accumulated product: an epilogue, or an output type
+        other than the accumulator's (a rounding). Such a product's PrimFunc has two blocks, the
+        product "C" (an intermediate buffer) and the elementwise "D" that writes the output."""
+        return self.epilogue is not None or self.out_dtype != self.acc_dtype
+
+    @property
+    def bias(self) -> bool:
+        return self.epilogue is not None and self.epilogue.bias
+
+    @property
+    def residual(self) -> bool:
+        return self.epilogue is not None and self.epilogue.residual
+
+    @property
+    def activation(self) -> str | None:
+        return self.epilogue.activation if self.epilogue is not None else None
+
+    @property
+    def bias_shape(self) -> tuple[int, ...]:
+        """The bias: one value per output column, shared by every row (and every product of a batch)."""
+        return (self.N,)
+
+    def product_only(self) -> "Gemm":
+        """The same product without the epilogue, into the same output type."""
+        return Gemm(self.M, self.N, self.K, self.dtype, self.acc_dtype, self.layout, self.batch, self.out_dtype)
 
     # the layout -------------------------------------------------------------------------------
     @property
@@ -98,9 +211,17 @@ class Gemm:
 
     @property
     def min_bytes(self) -> int:
-        """Fewest bytes through device memory: each input read once, the output written once."""
-        ib = itemsize(self.dtype)
-        return self.batches * (ib * (self.M * self.K + self.K * self.N) + itemsize(self.acc_dtype) * self.M * self.N)
+        """Fewest bytes through device memory: each input read once, the output written once (in its
+        type), and the epilogue's inputs read once (the bias, R)."""
+        ib, ob = itemsize(self.dtype), itemsize(self.out_dtype)
+        out = self.batches * (ib * (self.M * self.K + self.K * self.N) + ob * self.M * self.N)
+        return out + self.epilogue_bytes
+
+    @property
+    def epilogue_bytes(self) -> int:
+        """Bytes the epilogue reads besides the product: the bias once, R once (in the output type)."""
+        ob = itemsize(self.out_dtype)
+        return ob * (self.N * self.bias + self.batches * self.M * self.N * self.residual)
 
     def prim_func(self):
         A = te.placeholder(self.a_shape, self.dtype, name="A")
@@ -125,11 +246,49 @@ class Gemm:
         else:
             body = lambda i, j: te.sum(prod(None, i, j), axis=k)  # noqa: E731
         C = te.compute(self.c_shape, body, name="C")
-        return te.create_prim_func([A, B, C]).with_attr("global_symbol", "main")
+        if not self.has_epilogue:
+            return te.create_prim_func([A, B, C]).with_attr("global_symbol", "main")
+        extra, D = self._epilogue_block(C)
+        return te.create_prim_func([A, B, *extra, D]).with_attr("global_symbol", "main")
+
+    def _epilogue_block(self, C):
+        """The elementwise block "D" that reads the product C (float32) back and writes the output:
+        act(alpha·C + bias) + beta·R in float32, rounded to ``out_dtype`` last. Returns the
+        epilogue's input placeholders (bias, R: those it has) and D."""
+        acc, ep = self.acc_dtype, self.epilogue or Epilogue()
+        bias = te.placeholder(self.bias_shape, self.out_dtype, name="bias") if ep.bias else None
+        res = te.placeholder(self.c_shape, self.out_dtype, name="R") if ep.residual else None
+
+        def body(*idx):
+            x = C[idx]
+            if ep.alpha != 1.0:
+                x = x * tvm.tirx.const(ep.alpha, acc)
+            if bias is not None:
+                x = x + bias[idx[-1]].astype(acc)
+            x = activation_expr(ep.activation, x, acc)
+            if res is not None:
+                r = res[idx].astype(acc)
+                x = x + (r if ep.beta == 1.0 else r * tvm.tirx.const(ep.beta, acc))
+            return x if self.out_dtype == acc else x.astype(self.out_dtype)
+
+        D = te.compute(self.c_shape, body, name="D")
+        return [t for t in (bias, res) if t is not None], D
+
+    def arg_names(self) -> list[str]:
+        """The PrimFunc's arguments in order: A, B, C; or with an epilogue or another output type A,
+        B, [bias], [R], D."""
+        if not self.has_epilogue:
+            return ["A", "B", "C"]
+        return ["A", "B"] + ["bias"] * self.bias + ["R"] * self.residual + ["D"]
 
     def arg_shapes(self):
-        """The stored shapes of A, B and C (see :attr:`a_shape`, :attr:`b_shape`)."""
-        return [(self.a_shape, self.dtype), (self.b_shape, self.dtype), (self.c_shape, self.acc_dtype)]
+        """The stored shape and type of each argument, in :meth:`arg_names`' order: A and B (see
+        :attr:`a_shape`, :attr:`b_shape`), the bias and R (output type), the output."""
+        shapes = [(self.a_shape, self.dtype), (self.b_shape, self.dtype)]
+        if not self.has_epilogue:
+            return shapes + [(self.c_shape, self.acc_dtype)]
+        shapes += [(self.bias_shape, self.out_dtype)] * self.bias + [(self.c_shape, self.out_dtype)] * self.residual
+        return shapes + [(self.c_shape, self.out_dtype)]
 
     def misaligned_rows(self) -> tuple[bool, bool]:
         """(A, B): whether the operand's stored rows are not a whole number of 16 bytes: no tensor
@@ -145,7 +304,26 @@ class Gemm:
 
     def __str__(self):
         suffix = ("" if self.dtype == "float32" else f":{self.dtype}") + ("" if self.layout == "nn" else f":{self.layout}")
+        suffix += "" if self.out_dtype == "float32" else f":out={self.out_dtype}"
+        suffix += "" if self.epilogue is None else f":{self.epilogue}"
         return f"{'bmm' if self.batched else 'gemm'}:{self.shape}{suffix}"
+
+
+def activation_expr(activation: str | None, x, dt: str = "float32"):
+    """The activation on a TIR expression ``x`` of type ``dt``: ReLU max(x, 0); GELU erf 0.5·x·(1 +
+    erf(x/√2)); GELU tanh 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))); SiLU x·sigmoid(x)."""
+    if activation is None:
+        return x
+    c = lambda v: tvm.tirx.const(v, dt)  # noqa: E731
+    if activation == "relu":
+        return tvm.tirx.Max(x, c(0.0))
+    if activation == "gelu_erf":
+        return c(0.5) * x * (c(1.0) + tvm.tirx.erf(x * c(1.0 / math.sqrt(2.0))))
+    if activation == "gelu_tanh":
+        return c(0.5) * x * (c(1.0) + tvm.tirx.tanh(c(SQRT_2_OVER_PI) * (x + c(GELU_TANH_CUBIC) * x * x * x)))
+    if activation == "silu":
+        return x * tvm.tirx.sigmoid(x)
+    raise ScheduleParamError(f"activation {activation!r} is not one of {', '.join(ACTIVATIONS)}")
 
 
 def _swap_last(x):
@@ -161,6 +339,8 @@ class Gemv:
     acc_dtype: str = "float32"
 
     kind = "gemv"
+    epilogue = None  # a GEMV takes no epilogue (class attributes: what the lab asks of any workload)
+    has_epilogue = False
 
     def __post_init__(self):
         _check_positive("gemv M", self.M)
@@ -192,6 +372,13 @@ class Gemv:
 
     def arg_shapes(self):
         return [((self.M, self.N), self.dtype), ((self.N,), self.dtype), ((self.M,), self.acc_dtype)]
+
+    @property
+    def out_dtype(self) -> str:
+        return self.acc_dtype
+
+    def arg_names(self) -> list[str]:
+        return ["A", "x", "y"]
 
     def __str__(self):
         suffix = "" if self.dtype == "float32" else f":{self.dtype}"
@@ -232,7 +419,9 @@ _DTYPES = ("float32", "float16", "bfloat16")
 def parse_workload(text: str) -> Workload:
     """``gemm:1024x512x2048``, ``bmm:32x512x512x64``, ``gemv:16384x16``, ``gemv_t:16384x16``;
     optionally ``:float16`` or ``:bfloat16`` for 16-bit inputs, and for gemm/bmm an operand layout
-    ``:nn`` (default), ``:nt``, ``:tn`` or ``:tt`` after it (``gemm:4096x4096x4096:float16:tn``)."""
+    ``:nn`` (default), ``:nt``, ``:tn`` or ``:tt`` after it (``gemm:4096x4096x4096:float16:tn``),
+    then an output type and an epilogue (``:out=bfloat16:bias:gelu_tanh``, see the module's
+    docstring). Nonsense is a one-line ScheduleParamError."""
     m = re.fullmatch(r"\s*(gemm|bmm|gemv_t|gemv)\s*:\s*([0-9x×-]+)\s*((?::\s*[^:\s]*\s*)*)", text or "")
     if not m:
         raise ScheduleParamError(
@@ -241,8 +430,11 @@ def parse_workload(text: str) -> Workload:
     kind = m.group(1)
     dims = parse_shape(m.group(2), {"gemm": 3, "bmm": 4}.get(kind, 2))
     fields = [f.strip() for f in m.group(3).split(":")[1:]]
-    dtype, layout = None, None
+    dtype, layout, out, words = None, None, None, {}
     for field in fields:
+        if (field in _DTYPES or field in LAYOUTS) and (out is not None or words):
+            raise ScheduleParamError(f"workload {text!r}: the input type and layout come before out= and the "
+                                     f"epilogue (e.g. gemm:64x64x64:bfloat16:nt:out=bfloat16:bias)")
         if field in _DTYPES and dtype is None and layout is None:
             dtype = field
         elif field in LAYOUTS and layout is None:
@@ -250,25 +442,69 @@ def parse_workload(text: str) -> Workload:
         elif field in _DTYPES or field in LAYOUTS:
             raise ScheduleParamError(f"workload {text!r}: at most one dtype, then at most one layout "
                                      f"(e.g. gemm:64x64x64:float16:nt)")
+        elif field.startswith("out="):
+            if out is not None:
+                raise ScheduleParamError(f"workload {text!r}: out= is given twice")
+            out = field[4:]
+            if out not in OUT_DTYPES:
+                raise ScheduleParamError(f"workload {text!r}: output type {out!r} is not one of {', '.join(OUT_DTYPES)}")
+        elif _epilogue_word(text, field, words):
+            continue
         elif re.fullmatch(r"[A-Za-z]{2}", field):
             raise ScheduleParamError(f"workload {text!r}: layout {field!r} is not one of {', '.join(LAYOUTS)}")
         else:
-            raise ScheduleParamError(f"workload {text!r}: {field!r} is not a dtype ({', '.join(_DTYPES)}) "
-                                     f"or a layout ({', '.join(LAYOUTS)})")
+            raise ScheduleParamError(
+                f"workload {text!r}: {field!r} is not a dtype ({', '.join(_DTYPES)}), a layout ({', '.join(LAYOUTS)}), "
+                f"out=TYPE or an epilogue word (bias, {', '.join(ACTIVATIONS)}, gelu, residual, alpha=X, beta=X)")
     dtype = dtype or "float32"
     if layout is not None and kind not in ("gemm", "bmm"):
         raise ScheduleParamError(f"workload {text!r}: a layout is for gemm and bmm workloads, not {kind}")
+    if (out is not None or words) and kind not in ("gemm", "bmm"):
+        raise ScheduleParamError(f"workload {text!r}: an output type and an epilogue are for gemm and bmm workloads, "
+                                 f"not {kind} (a matrix-vector product with one: gemm:Mx1xK:...)")
+    if "beta" in words and "residual" not in words:
+        raise ScheduleParamError(f"workload {text!r}: beta scales the residual: it needs the word residual")
+    epilogue = Epilogue(**words) if words else None
+    extra = dict(out_dtype=out or "float32", epilogue=epilogue)
     if kind == "bmm":
-        return Gemm(*dims[1:], dtype=dtype, layout=layout or "nn", batch=dims[0])
+        return Gemm(*dims[1:], dtype=dtype, layout=layout or "nn", batch=dims[0], **extra)
     if kind == "gemm":
-        return Gemm(*dims, dtype=dtype, layout=layout or "nn")
+        return Gemm(*dims, dtype=dtype, layout=layout or "nn", **extra)
     return {"gemv": Gemv, "gemv_t": GemvT}[kind](*dims, dtype=dtype)
+
+
+def _epilogue_word(text: str, field: str, words: dict) -> bool:
+    """Record an epilogue word of a workload string into ``words`` (Epilogue's fields); False when
+    ``field`` is not one. A word given twice, a second activation, or a scale that is not a finite
+    number is a one-line error."""
+    act = ACTIVATION_ALIASES.get(field, field)
+    if field == "bias" or field == "residual":
+        key, value = field, True
+    elif act in ACTIVATIONS:
+        key, value = "activation", act
+    elif re.fullmatch(r"(alpha|beta)=.*", field):
+        key, raw = field.split("=", 1)
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ScheduleParamError(f"workload {text!r}: {key} must be a number, got {raw!r}") from None
+        if not math.isfinite(value):
+            raise ScheduleParamError(f"workload {text!r}: {key} must be a finite number, got {raw!r}")
+    else:
+        return False
+    if key in words:
+        what = "one activation" if key == "activation" else f"{key} once"
+        raise ScheduleParamError(f"workload {text!r}: an epilogue takes {what} ({field!r} after {words[key]!r})"
+                                 if key == "activation" else f"workload {text!r}: {key} is given twice")
+    words[key] = value
+    return True
 
 
 def workload_for(kind: str, text: str, dtype: str = "float32") -> Workload:
     """A workload from a shape given for a step of ``kind`` (``schedlab show --shape``): ``text`` is
-    ``MxNxK[:dtype][:layout]`` or a whole workload string (``bmm:32x512x512x64:nt``); where it
-    names no input type, ``dtype`` is put in (a tensor-core step's half inputs)."""
+    ``MxNxK[:dtype][:layout][:out=TYPE][:epilogue words]`` or a whole workload string
+    (``bmm:32x512x512x64:nt``); where it names no input type, ``dtype`` is put in (a tensor-core
+    step's half inputs)."""
     head, _, rest = text.strip().partition(":")
     if head in ("gemm", "bmm", "gemv", "gemv_t"):
         kind, text = head, rest

@@ -304,9 +304,11 @@ def make_parser():
     s.add_argument("--color", default="auto", choices=("auto", "always", "never"))
     s.set_defaults(fn=cmd_diff)
     s = _command(sub, "run", "Build, check and time every step beside the baselines.")
-    s.add_argument("--workload", action="append", help="gemm:MxNxK or gemv:MxN, optionally :float16 (repeatable)")
+    s.add_argument("--workload", action="append", help="gemm:MxNxK or gemv:MxN, optionally :float16, a layout, "
+                   ":out=TYPE and an epilogue (docs/epilogues.md; repeatable)")
     s.add_argument("--schedules", action="append", help="names, comma-separated (default: all)")
-    s.add_argument("--baselines", default=None, help="comma-separated: numpy_cpu,torch_cpu,cublas,cublas_tf32,tvm_dlight")
+    s.add_argument("--baselines", default=None, help="comma-separated: numpy_cpu,torch_cpu,cublas,cublas_tf32,cublaslt_fused,"
+                   "torch_eager,tvm_dlight")
     s.add_argument("--param", action="append", metavar="NAME=VALUE", help="override a parameter")
     s.add_argument("--out", default="out/run", help="where results, tables, charts, report.html and IR files go")
     s.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per schedule and phase")
@@ -347,7 +349,8 @@ def make_parser():
                  "layouts nn, nt, tn and tt and batched products beside cuBLAS of the same layout. Every result is "
                  "checked against float64 first, then timed.")
     add_bench_args(s, "out/bench_gemm")
-    s.add_argument("--shapes", default=None, help="comma-separated MxNxK (default: the benchmark's six shapes)")
+    s.add_argument("--shapes", default=None, help="comma-separated MxNxK[:layout][:out=TYPE][:epilogue] (default: the "
+                   "benchmark's six shapes)")
     s.add_argument("--precisions", default=None, help="comma-separated: fp32,tf32,fp16,bf16 (default: all four)")
     s.add_argument("--steps", action="store_true", help="also the fast fp32 steps at their defaults")
     s.add_argument("--random", type=int, default=0, metavar="N", help="N random shapes instead (bench_random)")

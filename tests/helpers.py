@@ -13,13 +13,18 @@ ODD_WORKLOADS = {"gemm": ["gemm:1000x500x2000", "gemm:3x5x7", "gemm:1x4097x1", "
 
 
 STEP_WORKLOADS = {"decode_gemm": "gemm:16x1024x2048:float16:nt"}  # a step for one shape class: one of its own
+# the epilogue steps' default: a linear layer's (bf16, bias, GELU tanh, a residual), not tile multiples
+EPILOGUE_WORKLOAD = "gemm:1000x500x2001:bfloat16:out=bfloat16:bias:gelu_tanh:residual"
 
 
 def default_workload(spec) -> str:
-    """The largest default workload of the spec's kind, in an input type the spec takes (or the
-    step's own, :data:`STEP_WORKLOADS`, for a step made for one class of shapes)."""
+    """The largest default workload of the spec's kind, in an input type the spec takes (the step's
+    own, :data:`STEP_WORKLOADS`, for a step made for one class of shapes; for the epilogue steps,
+    :data:`EPILOGUE_WORKLOAD`)."""
     if spec.name in STEP_WORKLOADS:
         return STEP_WORKLOADS[spec.name]
+    if "epilogue" in spec.tags:
+        return EPILOGUE_WORKLOAD
     text = DEFAULT_WORKLOADS[spec.kind][-1]
     return text if "float32" in spec.input_dtypes else f"{text}:{spec.input_dtypes[0]}"
 

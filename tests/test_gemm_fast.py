@@ -22,6 +22,9 @@ FP32_STEPS = ["vectorized_shared_gemm", "warp_tiled_gemm", "async_pipeline_gemm"
 TC_STEPS = ["tensor_core_gemm"]
 DEFAULT = "gemm:1024x512x2048"
 ODD = ["gemm:3x5x7", "gemm:1000x500x2001", "gemm:1x4097x1"]
+# the tensor-core step is built here with an epilogue and a 16-bit output (its plain product is built by
+# test_schedules.py and test_layouts.py): the same WMMA kernel, storing GELU(C + bias) in fp16
+TC_WORKLOAD = "gemm:1024x512x2048:float16:out=float16:bias:gelu_erf"
 
 
 def fp16(workload):
@@ -46,7 +49,7 @@ def built(name, workload, **params):
 # --- build, resources ----------------------------------------------------------------------------
 @pytest.mark.parametrize("name", FP32_STEPS + TC_STEPS)
 def test_step_builds_for_sm90_without_spills(name):
-    wl = fp16(DEFAULT) if name in TC_STEPS else DEFAULT
+    wl = TC_WORKLOAD if name in TC_STEPS else DEFAULT
     b = built(name, wl)
     assert b.device.kernels, "no kernel compiled"
     for k in b.device.kernels:
@@ -138,10 +141,19 @@ def test_a_ragged_grid_launches_only_real_tiles_with_no_row_test_in_the_inner_lo
 
 
 def test_tensor_core_step_emits_mma_instructions():
-    ptx = built("tensor_core_gemm", fp16(DEFAULT)).device.ptx
+    ptx = built("tensor_core_gemm", TC_WORKLOAD).device.ptx
     assert "wmma.mma.sync" in ptx and "wmma.load.a" in ptx
-    ptx = built("tensor_core_gemm", fp16(DEFAULT), intrinsics="mma").device.ptx
+    ptx = built("tensor_core_gemm", TC_WORKLOAD, intrinsics="mma").device.ptx
     assert "mma.sync.aligned.m16n8k16" in ptx and "ldmatrix.sync" in ptx
+
+
+def test_tensor_core_step_computes_the_epilogue_on_its_way_out():
+    """One kernel: the fp32 tile leaves the shared staging buffer as GELU(C + bias) in fp16; no C in
+    global memory (fuse_epilogue)."""
+    b = built("tensor_core_gemm", TC_WORKLOAD)
+    assert len(b.device.kernels) == 1
+    body = b.device.cuda[b.device.cuda.index("main_kernel("):]
+    assert "erff(" in body and "bias_ptr" in body and "half* __restrict__ D_ptr" in body and "C_ptr" not in body
 
 
 def test_tf32_is_not_offered():

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from reports.engine.kernel import launches_of
 from schedules import all_schedules, get
 from tests.helpers import ODD_WORKLOADS, build_spec, default_workload
 
@@ -137,6 +138,29 @@ def test_uncoalesced_differs_from_2d_only_in_the_thread_mapping(built):
     a, b = built("thread_2d_gemm"), built("uncoalesced_gemm")
     assert a.launch == b.launch
     assert a.device.cuda != b.device.cuda
+
+
+def test_the_fused_epilogue_is_one_kernel_storing_d_from_the_registers(built):
+    """gemm 29 on a bf16 linear layer with GELU tanh and a residual (helpers.EPILOGUE_WORKLOAD): the
+    elementwise block is inlined into the write-back of the accumulators; nothing writes C."""
+    b = built("fused_epilogue_gemm")
+    assert len(b.device.kernels) == 1 and len(launches_of(b.host)) == 1
+    assert 'sblock("D")' not in b.scheduled and "C = T.sblock_alloc_buffer" not in b.scheduled
+    assert re.search(r"D\[v0, v1\] = T.Cast\(\"bfloat16\", .*C(_pad)?_local\[v0, v1\].*T.tanh", b.scheduled)
+    body = b.device.cuda[b.device.cuda.index("main_kernel("):]
+    assert "tanhf(" in body and "bias_ptr" in body and "R_ptr" in body and "C_ptr" not in body
+
+
+def test_the_unfused_epilogue_reads_c_back_in_a_second_kernel(built):
+    """gemm 28 on the same workload: the product stores C in fp32, a second kernel reads it back."""
+    b = built("unfused_epilogue_gemm")
+    product, elementwise = launches_of(b.host)
+    assert product.name == "main_kernel" and elementwise.block == (256, 1, 1)
+    assert 'sblock("D")' in b.scheduled and "C = T.sblock_alloc_buffer((1000, 500))" in b.scheduled
+    cuda = b.device.cuda
+    second = cuda[cuda.rindex(f"{elementwise.name}("):]  # its definition
+    assert "tanhf(" in second and "C_ptr" in second and "tanhf(" not in cuda[:cuda.rindex(f"{elementwise.name}(")]
+    assert max(k.registers for k in b.device.kernels) == b.kernel.registers
 
 
 @pytest.mark.parametrize("name", ["warp_gemv", "vectorized_gemv", "multi_row_gemv", "gemv_dispatch"])

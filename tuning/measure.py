@@ -15,6 +15,10 @@ an importable module and import what they need themselves.
   the two timers rank close configurations differently (L2 holds the whole problem there).
 - :func:`verify_evaluator_local` / :func:`verify_evaluator_rpc`: the full float64 check of the best
   candidate; returns the relative error in place of run times.
+
+Each evaluator takes the workload's text (``workload=``, bound with ``functools.partial`` by the
+tuner) where the arguments' shapes do not say everything: an epilogue or a 16-bit output is checked
+against its own float64 reference (:func:`schedules.reference.reference`).
 """
 
 from __future__ import annotations
@@ -69,32 +73,61 @@ def build_in_target_scope(mod, target, _params):
         return tvm.compile(mod, target=target).mod
 
 
+def _host_dtype(dtype):
+    """The NumPy type of a TVM tensor's dtype (bfloat16: ml_dtypes')."""
+    if str(dtype) == "bfloat16":
+        import ml_dtypes  # optional: bfloat16 host arrays only
+
+        return ml_dtypes.bfloat16
+    return np.dtype(str(dtype))
+
+
 def _run_once(rt_mod, device, args):
     out = args[-1]
-    out.copyfrom(np.full(out.shape, np.nan, dtype=out.dtype))
+    out.copyfrom(np.full(out.shape, np.nan, dtype=_host_dtype(out.dtype)))
     rt_mod[rt_mod.entry_name](*args)
     device.sync()
     return [a.numpy() for a in args]
 
 
-def _reference_at(inputs, rows, cols):
-    a, b = inputs
+def _workload(text):
+    from schedules.workloads import parse_workload  # in the worker that runs it
+
+    return parse_workload(text) if text else None
+
+
+def _reference_at(inputs, rows, cols, wl=None):
+    a, b = (x.astype(np.float64) for x in inputs[:2])
     if b.ndim == 1:  # gemv: y = A x
-        return a[rows].astype(np.float64) @ b.astype(np.float64)
-    return np.einsum("sk,ks->s", a[rows].astype(np.float64), b[:, cols].astype(np.float64))
+        return a[rows] @ b
+    prod = np.einsum("sk,ks->s", a[rows], b[:, cols])
+    if wl is None or not wl.has_epilogue:
+        return prod
+    from schedules.reference import apply_epilogue, epilogue_inputs  # in the worker that runs it
+
+    bias, res = epilogue_inputs(wl, inputs)
+    return apply_epilogue(wl, prod, None if bias is None else bias[cols], None if res is None else res[rows, cols])
 
 
-def sampled_check(rt_mod, device, args, samples: int = SAMPLES, tol: float = SAMPLE_TOLERANCE):
-    """Raise WrongResult unless every output is finite and ``samples`` random outputs match float64."""
+def sampled_check(rt_mod, device, args, samples: int = SAMPLES, tol: float = SAMPLE_TOLERANCE, workload=None):
+    """Raise WrongResult unless every output is finite and ``samples`` random outputs match float64
+    (``workload``: its text, for an epilogue and an output type; the tolerance then widened by the
+    output's rounding, :func:`schedules.reference.output_tolerance`)."""
+    wl = _workload(workload)
+    if wl is not None:
+        from schedules.reference import output_tolerance  # in the worker that runs it
+
+        tol = output_tolerance(wl, tol)
     *inputs, out = _run_once(rt_mod, device, args)
+    out = np.asarray(out, dtype=np.float64)
     if not np.all(np.isfinite(out)):
         raise WrongResult(f"wrong result: {int((~np.isfinite(out)).sum())} of {out.size} outputs not "
                           "written or not finite")
     rng = np.random.default_rng(0)
     rows = rng.integers(0, out.shape[0], samples)
     cols = rng.integers(0, out.shape[1], samples) if out.ndim == 2 else None
-    ref = _reference_at(inputs, rows, cols)
-    got = out[rows, cols] if out.ndim == 2 else out[rows]
+    ref = _reference_at(inputs, rows, cols, wl)
+    got = (out[rows, cols] if out.ndim == 2 else out[rows]).astype(np.float64)
     err = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
     if not err <= tol:
         raise WrongResult(f"wrong result: relative error {err:.3g} over {tol:g} on {samples} sampled outputs")
@@ -122,7 +155,7 @@ def _uniform_inputs(args):
     """Overwrite the inputs with uniform [-1, 1) values (the measure fill may be all-equal)."""
     rng = np.random.default_rng(1)
     for a in args[:-1]:
-        a.copyfrom(rng.uniform(-1, 1, size=a.shape).astype(a.dtype))
+        a.copyfrom(rng.uniform(-1, 1, size=a.shape).astype(_host_dtype(a.dtype)))
 
 
 def cold_costs(rt_mod, device, evaluator_config, repeated_args, flush_bytes: int = L2_FLUSH_BYTES,
@@ -151,38 +184,38 @@ def cold_costs(rt_mod, device, evaluator_config, repeated_args, flush_bytes: int
     return costs
 
 
-def _check_then_time(time_runs, rt_mod, device, evaluator_config, repeated_args):
+def _check_then_time(time_runs, rt_mod, device, evaluator_config, repeated_args, workload=None):
     """Uniform inputs, the sampled float64 check (raises on a wrong result), then ``time_runs``."""
     _uniform_inputs(repeated_args[0])
-    sampled_check(rt_mod, device, repeated_args[0])
+    sampled_check(rt_mod, device, repeated_args[0], workload=workload)
     return time_runs(rt_mod, device, evaluator_config, repeated_args)
 
 
-def checked_evaluator_local(rt_mod, device, evaluator_config, repeated_args):
+def checked_evaluator_local(rt_mod, device, evaluator_config, repeated_args, workload=None):
     from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
 
-    return _check_then_time(run_evaluator_common, rt_mod, device, evaluator_config, repeated_args)
+    return _check_then_time(run_evaluator_common, rt_mod, device, evaluator_config, repeated_args, workload)
 
 
-def checked_evaluator_rpc(session, rt_mod, device, evaluator_config, repeated_args):
-    return checked_evaluator_local(rt_mod, device, evaluator_config, repeated_args)
+def checked_evaluator_rpc(session, rt_mod, device, evaluator_config, repeated_args, workload=None):
+    return checked_evaluator_local(rt_mod, device, evaluator_config, repeated_args, workload)
 
 
-def cold_evaluator_local(rt_mod, device, evaluator_config, repeated_args):
-    return _check_then_time(cold_costs, rt_mod, device, evaluator_config, repeated_args)
+def cold_evaluator_local(rt_mod, device, evaluator_config, repeated_args, workload=None):
+    return _check_then_time(cold_costs, rt_mod, device, evaluator_config, repeated_args, workload)
 
 
-def cold_evaluator_rpc(session, rt_mod, device, evaluator_config, repeated_args):
-    return cold_evaluator_local(rt_mod, device, evaluator_config, repeated_args)
+def cold_evaluator_rpc(session, rt_mod, device, evaluator_config, repeated_args, workload=None):
+    return cold_evaluator_local(rt_mod, device, evaluator_config, repeated_args, workload)
 
 
-def verify_evaluator_local(rt_mod, device, evaluator_config, repeated_args):
+def verify_evaluator_local(rt_mod, device, evaluator_config, repeated_args, workload=None):
     _uniform_inputs(repeated_args[0])
-    return [full_error(rt_mod, device, repeated_args[0])]
+    return [full_error(rt_mod, device, repeated_args[0], workload)]
 
 
-def verify_evaluator_rpc(session, rt_mod, device, evaluator_config, repeated_args):
-    return verify_evaluator_local(rt_mod, device, evaluator_config, repeated_args)
+def verify_evaluator_rpc(session, rt_mod, device, evaluator_config, repeated_args, workload=None):
+    return verify_evaluator_local(rt_mod, device, evaluator_config, repeated_args, workload)
 
 
 def classify_error(msg: str | None, stage: str) -> tuple[str, str]:

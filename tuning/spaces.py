@@ -21,6 +21,10 @@ decisions rebuilds the schedule.
   values; a plugin's step, say) is a space of its name: one design space per combination that
   the workload takes, the step's defaults first, each the step's own builder's schedule
   (:func:`step_space`). No sampled knob: measured exhaustively by default.
+
+A workload with an epilogue (``gemm:...:bias:gelu_tanh``) is tuned with it: every hand-written space
+inlines the epilogue block into its write-back (:func:`schedules.common.fuse_epilogue`), and
+MetaSchedule's own rules fuse the elementwise consumer of the product themselves.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from schedules import dispatch
+from schedules.common import fuse_epilogue
 from schedules.errors import ScheduleParamError
 from schedules.gemm import pipeline_double_buffer, register_tiled_gemm, shared_tiled_gemm
 from schedules.gemm_fast import WarpTileConfig, apply_fast_tiled
@@ -65,6 +70,7 @@ def classic_template(sch, bind: bool = True):
     tile_k = sch.sample_categorical(CLASSIC_K_TILES, _uniform(2))
     vector = sch.sample_categorical(CLASSIC_VECTOR, _uniform(2))
     shared_tiled_gemm(sch, block, tile_y, tile_x, tile_k, register_acc=True, vector=vector, bind=bind)
+    fuse_epilogue(sch)  # a workload's epilogue, in the register accumulator's write-back
     return sch
 
 
@@ -98,6 +104,7 @@ def tiled_template(sch, max_inner: int = 4, max_block_k: int = 32):
     sch.annotate(h["ko"], PIPELINE_KEY, stages)
     sch.annotate(h["ki"], PIPELINE_INNER_KEY, 1)
     sch.decompose_reduction(block, h["ko"])
+    fuse_epilogue(sch)  # a workload's epilogue, in the register accumulator's write-back
     return sch
 
 
@@ -117,7 +124,8 @@ FAST_UNROLL = [16, 64, 256, 1024]
 
 
 def gemm_of(sch) -> Gemm:
-    """The GEMM workload a schedule's ``main`` computes (A M×K, B K×N, C M×N)."""
+    """The GEMM product a schedule's ``main`` computes (A M×K, B K×N, C M×N; an epilogue after it is
+    left out: the choice of tiles is the product's, and the fast body fuses the epilogue itself)."""
     block = sch.get(sch.get_sblock("C"))
     a, b = (r.source for r in block.reads[-2:])
     c = block.writes[0].source

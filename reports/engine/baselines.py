@@ -2,6 +2,16 @@
 cuBLAS through PyTorch on CUDA (one call per workload kind, input type and output type, the same
 types as the lab's kernels), and TVM's own default GPU rules (``s_tir.dlight``).
 
+A GEMM with an epilogue (bias, activation, residual, scaling) gets three library rows
+(:func:`gpu_baselines`): ``cublas``, the product alone in the workload's types (checked against the
+product without the epilogue: the floor a fused kernel is measured against); ``cublaslt_fused``,
+cuBLASLt's own fused epilogue where PyTorch reaches it (``torch.addmm`` for a bias,
+``torch._addmm_activation`` for a bias with ReLU or GELU: on CUDA the cuBLASLt GELU epilogue, which is
+the tanh form); and ``torch_eager``, the unfused sequence eager PyTorch runs (the product, then ``+
+bias``, then the activation, then ``+ beta·R``, each a kernel of its own that reads its input back
+and rounds to the output type). The last two are checked against the workload's own float64
+reference.
+
 A GEMM's operand layout reaches the libraries as it reaches the kernels: the stored buffers, a
 transposed operand passed as a transposed view (``.T`` / ``.mT``: no copy, the library reads the
 strides and runs its own transposed product), and a batch of products (bmm) as one batched call
@@ -12,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm.s_tir import dlight as dl
+
+from schedules.reference import UNIT_ROUNDOFF, output_tolerance
 
 from .measure import bench_cpu
 
@@ -37,9 +49,12 @@ def dlight_module(workload, target):
 
 def run_cpu_baseline(name, workload, inputs):
     """(output, Timing) of a CPU library baseline. They are timed on float32 workloads only (NumPy
-    has no bfloat16 product, and its float16 one is an emulation nobody would call)."""
+    has no bfloat16 product, and its float16 one is an emulation nobody would call), without an
+    epilogue or another output type."""
     if workload.dtype != "float32":
         raise Unavailable(f"{name} is timed on float32 workloads only, not {workload.dtype}")
+    if getattr(workload, "has_epilogue", False):
+        raise Unavailable(f"{name} is timed on plain products only, not {workload}")
     a, b = inputs
     out_shape = workload.arg_shapes()[-1][0]
     if name == "numpy_cpu":
@@ -66,19 +81,122 @@ def run_cpu_baseline(name, workload, inputs):
 
 
 def cublas_tolerance(workload, tf32: bool = False) -> float:
-    """What cuBLAS's own result is checked to: its tf32 mode rounds the inputs to 10 mantissa bits."""
-    return 2e-3 if tf32 else 1e-4
+    """What cuBLAS's own result is checked to: its tf32 mode rounds the inputs to 10 mantissa bits;
+    a 16-bit output adds its rounding (:func:`schedules.reference.output_tolerance`)."""
+    return output_tolerance(workload, 2e-3 if tf32 else 1e-4)
+
+
+# --- epilogues ---------------------------------------------------------------------------------
+FUSED_ACTIVATIONS = {None: None, "relu": False, "gelu_tanh": True}  # activation → _addmm_activation's use_gelu
+
+
+def fused_library_call(workload) -> str | None:
+    """The PyTorch call that reaches cuBLASLt's fused epilogue for ``workload``, or None where there
+    is none: a 2-D product (no batch) with a bias, no residual, an activation of ReLU, the tanh
+    GELU or none, and the output in the input type (what ``addmm`` returns)."""
+    ep = getattr(workload, "epilogue", None)
+    if (workload.kind != "gemm" or workload.batched or ep is None or not ep.bias or ep.residual
+            or ep.activation not in FUSED_ACTIVATIONS or workload.out_dtype != workload.dtype):
+        return None
+    if ep.activation is None:
+        return "torch.addmm(bias, a, b)"
+    return f"torch._addmm_activation(bias, a, b, use_gelu={FUSED_ACTIVATIONS[ep.activation]})"
+
+
+def gpu_baselines(workload) -> list[str]:
+    """The library rows a workload gets on the GPU: cuBLAS of its types; for an epilogue, also
+    cuBLASLt's fused epilogue where it has one and the eager unfused sequence."""
+    names = ["cublas"]
+    if fused_library_call(workload) is not None:
+        names.append("cublaslt_fused")
+    if getattr(workload, "epilogue", None) is not None:
+        names.append("torch_eager")
+    return names
+
+
+def eager_ops(workload) -> list[str]:
+    """The kernels eager PyTorch runs after the product, in order (each rounds to the output type)."""
+    ep = workload.epilogue
+    if ep is None:
+        return []
+    return ((["mul_(alpha)"] if ep.alpha != 1.0 else []) + (["add_(bias)"] if ep.bias else [])
+            + ([f"{ep.activation}_"] if ep.activation else []) + (["add_(R, alpha=beta)"] if ep.residual else []))
+
+
+def eager_tolerance(workload) -> float:
+    """What the eager sequence is checked to: cuBLAS's bound, plus one rounding to the output type
+    per kernel after the product (each moves an intermediate by at most u of itself; the
+    intermediates are within 2× the output's norm and a later activation amplifies a change by at
+    most 1.13, GELU's steepest slope: 2.5·u per kernel)."""
+    u = UNIT_ROUNDOFF[workload.out_dtype]
+    return cublas_tolerance(workload) + 2.5 * u * len(eager_ops(workload))
+
+
+def _product_into(torch, mm, a, b, out):
+    """The product into ``out`` in ``out``'s type: directly where the types agree, through
+    ``out_dtype`` (cublasGemmEx with another C type) where torch has it, else computed in the input
+    type and converted."""
+    if a.dtype == out.dtype:
+        mm(a, b, out=out)
+        return "same types"
+    try:
+        mm(a, b, out_dtype=out.dtype, out=out)
+        return "out_dtype"
+    except (TypeError, RuntimeError):
+        out.copy_(mm(a, b))
+        return "converted"
+
+
+def epilogue_call(torch, workload, inputs, out, name: str):
+    """``(fn, description)`` of an epilogue baseline on tensors of any device: ``cublaslt_fused``
+    (one addmm / _addmm_activation call) or ``torch_eager`` (the product, then one in-place kernel per
+    epilogue operation, in the output type). On CPU tensors PyTorch's GELU of ``_addmm_activation`` is
+    the erf form; on CUDA, cuBLASLt's tanh form."""
+    a, b = workload.operands(*inputs[:2])
+    rest = list(inputs[2:])
+    bias = rest.pop(0) if workload.bias else None
+    res = rest.pop(0) if workload.residual else None
+    ep = workload.epilogue
+    if name == "cublaslt_fused":
+        call = fused_library_call(workload)
+        if call is None:
+            raise Unavailable(f"cuBLASLt has no fused epilogue for {workload} through PyTorch")
+        if ep.activation is None:
+            return (lambda: torch.addmm(bias, a, b, alpha=ep.alpha, out=out)), call
+        use_gelu = FUSED_ACTIVATIONS[ep.activation]
+        return (lambda: torch._addmm_activation(bias, a, b, alpha=ep.alpha, use_gelu=use_gelu, out=out)), call
+    if name != "torch_eager":
+        raise ValueError(f"unknown epilogue baseline {name!r}")
+    if ep is None:
+        raise Unavailable(f"{workload} has no epilogue: its eager sequence is the product (cublas)")
+    mm = torch.bmm if workload.batched else torch.mm
+    act = {"relu": torch.relu_, "gelu_tanh": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+           "gelu_erf": lambda x: torch.ops.aten.gelu_(x), "silu": lambda x: torch.nn.functional.silu(x, inplace=True)}
+
+    def run():
+        _product_into(torch, mm, a, b, out)
+        if ep.alpha != 1.0:
+            out.mul_(ep.alpha)
+        if bias is not None:
+            out.add_(bias)
+        if ep.activation:
+            act[ep.activation](out)
+        if res is not None:
+            out.add_(res, alpha=ep.beta)
+
+    return run, "eager: " + ", ".join([f"{'torch.bmm' if workload.batched else 'torch.mm'}"] + eager_ops(workload))
 
 
 def cublas_call(harness, workload, inputs, out, tf32: bool = False):
     """``(fn, description)``: a closure running cuBLAS (through torch) on the device buffers, with
-    the workload's input type and the kernels' output type (fp32, also for fp16/bf16 inputs:
-    cuBLAS's mixed-precision GEMM, as the lab's kernels compute), and what it calls."""
+    the workload's input type and output type (fp32 by default, also for fp16/bf16 inputs:
+    cuBLAS's mixed-precision GEMM, as the lab's kernels compute; a 16-bit output where the workload
+    names one), and what it calls. An epilogue is not applied: the product alone."""
     torch = harness.torch
     if torch is None:
         raise Unavailable("the cuBLAS baseline needs torch with CUDA")
     torch.backends.cuda.matmul.allow_tf32 = tf32
-    a, b = inputs
+    a, b = inputs[:2]
     if tf32 and workload.dtype != "float32":
         raise Unavailable("cuBLAS's TF32 mode is for float32 inputs")
     mode = " (TF32)" if tf32 else ""
@@ -94,11 +212,13 @@ def cublas_call(harness, workload, inputs, out, tf32: bool = False):
         layout = "" if workload.layout == "nn" else f", {workload.layout} (transposed views)"
     batched = getattr(workload, "batched", False)
     mm, mm_name = (torch.bmm, "torch.bmm") if batched else (torch.mm, "torch.mm")
+    alone = " (the product alone: no epilogue)" if getattr(workload, "epilogue", None) is not None else ""
     if a.dtype == out.dtype:
-        return (lambda: mm(a, b, out=out)), f"{mm_name}, {a.dtype} → {out.dtype}{mode}{layout}"
+        return (lambda: mm(a, b, out=out)), f"{mm_name}, {a.dtype} → {out.dtype}{mode}{layout}{alone}"
     try:  # fp16/bf16 inputs, fp32 output: torch ≥ 2.8's out_dtype (cublasGemmEx with an fp32 C)
         mm(a, b, out_dtype=out.dtype, out=out)
         return (lambda: mm(a, b, out_dtype=out.dtype, out=out)), \
-            f"{mm_name}(out_dtype={out.dtype}), {a.dtype} → {out.dtype}{layout}"
+            f"{mm_name}(out_dtype={out.dtype}), {a.dtype} → {out.dtype}{layout}{alone}"
     except (TypeError, RuntimeError):
-        return (lambda: out.copy_(mm(a, b))), f"{mm_name} {a.dtype} → {a.dtype}, widened to {out.dtype}{layout}"
+        return (lambda: out.copy_(mm(a, b))), \
+            f"{mm_name} {a.dtype} → {a.dtype}, converted to {out.dtype}{layout}{alone}"

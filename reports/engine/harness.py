@@ -46,13 +46,16 @@ from .isolate import Pool
 BASELINES = {
     "numpy_cpu": "NumPy on the CPU (its BLAS)",
     "torch_cpu": "PyTorch on the CPU",
-    "cublas": "cuBLAS through PyTorch, same input and output types as the kernels (TF32 off)",
+    "cublas": "cuBLAS through PyTorch, same input and output types as the kernels (TF32 off; the product alone)",
     "cublas_tf32": "cuBLAS through PyTorch in TF32 mode (fp32 inputs read as tf32)",
+    "cublaslt_fused": "cuBLASLt's fused epilogue through PyTorch (addmm, _addmm_activation): bias, ReLU or GELU tanh",
+    "torch_eager": "eager PyTorch: the product, then one kernel per epilogue operation (bias, activation, residual)",
     "tvm_dlight": "TVM's default GPU rules (s_tir.dlight), a fair TVM baseline",
 }
-GPU_BASELINES = ("cublas", "cublas_tf32", "tvm_dlight")
+EPILOGUE_BASELINES = ("cublaslt_fused", "torch_eager")
+GPU_BASELINES = ("cublas", "cublas_tf32", *EPILOGUE_BASELINES, "tvm_dlight")
 CPU_BASELINES = ("numpy_cpu", "torch_cpu")
-LIBRARY = ("cublas", "cublas_tf32", "numpy_cpu", "torch_cpu", "ceilings")  # nothing to build
+LIBRARY = ("cublas", "cublas_tf32", *EPILOGUE_BASELINES, "numpy_cpu", "torch_cpu", "ceilings")  # nothing to build
 DEFAULT_TIMING = ("read",)
 
 
@@ -180,10 +183,20 @@ def measure_job(job: dict, executable=None) -> dict:
                 "precision": precision(name, wl.dtype), **timing_fields(timing)}
     h = _harness(job.get("timing", DEFAULT_TIMING)[0])
     inputs, out = M.device_buffers(h, wl)
+    checked, checked_inputs = wl, inputs  # what the output is checked against
     if name in ("cublas", "cublas_tf32"):
         fn, call = baselines.cublas_call(h, wl, inputs, out, tf32=name == "cublas_tf32")
         row.update(role="baseline", device="gpu", cublas_call=call, precision=precision(name, wl.dtype))
         tol = baselines.cublas_tolerance(wl, tf32=name == "cublas_tf32")
+        tvm_module, tvm_args = None, None
+        if getattr(wl, "epilogue", None) is not None:  # the product alone, into the output type
+            checked, checked_inputs = wl.product_only(), inputs[:2]
+    elif name in EPILOGUE_BASELINES:
+        if h.torch is None:
+            raise baselines.Unavailable(f"{name} needs torch with CUDA")
+        fn, call = baselines.epilogue_call(h.torch, wl, inputs, out, name)
+        row.update(role="baseline", device="gpu", cublas_call=call, precision=precision(name, wl.dtype))
+        tol = baselines.eager_tolerance(wl) if name == "torch_eager" else baselines.cublas_tolerance(wl)
         tvm_module, tvm_args = None, None
     else:
         module = executable if executable is not None else tvm.runtime.load_module(job["lib"])
@@ -197,7 +210,7 @@ def measure_job(job: dict, executable=None) -> dict:
     fn()
     for _ in range(int(job.get("launches", 0))):  # extra untimed launches (a profiler's target)
         fn()
-    err = M.product_error(wl, h.to_host(out), [h.to_host(x) for x in inputs])
+    err = M.product_error(checked, h.to_host(out), [h.to_host(x) for x in checked_inputs])
     row["rel_error"], row["tolerance"] = err, tol
     if not err <= tol:
         nan = M.count_not_finite(h.to_host(out))

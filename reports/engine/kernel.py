@@ -112,12 +112,18 @@ class Kernel:
         """(stored shape, dtype) of each argument in order: the inputs, then the output."""
         return self.workload.arg_shapes()
 
+    @property
+    def arg_names(self) -> list[str]:
+        """Each argument's name in order: A, B, C (or A, x, y); with an epilogue or another output
+        type A, B, [bias], [R], D."""
+        return self.workload.arg_names()
+
     def check_args(self, *tensors):
         """Raise KernelArgumentError unless ``tensors`` (inputs, then the output) fit the workload:
         torch tensors on one CUDA device, of the stored shapes and types, row-major contiguous."""
         import torch
 
-        names = ["A", "B", "C"] if self.workload.kind == "gemm" else ["A", "x", "y"]
+        names = self.arg_names
         wanted = self.arg_shapes
         if len(tensors) != len(wanted):
             raise KernelArgumentError(f"{self.schedule} on {self.workload} takes {len(wanted) - 1} inputs "
@@ -143,8 +149,9 @@ class Kernel:
             device = t.device
 
     def __call__(self, *inputs, out=None):
-        """Run the kernel on ``inputs`` (torch CUDA tensors), writing ``out`` (allocated when not
-        given: float32, the workload's output shape) on PyTorch's current stream; returns ``out``."""
+        """Run the kernel on ``inputs`` (torch CUDA tensors: A, B, then the bias and R where the
+        workload's epilogue has them), writing ``out`` (allocated when not given: the workload's
+        output shape and type) on PyTorch's current stream; returns ``out``."""
         import torch
         import tvm_ffi
 
@@ -162,12 +169,13 @@ class Kernel:
     # -- facts and export -------------------------------------------------------------------------
     def facts(self) -> dict:
         """What it takes to launch the kernel elsewhere (``launch.json``)."""
-        names = ["A", "B", "C"] if self.workload.kind == "gemm" else ["A", "x", "y"]
+        names = self.arg_names
         prov = provenance()
         return {
             "schedule": self.schedule, "step": self.step, "chosen": self.chosen,
             "config": _plain(asdict(self.step_config)), "workload": str(self.workload),
-            "layout": getattr(self.workload, "layout", None),
+            "layout": getattr(self.workload, "layout", None), "out_dtype": self.workload.out_dtype,
+            "epilogue": None if self.workload.epilogue is None else str(self.workload.epilogue),
             "arguments": [{"name": n, "shape": list(s), "dtype": d, "role": "output" if i == len(names) - 1 else "input",
                            "layout": "row-major, contiguous"}
                           for i, (n, (s, d)) in enumerate(zip(names, self.arg_shapes))],

@@ -105,7 +105,9 @@ def ladder_rank(df: pd.DataFrame) -> pd.Series:
 def derive(df: pd.DataFrame) -> pd.DataFrame:
     """Add TFLOP/s, GB/s, the speedup over the first and the previous timed step of the same
     workload, and the share of cuBLAS of the same workload and precision (fp32 vs cuBLAS fp32, tf32
-    vs cuBLAS in TF32 mode, fp16 vs fp16...)."""
+    vs cuBLAS in TF32 mode, fp16 vs fp16...); for a workload with an epilogue, also the share of
+    cuBLASLt's fused epilogue (``pct_cublaslt``) and the speedup over eager PyTorch's unfused
+    sequence (``speedup_vs_eager``), where those rows are there."""
     df = df.copy()
     for col in ("time_ms", "status", "role", "step", "precision"):
         if col not in df:
@@ -124,6 +126,10 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
               .groupby(["workload", "precision"])["time_ms"].first())
     ref = pd.Series([cublas.get((w, p), np.nan) for w, p in zip(df["workload"], df["precision"])], index=df.index)
     df["pct_cublas"] = 100 * ref / time
+    for name, col, scale in (("cublaslt_fused", "pct_cublaslt", 100), ("torch_eager", "speedup_vs_eager", 1)):
+        lib = df[ok & (df["name"] == name)].groupby("workload")["time_ms"].first()
+        if len(lib):
+            df[col] = scale * df["workload"].map(lib).astype(float) / time
     return df
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from schedules import parse_shape
+from schedules import parse_workload
+from schedules.workloads import workload_for
 
 from ..views import tables as T
 from .bench import applies, label, run_bench, write_bench
@@ -37,16 +38,28 @@ KERNELS = {
     "bf16": ("bfloat16", [("cublas", {}), ("wgmma_gemm", {}), *HOPPER, ("best_fp16_gemm", {})]),
 }
 CHOICE = {"fp32": "best_gemm", "tf32": "best_tf32_gemm", "fp16": "best_fp16_gemm", "bf16": "best_fp16_gemm"}
+# a shape with an epilogue (2048x8192x1024:nt:out=bfloat16:bias:gelu_tanh): cuBLASLt's fused epilogue and eager
+# PyTorch beside cuBLAS's product alone, and the fusion lesson's two steps
+EPILOGUE_JOBS = [("cublaslt_fused", {}), ("torch_eager", {}), ("unfused_epilogue_gemm", {}), ("fused_epilogue_gemm", {})]
+
+
+def shape_workload(shape: str, dtype: str) -> str | None:
+    """The workload of a ``--shapes`` entry (``MxNxK``, optionally with a layout, an output type and an
+    epilogue) in one precision's input type; None where the entry names another input type."""
+    wl = workload_for("gemm", shape.strip().removeprefix("gemm:"), dtype)
+    return str(wl) if wl.dtype == dtype else None
 
 
 def make_jobs(shapes, precisions=PRECISIONS, steps=False):
     jobs = []
     for shape in shapes:
-        shape = shape.strip().removeprefix("gemm:")
         for prec in precisions:
             dtype, kernels = KERNELS[prec]
-            wl = f"gemm:{shape}" + ("" if dtype == "float32" else f":{dtype}")
+            wl = shape_workload(shape, dtype)
+            if wl is None:
+                continue
             extra = [(s, {}) for s in FP32_STEPS] if steps and prec == "fp32" else []
+            extra += EPILOGUE_JOBS if parse_workload(wl).has_epilogue and prec != "tf32" else []
             for name, params in kernels + extra:
                 if applies(name, wl, params):
                     jobs.append({"workload": wl, "name": name, "params": params})
@@ -61,6 +74,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
         "chosen": df["chosen"] if "chosen" in df else "",
         "TFLOP/s": df["tflops"].map(lambda v: T.fmt(v, ".2f")),
         "% cuBLAS": df["pct_cublas"].map(lambda v: T.fmt(v, ".1f")),
+        **({"% cuBLASLt fused": df["pct_cublaslt"].map(lambda v: T.fmt(v, ".1f"))} if "pct_cublaslt" in df else {}),
+        **({"× eager": df["speedup_vs_eager"].map(lambda v: T.fmt(v, ".2f"))} if "speedup_vs_eager" in df else {}),
         "ms": df["time_ms"].map(lambda v: T.fmt(v, ".4f")),
         "rel. error": df["rel_error"].map(lambda v: T.fmt(v, ".2g")) if "rel_error" in df else "",
         "regs": df["registers"].map(lambda v: T.fmt(v, ".0f")) if "registers" in df else "",
@@ -93,7 +108,8 @@ def markdown(df: pd.DataFrame) -> str:
     lines = [f"# GEMM benchmark: {df.attrs['provenance']['gpu']}", "", T.provenance_line(df.attrs), "",
              f"Timer: {timer}; median; every result checked against float64 first. fp32 kernels are compared "
              "with cuBLAS fp32 (TF32 off), tf32 ones with cuBLAS in TF32 mode, fp16/bf16 ones with cuBLAS of "
-             "the same input type and an fp32 output.", "", "## The lab's choice per shape", "",
+             "the same input type and an fp32 output (or the workload's output type; with an epilogue, the product alone, "
+             "beside cuBLASLt's fused epilogue and eager PyTorch).", "", "## The lab's choice per shape", "",
              T.markdown_table(summary(df)), "## Every kernel", "", T.markdown_table(table(df))]
     return "\n".join(lines)
 
@@ -103,7 +119,7 @@ def command(args, precisions) -> int:
     checked list of ``--precisions``)."""
     shapes = [s.strip() for s in (",".join(SHAPES) if args.shapes is None else args.shapes).split(",") if s.strip()]
     for s in shapes:
-        parse_shape(s, 3)
+        workload_for("gemm", s.removeprefix("gemm:"))  # a malformed entry: its one-line error before anything runs
     df = run_bench(make_jobs(shapes, precisions, args.steps), args.out, "bench-gemm", workers=args.workers,
                    timeout=args.timeout, budget_s=args.budget, progress=not args.quiet)
     md = markdown(df)

@@ -24,6 +24,7 @@ from schedules import ScheduleParamError, all_schedules, get, parse_workload
 from schedules.workloads import itemsize
 
 from ..engine import results as R
+from ..engine.baselines import gpu_baselines
 from ..engine.build import cuda_available, device_arch, device_spec
 from ..engine.files import PARTIAL, ensure_out_dir, fresh_dir, replace_run_files
 from ..engine.harness import BASELINES, CPU_BASELINES, GPU_BASELINES, LIBRARY, run_jobs
@@ -71,12 +72,13 @@ def plan(workloads, schedule_names=None, baseline_names=None, params=None, gpu=T
 
 
 def default_baselines(wl, specs):
-    """NumPy and PyTorch on the CPU (fp32 workloads), cuBLAS of the same types, cuBLAS in TF32 mode
-    where a tf32 step runs, and TVM's dlight rules."""
-    names = list(CPU_BASELINES) if wl.dtype == "float32" else []
-    names.append("cublas")
+    """NumPy and PyTorch on the CPU (fp32 workloads, plain products), cuBLAS of the same types,
+    cuBLAS in TF32 mode where a tf32 step runs, for an epilogue cuBLASLt's fused one and the eager
+    sequence (:func:`reports.engine.baselines.gpu_baselines`), and TVM's dlight rules."""
+    names = list(CPU_BASELINES) if wl.dtype == "float32" and not wl.has_epilogue else []
+    names += gpu_baselines(wl) if wl.kind == "gemm" else ["cublas"]
     if wl.kind == "gemm" and any(s.precision(wl.dtype) == "tf32" for s in specs):
-        names.append("cublas_tf32")
+        names.insert(names.index("cublas") + 1, "cublas_tf32")
     names.append("tvm_dlight")
     return names
 
