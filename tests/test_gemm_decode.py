@@ -6,7 +6,7 @@ and (on a GPU) it is right against float64 on ragged shapes, both forms, split-K
 
 import pytest
 
-from schedules import Gemm, ScheduleParamError, dispatch, get, parse_workload
+from schedules import ScheduleParamError, dispatch, get, parse_workload
 from schedules.common import GpuSpec
 from schedules.gemm_decode import DecodeConfig, decode_form
 from tests.helpers import build_spec, run_on_gpu
