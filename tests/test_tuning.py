@@ -525,3 +525,30 @@ def test_the_fast_spaces_seed_is_best_gemms_own_kernel(shape):
         finally:  # this process's later builds report through the harness's hook again
             tvm_ffi.register_global_func("tvm_callback_cuda_compile", B._HOOK, override=True)
         assert copies.search(built.imports[0].inspect_source())
+
+
+@pytest.mark.parametrize("workload", ["gemm:24x40x56", "gemm:24x40x56:float16:out=float16:bias:gelu_tanh:residual"])
+def test_the_tuners_float64_checks_run_on_a_built_kernel(workload):
+    """The checks the tuner's workers run on a candidate (the sampled check before timing, the full
+    one on its best), on a kernel built for the CPU: they take the workload (its epilogue and output
+    type), pass a right product and fail a wrong one."""
+    import numpy as np
+    import tvm
+
+    from schedules import parse_workload
+    from tuning.measure import WrongResult, _host_dtype, full_error, sampled_check, verify_evaluator_local
+
+    wl = parse_workload(workload)
+    rt_mod = tvm.compile(tvm.IRModule({"main": wl.prim_func()}), target="llvm").mod
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(np.zeros(shape, dtype=_host_dtype(dtype)), dev) for shape, dtype in wl.arg_shapes()]
+    assert verify_evaluator_local(rt_mod, dev, None, [args], workload)[0] < 1e-5
+    assert sampled_check(rt_mod, dev, args, workload=workload) < 1e-5
+    assert full_error(rt_mod, dev, args, workload) < 1e-5
+    args[0].copyfrom(np.ones(args[0].shape, dtype=_host_dtype(args[0].dtype)))  # the inputs now differ from ...
+    wrong = tvm.compile(tvm.IRModule({"main": parse_workload("gemm:24x40x56:float16:out=float16:bias:relu:residual")
+                                      .prim_func()}), target="llvm").mod if wl.has_epilogue else None
+    if wrong is not None:  # ... and the kernel computes another epilogue: both checks see it
+        assert full_error(wrong, dev, args, workload) > 1e-3
+        with pytest.raises(WrongResult):
+            sampled_check(wrong, dev, args, workload=workload)

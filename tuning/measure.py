@@ -134,20 +134,23 @@ def sampled_check(rt_mod, device, args, samples: int = SAMPLES, tol: float = SAM
     return err
 
 
-def full_error(rt_mod, device, args) -> float:
+def full_error(rt_mod, device, args, workload=None) -> float:
     """‖out − ref‖/‖ref‖ of one run against float64, as the measurement engine checks every
     kernel (:func:`schedules.reference.product_error`: the |A|·|B| scale where ‖ref‖ can cancel);
-    inf when an output is not finite. The tuner tunes plain products (nn, no batch), so the
-    workload is the one the arguments' shapes describe."""
+    inf when an output is not finite. ``workload``: its text, for an epilogue and an output type
+    (the arguments are then A, B, [bias], [R], D); without it, the plain product (nn, no batch)
+    that the arguments' shapes describe."""
     from schedules.reference import product_error  # in the worker that runs it, as the functions here do
     from schedules.workloads import Gemm, Gemv
 
     *inputs, out = _run_once(rt_mod, device, args)
-    if not np.all(np.isfinite(out)):
+    if not np.all(np.isfinite(np.asarray(out, dtype=np.float64))):
         return float("inf")
-    a, b = inputs
-    dtype = str(a.dtype)
-    wl = Gemm(a.shape[0], b.shape[1], a.shape[1], dtype=dtype) if b.ndim == 2 else Gemv(*a.shape, dtype=dtype)
+    wl = _workload(workload)
+    if wl is None:
+        a, b = inputs[:2]
+        dtype = str(a.dtype)
+        wl = Gemm(a.shape[0], b.shape[1], a.shape[1], dtype=dtype) if b.ndim == 2 else Gemv(*a.shape, dtype=dtype)
     return float(product_error(wl, out, inputs))
 
 
