@@ -120,14 +120,14 @@ def test_reference_applies_each_activation_in_float64_and_rounds_last(act):
     got = reference(wl, [a, b, bias, r])
     np.testing.assert_array_equal(got, want)
     assert not np.array_equal(got, exact)  # rounded to bf16, not left in float64
-    import torch
+    torch = pytest.importorskip("torch")
 
     got_torch = reference(wl, [torch.from_numpy(x.astype(np.float32)).bfloat16() for x in (a, b, bias, r)])
     np.testing.assert_array_equal(got_torch.numpy(), want)
 
 
 def test_activation_works_on_torch_and_numpy_alike():
-    import torch
+    torch = pytest.importorskip("torch")
 
     x = np.linspace(-6, 6, 97)
     for act, formula in FORMULAS.items():
@@ -295,7 +295,7 @@ def test_the_baseline_plan():
 def test_the_baseline_expressions_compute_the_epilogue_on_cpu_tensors(text, name):
     """The same closures the GPU rows time, on CPU tensors in fp32 (PyTorch's CPU GELU of
     _addmm_activation is the erf form, so the tanh one is checked on the GPU only)."""
-    import torch
+    torch = pytest.importorskip("torch")
 
     from reports.engine.baselines import eager_tolerance, epilogue_call
 
@@ -372,7 +372,7 @@ def test_epilogue_baselines_are_right_on_gpu(name, workload):
 
 @pytest.mark.gpu
 def test_a_kernel_takes_the_bias_and_returns_a_bf16_output():
-    import torch
+    torch = pytest.importorskip("torch")
 
     from reports import compile_kernel
 
