@@ -223,7 +223,9 @@ def gemv_candidates(wl):
         out = [Candidate("gemv_dispatch", GemvDispatchConfig(), "gemv", "gemv row")]
     else:
         out = [Candidate("column_gemv_t", ColumnGemvConfig(), "gemv", "gemv column")]
-    return [c for c in out if _valid(c.step, wl, c.config)]  # a GEMV kernel takes no epilogue
+    if getattr(wl, "has_epilogue", False):  # a GEMV kernel takes no epilogue: the SIMT tiles take it instead
+        return [c for c in out if _valid(c.step, wl, c.config)]
+    return out
 
 
 # decode_gemm's bandwidth on the scale of the model's DRAM term (memory_gbps, which the H200
