@@ -58,11 +58,20 @@ def _run(cmd, **kw):
     return proc
 
 
+def _has_bdist_wheel() -> bool:
+    """setuptools builds wheels itself from 70.1; before, only with the ``wheel`` package."""
+    import setuptools
+
+    major_minor = tuple(int(p) for p in setuptools.__version__.split(".")[:2] if p.isdigit())
+    return major_minor >= (70, 1) or importlib.util.find_spec("wheel") is not None
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """``(schedlab, python, site-packages, env)`` of a fresh environment with the wheel installed."""
-    if importlib.util.find_spec("setuptools") is None:
-        pytest.skip("building the wheel offline needs setuptools in this environment (pip install setuptools)")
+    if importlib.util.find_spec("setuptools") is None or not _has_bdist_wheel():
+        pytest.skip("building the wheel offline needs setuptools with bdist_wheel in this environment "
+                    "(pip install 'setuptools>=70.1', or setuptools and wheel)")
     tmp = tmp_path_factory.mktemp("install")
     src, wheels, venv = tmp / "src", tmp / "wheels", tmp / "venv"
     src.mkdir()
