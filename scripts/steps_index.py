@@ -10,6 +10,10 @@ import os
 from importlib import metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# schedules.plugins' ENV and GROUP, named here without importing it (it imports the registry: TVM);
+# tests/test_plugins.py checks that they agree
+PLUGINS_ENV = "SCHEDLAB_PLUGINS"
+PLUGINS_GROUP = "schedlab.plugins"
 
 
 def plugin_sources(args) -> list[str]:
@@ -20,8 +24,8 @@ def plugin_sources(args) -> list[str]:
 def plugins_configured(args) -> bool:
     """Whether any plugin is named: --plugin, SCHEDLAB_PLUGINS or an installed package's
     ``schedlab.plugins`` entry point (read from the installed metadata: no TVM)."""
-    return bool(plugin_sources(args) or os.environ.get("SCHEDLAB_PLUGINS", "").strip()
-                or metadata.entry_points(group="schedlab.plugins"))
+    return bool(plugin_sources(args) or os.environ.get(PLUGINS_ENV, "").strip()
+                or metadata.entry_points(group=PLUGINS_GROUP))
 
 
 STEPS_FILE = os.path.join(ROOT, "schedules", "data", "steps.json")

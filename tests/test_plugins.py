@@ -356,3 +356,12 @@ def test_tune_a_plugin_step_on_the_gpu(tmp_path):
     assert f"{STEP}/exhaustive on gemm:1024x1024x1024: 4 trials" in proc.stdout
     best = json.loads(next(tmp_path.glob("best_*.json")).read_text())
     assert best["space"] == STEP and set(best["knobs"]) >= {"stages", "group_m"}
+
+
+def test_the_cli_names_the_plugin_sources_as_the_loader_does():
+    """The CLI decides whether any plugin is named without importing the loader (no TVM):
+    it must look where the loader looks."""
+    from schedules import plugins
+    from scripts import steps_index
+
+    assert (steps_index.PLUGINS_ENV, steps_index.PLUGINS_GROUP) == (plugins.ENV, plugins.GROUP)
