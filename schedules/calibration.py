@@ -1,7 +1,9 @@
 """The constants of the dispatcher's model (:mod:`schedules.dispatch`), read at run time from the
 package data file ``schedules/data/calibration.json``. ``schedlab calibrate --write`` writes that
 file from a calibration sweep (``schedlab sweep --set calibration``); its ``source`` names the
-sweeps. Do not edit it by hand: run the sweep and the fit again (see reports' calibrate)."""
+sweeps and ``calibrated_on`` the GPU they ran on (name, architecture, SM count), which the dispatcher
+compares with the GPU it chooses for (:func:`schedules.dispatch.calibrated_elsewhere`). Do not edit
+it by hand: run the sweep and the fit again (see reports' calibrate)."""
 
 from __future__ import annotations
 
