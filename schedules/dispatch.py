@@ -253,10 +253,11 @@ def wmma_candidates(wl, limits=None):
 def fp16_candidates(wl, limits=None):
     limits = limits or limits_of(current_gpu())
     if not hopper_kernels(limits):  # no wgmma, no TMA kernels here
-        if wl.dtype != "float16":  # bf16: no tensor-core kernel of the lab builds here: every SIMT tile
+        wmma = wmma_candidates(wl, limits) if wl.dtype == "float16" else []
+        if not wmma:  # bf16 (WMMA here takes fp16), or no WMMA tile builds here: every SIMT tile
             return simt_candidates(wl, general=True, limits=limits) + gemv_candidates(wl)
         skinny = simt_candidates(wl, general=False, limits=limits) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
-        return wmma_candidates(wl, limits) + skinny + gemv_candidates(wl)
+        return wmma + skinny + gemv_candidates(wl)
     out = []
     pad = _misaligned(wl)  # rows a tensor map cannot take: the TMA kernel copies them into padded buffers
     for bm, bn, st in TMA_TILES:
