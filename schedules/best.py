@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import dispatch
+from .common import current_gpu
 from .errors import ScheduleParamError
 from .registry import get, register
 from .step_config import Choice, Launch, StepConfig
@@ -33,9 +34,16 @@ class BestConfig(StepConfig):
         return self.precision_name if self.precision_name != "fp16" else {"bfloat16": "bf16"}.get(wl.dtype, "fp16")
 
     def choose(self, wl: Gemm) -> Choice:
-        """The step and configuration the model ranks fastest for ``wl`` (one ranking)."""
-        best = dispatch.rank(wl, self.precision_of(wl))[0]
-        return Choice(best.step, best.config, dispatch.describe(best.candidate))
+        """The step and configuration the model ranks fastest for ``wl`` (one ranking) on the
+        current GPU, among those that build for it; where its model was calibrated on another
+        GPU, which (``calibrated_on``). A tf32 choice on a GPU without the lab's tf32 kernels
+        (wgmma: sm_90a) is an fp32 kernel, and its text says so."""
+        precision = self.precision_of(wl)
+        best = dispatch.rank(wl, precision)[0]
+        text = dispatch.describe(best.candidate)
+        if precision == "tf32" and dispatch.fallback_note(wl, precision):
+            text += f" (fp32: no tf32 kernel builds for {current_gpu().arch})"
+        return Choice(best.step, best.config, text, dispatch.calibrated_elsewhere())
 
     def explain(self, wl: Gemm) -> str:
         return dispatch.explain(wl, self.precision_of(wl))

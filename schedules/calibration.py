@@ -1,8 +1,10 @@
 """The constants of the dispatcher's model (:mod:`schedules.dispatch`), read at import from a JSON
 file: ``$SCHEDLAB_CALIBRATION`` where it is set (a file ``schedlab calibrate --write FILE`` wrote),
 else the package data file ``schedules/data/calibration.json``. ``schedlab calibrate`` fits them to a
-calibration sweep (``schedlab sweep --set calibration``); a calibration's ``source`` names the
-sweeps. Do not edit one by hand: run the sweep and the fit again (see reports' calibrate)."""
+calibration sweep (``schedlab sweep --set calibration``); a calibration's ``source`` names the sweeps
+and ``calibrated_on`` the GPU they ran on (name, architecture, SM count), which the dispatcher compares
+with the GPU it chooses for (:func:`schedules.dispatch.calibrated_elsewhere`). Do not edit one by
+hand: run the sweep and the fit again (see reports' calibrate)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,9 @@ from tvm import s_tir
 
 @dataclass(frozen=True)
 class GpuLimits:
-    """What one thread block may use. Defaults are those of every CUDA GPU since Volta at the
-    default (non-opt-in) shared-memory carve-out."""
+    """What one thread block may use, and the architecture its kernel is built for. Defaults are
+    those of an sm_90 GPU (H100/H200); :func:`limits_of` gives any GPU's. Static shared memory is
+    48 KiB on every CUDA GPU; dynamic shared memory is opt-in up to the GPU's per-block figure."""
 
     max_threads_per_block: int = 1024
     max_shared_bytes: int = 48 * 1024
@@ -20,15 +21,20 @@ class GpuLimits:
     max_grid_z: int = 65535
     max_grid_x: int = 2**31 - 1
     warp_size: int = 32
+    arch: str = "sm_90"  # what the kernel is built for: a step that needs another refuses (StepConfig.arch_refusal)
+    gpu_name: str = ""  # the GPU those figures are of, for error text
 
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """The GPU a shape-driven choice (best_gemm, best_fp16_gemm, ...) is made for: what it reads to
-    count waves and occupancy. The lab reads these from the device at run time
-    (``reports.build.device_spec``); without a device, an H100/H200 (sm_90, 132 SMs) is assumed."""
+    """The GPU a shape-driven choice (best_gemm, best_fp16_gemm, ...) is made for and the lab builds
+    for: its architecture (which steps build for it) and what the choice reads to count waves and
+    occupancy. The lab reads these from the device at run time (``reports.engine.build.device_spec``),
+    or from a named profile (:mod:`schedules.gpus`); without either, an H100/H200 (sm_90, 132 SMs)
+    is assumed."""
 
     name: str = "sm_90 (H100/H200 class, assumed)"
+    arch: str = "sm_90"  # compute capability as nvcc names it (sm_80, sm_86, sm_89, sm_90, sm_100, sm_120)
     sms: int = 132
     regs_per_sm: int = 65536
     smem_per_sm: int = 228 * 1024
@@ -39,11 +45,16 @@ class GpuSpec:
     memory_gbps: float = 4000.0  # device memory bandwidth, for the roofline terms of the model
 
 
-_CURRENT_GPU = [GpuSpec()]
+_CURRENT_GPU: list = [None]
+_GPU_READER = [GpuSpec]  # what gives the GPU where none was set: the engine installs the device's reader
 
 
 def current_gpu() -> GpuSpec:
-    """The GPU choices are made for (set by :func:`use_gpu`; an sm_90 GPU until then)."""
+    """The GPU choices are made and steps are checked for: the one :func:`use_gpu` set, else the
+    one the installed reader gives (:func:`read_gpu_with`: the device or a named profile, once the
+    build engine is loaded), else an sm_90 GPU."""
+    if _CURRENT_GPU[0] is None:
+        _CURRENT_GPU[0] = _GPU_READER[0]()
     return _CURRENT_GPU[0]
 
 
@@ -51,7 +62,19 @@ def use_gpu(spec: GpuSpec | dict | None):
     """Make shape-driven choices in this process for ``spec`` (a GpuSpec or its fields as a dict)."""
     if spec is not None:
         _CURRENT_GPU[0] = spec if isinstance(spec, GpuSpec) else GpuSpec(**spec)
-    return _CURRENT_GPU[0]
+    return current_gpu()
+
+
+def read_gpu_with(reader):
+    """Where no GPU was set, ask ``reader()`` (a GpuSpec) for it when first needed. The schedules
+    read no device themselves: ``reports.engine.build`` installs its device reader."""
+    _GPU_READER[0] = reader
+
+
+def limits_of(gpu: GpuSpec) -> GpuLimits:
+    """What one thread block may use on ``gpu`` (its opt-in shared memory per block) and its
+    architecture."""
+    return GpuLimits(max_dynamic_shared_bytes=gpu.smem_per_block, arch=gpu.arch, gpu_name=gpu.name)
 
 
 def pass_config_of(cfg) -> dict:

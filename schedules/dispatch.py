@@ -64,7 +64,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from .calibration import CALIBRATION
-from .common import GpuSpec, ceil_div, current_gpu
+from .common import GpuSpec, ceil_div, current_gpu, limits_of
 from .errors import ScheduleParamError
 from .gemm_decode import DecodeConfig, decode_form
 from .gemm_fast import SkinnyConfig, WarpTileConfig
@@ -109,13 +109,18 @@ TMA_SMALL_TILES = [(64, 256, 5), (64, 128, 8), (64, 64, 8)]  # one warpgroup, no
 CP_TILES = [(128, 256, 4), (128, 128, 4), (128, 64, 4), (64, 128, 4), (64, 64, 4)]
 TF32_TMA_TILES = [(256, 128, 4), (128, 128, 6), (64, 128, 8)]  # (block_m = the wgmma's N, block_n, stages)
 TF32_CP_TILES = [(256, 128, 4), (128, 128, 4), (128, 64, 4)]
-# WMMA tiles (warps_m, warps_n, frags_m, frags_n): offered for fp16 products with an epilogue, where
-# the TMA and wgmma kernels do not take one. Only tensor_core_gemm's own 128×128 tile, the one measured
-WMMA_TILES = [(2, 2, 4, 4)]
-# families the calibration sweep has not measured: their share of the SM's peak once it is full.
-# WMMA: tensor_core_gemm's 128×128 tile measured about half of cuBLAS (H200, 4096³), which runs
-# near the wgmma peak
-UNCALIBRATED_EFFICIENCY = {"wmma": 0.45}
+# WMMA tiles (warps_m, warps_n, frags_m, frags_n) of tensor_core_gemm: fp16 on the GPUs without the Hopper
+# kernels (sm_80-sm_89, Blackwell), where a warp owns frags_m × frags_n 16 × 16 accumulators; on Hopper,
+# for fp16 products with an epilogue (which the TMA and wgmma kernels do not take), the first alone:
+# tensor_core_gemm's own 128 × 128 tile, the one measured there
+WMMA_TILES = [(2, 2, 4, 4), (2, 4, 4, 4), (2, 2, 2, 4), (2, 2, 4, 2), (2, 2, 2, 2)]
+# The WMMA kernel's share of the model's fp16 tensor-core peak (tc16_sm_tflops) at 128 × 128 once its
+# occupancy is counted: uncalibrated (no calibration sweep has timed it); tensor_core_gemm 128 × 128
+# reached 290-335 TFLOPS at 2048³-4096³ on the calibration's H200 (reports/results/NVIDIA_H200/
+# bench_best_fp16), 0.44 of the 758 TFLOPS peak at 8 resident warps per SM, which the model's warp term
+# (w_sat, warp_gamma) puts at 0.65 of its full-SM rate. Other tiles: scaled as the calibrated cp.async
+# wgmma kernel's efficiency scales with its block tile (the same shared-memory reuse per tile)
+WMMA_EFFICIENCY = 0.65
 
 
 @dataclass(frozen=True)
@@ -144,9 +149,11 @@ class Estimate:
 
 
 # --- candidates ----------------------------------------------------------------------------------
-def _valid(step: str, wl, cfg) -> bool:
+def _valid(step: str, wl, cfg, limits=None) -> bool:
+    """Whether ``cfg`` runs ``wl`` on the GPU of ``limits`` (default: the current GPU): its
+    architecture and its per-block limits included."""
     try:
-        get(step).validate(wl, cfg)
+        get(step).validate(wl, cfg, limits)
     except ScheduleParamError:
         return False
     return True
@@ -158,7 +165,7 @@ def _splits(K: int, block_k: int, most: int = 64):
     return [s for s in SPLITS if s <= most and (s == 1 or k_tiles >= 2 * s)]
 
 
-def simt_candidates(wl, general: bool = True):
+def simt_candidates(wl, general: bool = True, limits=None):
     """The SIMT configurations valid for ``wl``: the general tiles (warp_tiled_gemm / split_k_gemm for
     fp32 inputs; for 16-bit inputs, skinny_gemm's body, which widens them, with the same tiles) and,
     always, the skinny ones."""
@@ -173,12 +180,12 @@ def simt_candidates(wl, general: bool = True):
                     fields = dict(block_m=bm, block_n=bn, block_k=bk, thread_m=tm, thread_n=tn, warps_m=wm,
                                   warps_n=wn, stages=stages, async_copy=ring, split_k=s, group_m=8,
                                   vector=min(4, tm, tn), pad_operands=pad)
-                    if skinny or itemsize(wl.dtype) != 4:
+                    if skinny or itemsize(wl.dtype) != 4:  # 16-bit inputs: the SIMT body that widens them
                         step, cfg = "skinny_gemm", SkinnyConfig(**fields)
                     else:
                         step, cfg = ("split_k_gemm" if s > 1 else "warp_tiled_gemm"), WarpTileConfig(**fields)
                     out.append(Candidate(step, cfg, "simt", simt_key(cfg)))
-    return [c for c in out if _valid(c.step, wl, c.config)]
+    return [c for c in out if _valid(c.step, wl, c.config, limits)]
 
 
 def simt_depths(thread_m: int, thread_n: int) -> tuple[int, ...]:
@@ -236,7 +243,7 @@ def gemv_candidates(wl):
 DECODE_EFFICIENCY = {1: 1.05, 2: 1.03, 4: 0.97, 8: 0.92}
 
 
-def decode_candidates(wl):
+def decode_candidates(wl, limits=None):
     """A decode-sized product (a few rows against a large weight, layout nt, 16-bit inputs,
     :func:`schedules.gemm_decode.decode_form`): decode_gemm, its parameters as its plan resolves
     them on this GPU (so that the choice names them). A matrix-vector product (one row or column)
@@ -247,7 +254,7 @@ def decode_candidates(wl):
     cfg = DecodeConfig(warp_rows=16 * p.m_tiles, row_warps=p.row_warps, k_warps=p.k_warps, unroll=p.unroll,
                        stages=p.stages, split_k=p.splits)
     cand = Candidate("decode_gemm", cfg, "decode", f"decode t{8 * p.token_tiles}")
-    return [cand] if _valid(cand.step, wl, cfg) else []
+    return [cand] if _valid(cand.step, wl, cfg, limits) else []
 
 
 def _decode_us(wl, cand: Candidate, gpu: GpuSpec, cal: dict) -> tuple[float, dict]:
@@ -285,7 +292,28 @@ def _pad_us(wl, cfg, gpu, cal) -> float:
     return us
 
 
-def fp16_candidates(wl):
+def hopper_kernels(limits) -> bool:
+    """Whether the GPU of ``limits`` builds the Hopper kernels (wgmma, TMA: sm_90a)."""
+    return WgmmaConfig().arch_refusal(limits.arch) is None
+
+
+def wmma_candidates(wl, limits=None, tiles=WMMA_TILES):
+    """tensor_core_gemm's WMMA ``tiles`` (:data:`WMMA_TILES`), fp16 inputs (TVM 0.27 has no bf16
+    tensor-core intrinsics): the tensor cores of the GPUs without the Hopper kernels, and on Hopper
+    those that take an epilogue."""
+    out = [Candidate("tensor_core_gemm", TensorCoreConfig(warps_m=wm, warps_n=wn, frags_m=fm, frags_n=fn), "wmma",
+                     f"wmma {16 * wm * fm}x{16 * wn * fn}") for wm, wn, fm, fn in tiles]
+    return [c for c in out if _valid(c.step, wl, c.config, limits)]
+
+
+def fp16_candidates(wl, limits=None):
+    limits = limits or limits_of(current_gpu())
+    if not hopper_kernels(limits):  # no wgmma, no TMA kernels here
+        wmma = wmma_candidates(wl, limits) if wl.dtype == "float16" else []
+        if not wmma:  # bf16 (WMMA here takes fp16), or no WMMA tile builds here: every SIMT tile
+            return simt_candidates(wl, general=True, limits=limits) + gemv_candidates(wl) + decode_candidates(wl, limits)
+        skinny = simt_candidates(wl, general=False, limits=limits) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
+        return wmma + skinny + gemv_candidates(wl) + decode_candidates(wl, limits)
     out = []
     pad = _misaligned(wl)  # rows a tensor map cannot take: the TMA kernel copies them into padded buffers
     for bm, bn, st in TMA_TILES:
@@ -298,22 +326,17 @@ def fp16_candidates(wl):
     for bm, bn, st in CP_TILES:
         cfg = WgmmaConfig(block_m=bm, block_n=bn, stages=st, mma_overlap=bn == 256)
         out.append(Candidate("wgmma_gemm", cfg, "cp", f"cp {bm}x{bn}"))
-    out = [c for c in out if _valid(c.step, wl, c.config)]
+    out = [c for c in out if _valid(c.step, wl, c.config, limits)]
     if getattr(wl, "has_epilogue", False):  # an epilogue: also the TVM-scheduled tensor-core and SIMT kernels
-        return out + wmma_candidates(wl) + simt_candidates(wl) + gemv_candidates(wl)
+        return out + wmma_candidates(wl, limits, WMMA_TILES[:1]) + simt_candidates(wl, limits=limits) + gemv_candidates(wl)
     # a few output rows or columns: the skinny SIMT tiles (16-bit inputs widened to fp32)
-    skinny = simt_candidates(wl, general=False) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
-    return out + skinny + gemv_candidates(wl) + decode_candidates(wl)
+    skinny = simt_candidates(wl, general=False, limits=limits) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
+    return out + skinny + gemv_candidates(wl) + decode_candidates(wl, limits)
 
 
-def wmma_candidates(wl):
-    """tensor_core_gemm's tiles (fp16 inputs only: TVM 0.27 has no bf16 tensor-core intrinsics)."""
-    out = [Candidate("tensor_core_gemm", TensorCoreConfig(warps_m=wm, warps_n=wn, frags_m=fm, frags_n=fn), "wmma",
-                     f"wmma {16 * wm * fm}x{16 * wn * fn}") for wm, wn, fm, fn in WMMA_TILES]
-    return [c for c in out if _valid(c.step, wl, c.config)]
-
-
-def tf32_candidates(wl):
+def tf32_candidates(wl, limits=None):
+    """tf32 tensor-core kernels (Hopper's alone: wgmma), and the fp32 SIMT and GEMV kernels, which
+    are all there is where the GPU has no wgmma."""
     out = []
     pad = _misaligned(wl)
     for bm, bn, st in TF32_TMA_TILES:
@@ -323,24 +346,58 @@ def tf32_candidates(wl):
     for bm, bn, st in TF32_CP_TILES:
         out.append(Candidate("wgmma_tf32_gemm", Tf32WgmmaConfig(block_m=bm, block_n=bn, stages=st,
                                                                 mma_overlap=False), "cp_tf32", f"cp_tf32 {bm}x{bn}"))
-    out = [c for c in out if _valid(c.step, wl, c.config)]
+    out = [c for c in out if _valid(c.step, wl, c.config, limits)]
     # fp32 SIMT and GEMV kernels compute the same product more exactly: where they are faster (a
     # matrix-vector product, a very short K), the tf32 choice may take them
-    return out + simt_candidates(wl) + gemv_candidates(wl)
+    return out + simt_candidates(wl, limits=limits) + gemv_candidates(wl)
 
 
-def candidates(wl, precision: str):
+def candidates(wl, precision: str, gpu: GpuSpec | None = None):
+    """Every valid candidate for ``wl`` in ``precision`` on ``gpu`` (default: the current GPU):
+    those that build for its architecture and fit its per-block limits."""
     if precision not in PRECISIONS:
         raise ScheduleParamError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     if wl.kind != "gemm":
         raise ScheduleParamError(f"the dispatcher chooses GEMM kernels, not {wl.kind}")
     if wl.dtype != DTYPE_OF[precision]:
         raise ScheduleParamError(f"{precision} takes {DTYPE_OF[precision]} inputs, not {wl.dtype}")
+    limits = limits_of(gpu or current_gpu())
     if precision == "fp32":
-        return gemv_candidates(wl) or simt_candidates(wl)
+        return gemv_candidates(wl) or simt_candidates(wl, limits=limits)
     if precision == "tf32":
-        return tf32_candidates(wl)
-    return fp16_candidates(wl)
+        return tf32_candidates(wl, limits)
+    return fp16_candidates(wl, limits)
+
+
+def fallback_note(wl, precision: str, gpu: GpuSpec | None = None) -> str | None:
+    """What the choice falls back to where the GPU lacks the lab's Hopper tensor-core kernels
+    (wgmma, TMA: sm_90a), one line; None where it has them (or for fp32, which needs none)."""
+    gpu = gpu or current_gpu()
+    if precision == "fp32" or hopper_kernels(limits_of(gpu)):
+        return None
+    if precision == "tf32":
+        return (f"no tf32 kernel of the lab builds for {gpu.arch} (its tf32 kernels are wgmma: sm_90a): "
+                f"an fp32 SIMT or GEMV kernel, which computes in fp32")
+    if wl.dtype == "bfloat16":
+        return (f"no bf16 tensor-core kernel of the lab builds for {gpu.arch} (wgmma needs sm_90a; "
+                f"tensor_core_gemm's WMMA takes fp16): SIMT kernels, bf16 widened to fp32")
+    return f"the Hopper kernels (wgmma, TMA) need sm_90a: WMMA tensor cores (tensor_core_gemm) on {gpu.arch}"
+
+
+def calibrated_elsewhere(gpu: GpuSpec | None = None, cal: dict | None = None) -> str | None:
+    """The GPU the model's constants were calibrated on (``calibrated_on`` of the calibration), as
+    "NAME (sm_XY, N SMs)", where it is not ``gpu`` (default: the current GPU): the choice is then
+    made with another GPU's per-SM rates and efficiencies. None where it is the same GPU."""
+    gpu, on = gpu or current_gpu(), (cal or CALIBRATION).get("calibrated_on") or {}
+    if not on.get("gpu"):
+        return None
+    same = (_gpu_key(on["gpu"]) == _gpu_key(gpu.name) and on.get("arch", gpu.arch) == gpu.arch
+            and on.get("sms", gpu.sms) == gpu.sms)
+    return None if same else f"{on['gpu']} ({on.get('arch', '?')}, {on.get('sms', '?')} SMs)"
+
+
+def _gpu_key(name: str) -> str:
+    return "".join(ch for ch in name.lower().removeprefix("nvidia") if ch.isalnum())
 
 
 # --- the model -----------------------------------------------------------------------------------
@@ -459,7 +516,8 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     if fam == "decode":
         time_us, terms = _decode_us(wl, cand, gpu, cal)
         return Estimate(cand, time_us, terms)
-    eff = cal["efficiency"].get(cand.key, cal["default_efficiency"].get(fam, UNCALIBRATED_EFFICIENCY.get(fam)))
+    eff = cal["efficiency"].get(cand.key) or (wmma_efficiency(cand.config, cal) if fam == "wmma"
+                                              else cal["default_efficiency"][fam])
     cfg = cand.config
     M, N, K = wl.M, wl.N, wl.K
     terms = {"family": fam, "efficiency": eff}
@@ -493,7 +551,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     scalar_store = cal.get("scalar_store_factor", 1.0) if fam in ("cp", "cp_tf32") else 1.0
     tf32 = fam in ("tma_tf32", "cp_tf32")
     peak = cal["tf32_sm_tflops"] if tf32 else cal["tc16_sm_tflops"]
-    bk = 32 if tf32 else 64
+    bk = 32 if tf32 else (cfg.block_k if fam == "wmma" else 64)
     kts, splits = cfg.k_split(K) if hasattr(cfg, "k_split") else (ceil_div(K, bk), 1)
     bm, bn = cfg.block_m, cfg.block_n
     tiles = ceil_div(M, bm) * ceil_div(N, bn) * _batches(wl)  # a batch multiplies the blocks
@@ -512,13 +570,13 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         waves = per_block
         per_sm = 1
     else:
-        if fam == "wmma":  # its launch says its threads and shared memory
-            launch = cfg.launch(wl)
-            threads, smem = launch.threads, launch.shared_bytes
+        if fam == "wmma":
+            threads, smem, regs = 32 * cfg.warps_m * cfg.warps_n, cfg.launch(wl).shared_bytes, wmma_registers(cfg)
         else:
             threads = cfg.threads
             smem = cfg.shared_bytes() if not hasattr(cfg, "stage_bytes") else cfg.shared_bytes(itemsize(wl.dtype))
-        per_sm = blocks_per_sm(threads, cal["regs"].get(fam, 168), smem, gpu)
+            regs = cal["regs"].get(fam, 168)
+        per_sm = blocks_per_sm(threads, regs, smem, gpu)
         waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal,
                                      _store_bytes(wl) * bm * bn, _store_factor(wl, cal) * scalar_store)
     dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal)
@@ -526,6 +584,20 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     terms.update(blocks=tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp, dram_us=dram, l2_us=l2,
                  reduce_us=reduce, splits=splits)
     return Estimate(cand, cal["launch_us"] + max(comp, dram, l2) + reduce, terms)
+
+
+def wmma_efficiency(cfg, cal) -> float:
+    """A WMMA tile's efficiency where the calibration has none (:data:`WMMA_EFFICIENCY`): 128 × 128's,
+    scaled as the cp.async wgmma kernel's calibrated efficiency is from its 128 × 128 to this tile."""
+    eff = cal["efficiency"]
+    return WMMA_EFFICIENCY * eff.get(f"cp {cfg.block_m}x{cfg.block_n}", 1.0) / eff.get("cp 128x128", 1.0)
+
+
+def wmma_registers(cfg) -> int:
+    """Registers per thread of a WMMA configuration: 8 per 16 × 16 fp32 accumulator fragment, 8 per
+    A and B fragment (double-buffered), 40 for addresses and counters, in steps of 8 (the 4 × 4
+    fragments per warp of tensor_core_gemm's default: 200; ptxas reported 204-206 for it)."""
+    return ceil_div(8 * cfg.frags_m * cfg.frags_n + 8 * (cfg.frags_m + cfg.frags_n) + 40, 8) * 8
 
 
 def partials_fit(wl, est: Estimate, gpu: GpuSpec) -> bool:
@@ -540,7 +612,7 @@ def partials_fit(wl, est: Estimate, gpu: GpuSpec) -> bool:
 def rank(wl, precision: str, gpu: GpuSpec | None = None, cal: dict | None = None) -> list[Estimate]:
     """Every valid candidate for ``wl`` with its estimated time, fastest first."""
     gpu = gpu or current_gpu()
-    ests = [e for e in (estimate(wl, c, gpu, cal) for c in candidates(wl, precision)) if partials_fit(wl, e, gpu)]
+    ests = [e for e in (estimate(wl, c, gpu, cal) for c in candidates(wl, precision, gpu)) if partials_fit(wl, e, gpu)]
     if not ests:
         raise ScheduleParamError(f"no {precision} kernel of the lab takes {wl}")
     return sorted(ests, key=lambda e: e.time_us)
@@ -578,9 +650,12 @@ def explanation(wl, precision: str, k: int = 5, gpu: GpuSpec | None = None, cal:
     gpu = gpu or current_gpu()
     cal = cal or CALIBRATION
     ests = rank(wl, precision, gpu, cal)
+    elsewhere, fallback = calibrated_elsewhere(gpu, cal), fallback_note(wl, precision, gpu)
     return {"workload": str(wl), "precision": precision,
-            "gpu": {"name": gpu.name, "sms": gpu.sms, "regs_per_sm": gpu.regs_per_sm, "smem_per_sm": gpu.smem_per_sm},
-            "calibration": cal.get("source", "defaults"), "launch_us": cal["launch_us"],
+            "gpu": {"name": gpu.name, "arch": gpu.arch, "sms": gpu.sms, "regs_per_sm": gpu.regs_per_sm,
+                    "smem_per_sm": gpu.smem_per_sm},
+            "calibration": cal.get("source", "defaults"), "calibrated_elsewhere": elsewhere, "fallback": fallback,
+            "launch_us": cal["launch_us"],
             "candidates": [{"rank": n, "step": e.step, "description": describe(e.candidate), "time_us": e.time_us,
                             "params": asdict(e.config), "terms": dict(e.terms)}
                            for n, e in enumerate(ests[:k], 1)],
@@ -591,14 +666,19 @@ def explain(wl, precision: str, k: int = 5, gpu: GpuSpec | None = None, cal: dic
     """:func:`explanation` as text: the choice, the model, and a table of the candidates' figures."""
     x = explanation(wl, precision, k, gpu, cal)
     g, best = x["gpu"], x["candidates"][0]
-    lines = [f"{x['workload']} ({precision}) on {g['name']}: {g['sms']} SMs, {g['regs_per_sm']} registers and "
-             f"{g['smem_per_sm'] // 1024} KiB shared memory per SM",
+    lines = [f"{x['workload']} ({precision}) on {g['name']} ({g['arch']}): {g['sms']} SMs, {g['regs_per_sm']} registers "
+             f"and {g['smem_per_sm'] // 1024} KiB shared memory per SM",
              f"chosen: {best['description']}, estimated {best['time_us']:.1f} µs",
              f"  model: time = launch + max(compute, DRAM, L2) [+ extra kernels: split-K sum, padded copies]; calibration: "
-             f"{x['calibration']}",
-             "",
-             f"{'rank':>4}  {'est. µs':>9}  {'launch':>6}  {'compute':>8}  {'DRAM':>7}  {'L2':>7}  {'extra':>6}  "
-             f"{'blocks':>7}  {'per SM':>6}  {'waves':>5}  {'eff.':>5}  candidate"]
+             f"{x['calibration']}"]
+    if x["calibrated_elsewhere"]:
+        lines.append(f"  calibrated on another GPU: {x['calibrated_elsewhere']}; its per-SM rates, efficiencies and "
+                     f"latencies are that GPU's, the SM count, registers and shared memory this one's: times are "
+                     f"estimates for ranking")
+    if x["fallback"]:
+        lines.append(f"  {x['fallback']}")
+    lines += ["", f"{'rank':>4}  {'est. µs':>9}  {'launch':>6}  {'compute':>8}  {'DRAM':>7}  {'L2':>7}  {'extra':>6}  "
+                  f"{'blocks':>7}  {'per SM':>6}  {'waves':>5}  {'eff.':>5}  candidate"]
     for c in x["candidates"]:
         t = c["terms"]
         lines.append(f"{c['rank']:>4}  {c['time_us']:>9.1f}  {x['launch_us']:>6.1f}  "

@@ -191,6 +191,8 @@ class DecodeConfig(StepConfig):
 
     dtypes = ("float16", "bfloat16")
     layouts = ("nt",)   # both operands K-contiguous: 16-byte pieces along K for the weight and X
+    min_arch = "sm_80"  # cp.async and mma.sync m16n8k16 (fp16 and bf16)
+    arch_features = "cp.async, mma.sync"
     zero_means_auto = ("warp_rows", "row_warps", "k_warps", "unroll", "stages", "split_k", "block_warps",
                        "ring_bytes")
     warp_rows: int = 0

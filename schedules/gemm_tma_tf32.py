@@ -60,6 +60,8 @@ class Tf32TmaConfig(StepConfig):
     dtypes = ("float32",)
     layouts = LAYOUTS  # B stored N×K: k-major tiles; A stored K×M: transposed into a workspace first
     step_name = "tma_tf32_gemm"
+    archs = ("sm_90a",)  # wgmma, setmaxnreg: Hopper's alone (Blackwell has tcgen05 instead)
+    arch_features = "wgmma, TMA, setmaxnreg"
     zero_means_auto = ("sms", "consumer_regs")
     tolerance = 2e-3  # tf32 keeps 10 of fp32's 23 mantissa bits
 

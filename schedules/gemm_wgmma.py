@@ -62,6 +62,8 @@ class WgmmaConfig(StepConfig):
     layouts = LAYOUTS  # 16-bit: wgmma's transpose bits; tf32: an operand stored m/n-major is transposed on its way in
     batched = True     # a bmm: the batch folded into blockIdx.x (batch outermost), base offsets per product
     step_name = "wgmma_gemm"
+    archs = ("sm_90a",)  # wgmma exists only in sm_90a (Blackwell has tcgen05 instead)
+    arch_features = "wgmma"
     zero_means_auto = ("copy_bytes",)
 
     @property

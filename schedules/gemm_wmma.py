@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from .common import ceil_div, fuse_epilogue, inline_padding, new_schedule
 from .errors import ScheduleParamError
 from .gemm_fast import async_pipeline, rasterize
+from .gpus import arch_number
 from .registry import Launch, register
 from .step_config import StepConfig
 from .workloads import LAYOUTS, Gemm
@@ -52,6 +53,13 @@ class TensorCoreConfig(StepConfig):
     @property
     def block_k(self) -> int:
         return 16 * self.chunk_k
+
+    def arch_refusal(self, arch: str) -> str | None:
+        """WMMA builds from sm_70 on; cp.async (``async_copy``) and mma.sync m16n8k16 (``intrinsics="mma"``)
+        need sm_80."""
+        if self.intrinsics == "mma" and arch_number(arch) < 80:
+            return f"needs sm_80 or newer (mma.sync m16n8k16), not {arch}"
+        return super().arch_refusal(arch)
 
     def check(self, wl):
         if wl.dtype not in self.dtypes:

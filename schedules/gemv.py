@@ -17,13 +17,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import aligned_vector, ceil_div, inline_padding, new_schedule, register_accumulator, register_fragments
+from .common import (aligned_vector, ceil_div, current_gpu, inline_padding, new_schedule, register_accumulator,
+                     register_fragments)
 from .errors import ScheduleParamError
 from .registry import Launch, register
 from .step_config import StepConfig
 from .workloads import LAYOUTS, Gemm, Gemv, GemvT, itemsize
 
 VECTOR_BYTES = 16  # the widest load a CUDA thread issues: 128 bits (float4, or 8 halves)
+
+
+def resident_warps(value: int = 0) -> int:
+    """``value``, or where it is 0 the warps the current GPU holds at once (SMs × warps per SM)."""
+    gpu = current_gpu()
+    return value or gpu.sms * gpu.threads_per_sm // 32
 
 
 def widest_vector(wl) -> int:
@@ -269,7 +276,8 @@ class SplitKGemvConfig(StepConfig):
     warps_per_chunk: int = 8      # lanes on one chunk = 32 × warps_per_chunk (two-stage reduction)
     vector: int | None = None     # elements per load; None: the widest the row alignment allows
     unroll: int = 1
-    resident_warps: int = 8448    # 132 SMs × 64 warps (H100/H200)
+    resident_warps: int = 0       # 0: the GPU's (SMs × warps per SM: 132 × 64 = 8448 on H100/H200)
+    zero_means_auto = ("resident_warps",)
 
     @property
     def lanes(self) -> int:
@@ -285,7 +293,7 @@ class SplitKGemvConfig(StepConfig):
         wl = gemv_shape(wl)
         step = self.lanes * self.vector_for(wl) * self.unroll
         steps = ceil_div(wl.N, step)
-        want = self.splits or ceil_div(self.resident_warps, wl.M * self.warps_per_chunk)
+        want = self.splits or ceil_div(resident_warps(self.resident_warps), wl.M * self.warps_per_chunk)
         divisors = [d for d in range(1, steps + 1) if steps % d == 0]
         splits = next((d for d in divisors if d >= want), divisors[-1])
         return steps // splits * step
@@ -369,10 +377,11 @@ class GemvDispatchConfig(StepConfig):
     # 16384×4097 (scalar): 8 warps 72.6 vs warp/row 77.7; fp16 16384×4096 (8 KiB): 4 warps 42.5 vs 43.5.
     multi_warp_min_row_bytes: int = 4096
     multi_warp_wide_row_bytes: int = 16384   # from here 8 warps per row, below it 4
-    # Few rows: enough warps per row to put about ``resident_warps`` warps on the GPU (132 SMs × 64
-    # on H100/H200), up to 32 (1024 threads). 256×65536: 32 warps 26.3 µs, 16: 27.1, 8: 32.5 (31.8
-    # in the sweep), 4: 43.2, 2: 69.5.
-    resident_warps: int = 8448
+    # Few rows: enough warps per row to put about ``resident_warps`` warps on the GPU (0: the GPU's,
+    # SMs × warps per SM: 132 × 64 on H100/H200), up to 32 (1024 threads). 256×65536: 32 warps 26.3
+    # µs, 16: 27.1, 8: 32.5 (31.8 in the sweep), 4: 43.2, 2: 69.5.
+    resident_warps: int = 0
+    zero_means_auto = ("resident_warps",)
     # Fewer rows than this (with ≥ 4 KiB rows): split-K, several blocks per row. ×65536 rows:
     # M = 1: split-K 7.2 µs vs 32 warps/row 8.4; M = 16: 9.3 vs 9.5; M = 256: 29.0 vs 26.3. The
     # crossover lies between 16 and 256 rows; 64 is inside it, not itself measured.
@@ -397,7 +406,7 @@ class GemvDispatchConfig(StepConfig):
             return split_k_gemv, SplitKGemvConfig(vector=vector, resident_warps=self.resident_warps)
         if row_bytes >= self.multi_warp_min_row_bytes:
             warps = 8 if row_bytes >= self.multi_warp_wide_row_bytes else 4
-            while warps < 32 and wl.M * warps < self.resident_warps and 32 * warps * 2 <= lanes_needed:
+            while warps < 32 and wl.M * warps < resident_warps(self.resident_warps) and 32 * warps * 2 <= lanes_needed:
                 warps *= 2
             per_lane = ceil_div(lanes_needed, 32 * warps)
             return multi_warp_gemv, MultiWarpGemvConfig(warps_per_row=warps, rows_per_block=1, vector=vector,
@@ -438,7 +447,8 @@ class ColumnGemvConfig(StepConfig):
     rows_per_slice: int | None = None  # rows one thread sums; None: chosen from the shape (see slice_rows)
     target_threads: int = 65536  # wide A: aim for about this many threads in the first kernel
     narrow_max_n: int = 64      # N ≤ this: scalar loads, one thread per column, rows reduced inside the block
-    target_blocks: int = 264    # narrow A: aim for about this many blocks (2 per SM of an H100/H200)
+    target_blocks: int = 0      # narrow A: aim for about this many blocks (0: 2 per SM of the GPU, 264 on H100/H200)
+    zero_means_auto = ("target_blocks",)
 
     def narrow(self, wl) -> bool:
         return gemv_shape(wl).N <= self.narrow_max_n
@@ -468,7 +478,8 @@ class ColumnGemvConfig(StepConfig):
             return self.rows_per_slice
         rows = 1 if narrow else 8
         if narrow:   # enough blocks of threads_y rows each
-            while rows < 64 and ceil_div(wl.M, rows * 2 * self.threads_y(wl)) >= self.target_blocks:
+            blocks = self.target_blocks or 2 * current_gpu().sms
+            while rows < 64 and ceil_div(wl.M, rows * 2 * self.threads_y(wl)) >= blocks:
                 rows *= 2
             return rows
         columns = ceil_div(wl.N, self.vector_for(wl))

@@ -23,7 +23,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .common import GpuLimits, pass_config_of
+from .common import GpuLimits, current_gpu, limits_of, pass_config_of
 from .errors import PluginError, ScheduleParamError
 from .reference import output_tolerance
 from .step_config import Launch, StepConfig  # noqa: F401  (Launch: re-exported for the steps)
@@ -230,7 +230,7 @@ class ScheduleSpec:
         choice = cfg.choose(workload)
         if choice is None:
             return Resolved(self, cfg, self, cfg, None)
-        return Resolved(self, cfg, get(choice.step), choice.config, choice.text)
+        return Resolved(self, cfg, get(choice.step), choice.config, choice.text, choice.calibrated_on)
 
     def _check_config(self, workload, cfg):
         """The checks that need no launch: the workload's kind and layout, the parameters' types
@@ -256,20 +256,32 @@ class ScheduleSpec:
             if isinstance(value, int) and not isinstance(value, bool) and value <= 0 and not auto:
                 raise ScheduleParamError(f"{self.name}: {f.name} must be positive, got {value}")
 
-    def validate(self, workload, cfg=None, limits: GpuLimits = GpuLimits(), resolved: "Resolved | None" = None):
-        """Raise ScheduleParamError, naming the parameter, if ``cfg`` cannot run ``workload``;
-        else return the launch. ``resolved``: this step's :meth:`resolve` for the workload, where
-        the caller has it already."""
+    def arch_refusal(self, cfg=None, limits: GpuLimits | None = None) -> str | None:
+        """Why the step (``cfg``: its configuration) does not build for the GPU of ``limits`` (default:
+        the current GPU's), in one line naming the architecture it needs; None where it does."""
+        limits = limits or limits_of(current_gpu())
+        why = (cfg if cfg is not None else self.config()).arch_refusal(limits.arch)
+        return f"{self.name} {why}" + (f" ({limits.gpu_name})" if limits.gpu_name else "") if why else None
+
+    def validate(self, workload, cfg=None, limits: GpuLimits | None = None, resolved: "Resolved | None" = None):
+        """Raise ScheduleParamError, naming the parameter, if ``cfg`` cannot run ``workload`` on the
+        GPU of ``limits`` (default: the current GPU's, :func:`schedules.common.current_gpu`): its
+        architecture and its per-block limits; else return the launch. ``resolved``: this step's
+        :meth:`resolve` for the workload, where the caller has it already."""
         cfg = cfg if cfg is not None else self.config()
+        limits = limits or limits_of(current_gpu())
         self._check_config(workload, cfg)
         for shape, _ in workload.arg_shapes():  # the kernels index with int32 (TVM's default index type)
             if math.prod(shape) > INT32_MAX:
                 raise ScheduleParamError(
                     f"{workload}: a buffer of {'x'.join(map(str, shape))} = {math.prod(shape)} elements exceeds "
                     f"the int32 index space of the lab's kernels (at most {INT32_MAX})")
+        refusal = self.arch_refusal(cfg, limits)
+        if refusal:
+            raise ScheduleParamError(refusal)
         res = resolved if resolved is not None else self.resolve(workload, cfg)
         if res.step is not self:  # a best_* step: its choice must run the workload, at these limits
-            res.step.validate(workload, res.step_config)
+            res.step.validate(workload, res.step_config, limits)
         launch = res.step_config.launch(workload)
         if launch.threads > limits.max_threads_per_block:
             raise ScheduleParamError(
@@ -287,7 +299,7 @@ class ScheduleSpec:
                     f"{self.name}: grid {axis} = {extent} blocks for {workload} exceeds the limit of {lim}")
         return launch
 
-    def build(self, workload, cfg=None, limits: GpuLimits = GpuLimits(), **overrides):
+    def build(self, workload, cfg=None, limits: GpuLimits | None = None, **overrides):
         """Validate, then return the scheduled ``tvm.s_tir.Schedule``."""
         cfg = cfg if cfg is not None else self.config(**overrides)
         res = self.resolve(workload, cfg)
@@ -299,13 +311,15 @@ class ScheduleSpec:
 class Resolved:
     """A step resolved for one workload: the step asked for (``spec``, ``config``) and the step
     that builds it (``step``, ``step_config``: the same, except for a ``best_*`` step, whose
-    choice they are; ``chosen`` is then its one-line description)."""
+    choice they are; ``chosen`` is then its one-line description, and ``calibrated_on`` the GPU
+    the choice's model was calibrated on where that is not the GPU it was made for)."""
 
     spec: ScheduleSpec
     config: object
     step: ScheduleSpec
     step_config: object
     chosen: str | None = None
+    calibrated_on: str | None = None
 
     def schedule(self, workload):
         """The scheduled ``tvm.s_tir.Schedule`` (built by the step that builds it)."""

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from .gpus import arch_number
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -43,11 +45,15 @@ class Launch:
 @dataclass(frozen=True)
 class Choice:
     """What a shape-driven step (``best_*``) chose for one workload: the registered step that
-    builds it, that step's configuration, and a one-line description for tables."""
+    builds it, that step's configuration, a one-line description for tables, and where the
+    choice's model was calibrated on another GPU, which."""
 
     step: str
     config: "StepConfig"
     text: str
+    #: The GPU the model that chose was calibrated on, where it is not the GPU the choice is for
+    #: (its constants then describe another GPU); None where it is.
+    calibrated_on: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,17 @@ class StepConfig:
     #: The step's search space: parameter name -> the values ``schedlab tune --space STEP`` tries (every
     #: combination that the workload takes, the defaults first); empty: the step is not tuned by name.
     search_space: ClassVar[dict[str, tuple]] = {}
+    #: The architectures the step's kernel builds for, where it needs particular ones: ``()`` any
+    #: from ``min_arch`` on; else exactly these, as nvcc names them (the Hopper steps:
+    #: ``("sm_90a",)``: wgmma, setmaxnreg and TMA multicast exist only in sm_90a, not on Ada or
+    #: Blackwell). ``schedlab run`` leaves out a step that does not build for the GPU, and asking
+    #: for one is a one-line error naming what it needs (:meth:`arch_refusal`).
+    archs: ClassVar[tuple[str, ...]] = ()
+    #: The oldest architecture the step builds for (``""``: any nvcc targets). A configuration with
+    #: ``async_copy`` needs sm_80 (cp.async) whatever this says.
+    min_arch: ClassVar[str] = ""
+    #: What the step needs the architecture for, for the refusal's text (e.g. "wgmma, TMA").
+    arch_features: ClassVar[str] = ""
 
     @property
     def async_copy(self) -> bool:
@@ -93,6 +110,21 @@ class StepConfig:
         """The grid, block and shared memory this configuration launches for ``wl`` (required: the
         registry checks it against the GPU's limits before anything is built)."""
         raise NotImplementedError(f"{type(self).__name__} does not say how it launches (define launch)")
+
+    def arch_refusal(self, arch: str) -> str | None:
+        """Why this configuration's kernel does not build for ``arch`` (``sm_86``...), naming the
+        architecture it needs (one line), or None where it does: ``archs``, ``min_arch``, and sm_80
+        for cp.async copies (``async_copy``)."""
+        have = arch_number(arch)
+        why = f" ({self.arch_features})" if self.arch_features else ""
+        if self.archs and have not in {arch_number(a) for a in self.archs}:
+            return f"needs {' or '.join(self.archs)}{why}, not {arch}"
+        floor = max([arch_number(self.min_arch)] if self.min_arch else [0])
+        if self.async_copy:
+            floor = max(floor, 80)
+        if have < floor:
+            return f"needs sm_{floor} or newer{why or (' (cp.async)' if self.async_copy else '')}, not {arch}"
+        return None
 
     def check(self, wl) -> None:
         """Raise ScheduleParamError, naming the parameter, if the configuration cannot run ``wl``

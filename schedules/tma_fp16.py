@@ -54,6 +54,8 @@ class TmaConfig(StepConfig):
     layouts = LAYOUTS  # a transposed operand: m/n-major or k-major tiles, read through wgmma's transpose bits
     batched = True     # a bmm: 3-D tensor maps, the work units walk the batch (batch-major)
     step_name = "persistent_gemm"
+    archs = ("sm_90a",)  # wgmma, setmaxnreg, TMA multicast: Hopper's alone (Blackwell has tcgen05 instead)
+    arch_features = "wgmma, TMA, setmaxnreg"
     zero_means_auto = ("sms", "consumer_regs")  # 0: the GPU's SM count; what the producer frees
 
     # --- derived sizes ------------------------------------------------------------------------

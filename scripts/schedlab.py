@@ -266,6 +266,26 @@ def _command(sub, name: str, text: str, description: str | None = None):
     return sub.add_parser(name, help=text, description=description or text)
 
 
+def _target_options(s, arch: bool = True):
+    """--gpu (and --arch): the GPU a command plans and builds for, where it is not this machine's."""
+    s.add_argument("--gpu", default=None, metavar="NAME",
+                   help="plan and build for this GPU: A100, RTX 3090, RTX 4090, H100, H200, B200, RTX 5090, or an "
+                        "architecture such as sm_86 (default: $SCHEDLAB_GPU, else this machine's GPU, else an H100)")
+    if arch:
+        s.add_argument("--arch", default=None, help="CUDA arch, e.g. sm_80 (default: that of --gpu, else this machine's "
+                                                    "GPU's, else sm_90); alone, it names that architecture's GPU")
+
+
+def _select_gpu(args):
+    """--gpu NAME / --arch sm_XY: plan and build for that GPU (its profile, schedules.gpus), in this
+    process and the processes it starts."""
+    gpu, arch = getattr(args, "gpu", None), getattr(args, "arch", None)
+    if gpu or (arch and hasattr(args, "gpu")):
+        from reports.engine.build import select_gpu  # heavy (TVM): only where a GPU is named
+
+        select_gpu(gpu, arch)
+
+
 def make_parser():
     p = argparse.ArgumentParser(prog="schedlab", description=DESCRIPTION, epilog=EPILOG)
     p.add_argument("--version", action="version", version=_version())
@@ -280,7 +300,7 @@ def make_parser():
     s.add_argument("--shape", help="MxNxK[:dtype] for GEMM, MxN[:dtype] for GEMV")
     s.add_argument("--stage", default="scheduled", help="|".join(STAGES))
     s.add_argument("--param", action="append", metavar="NAME=VALUE", help="override a parameter")
-    s.add_argument("--arch", default=None, help="CUDA arch (default: the GPU's, else sm_90)")
+    _target_options(s)
     s.add_argument("--explain", action="store_true",
                    help="for a best_* step: its choice for the shape and the model's figures for the next best")
     s.add_argument("--json", action="store_true", help="with --explain: the choice and the figures as JSON")
@@ -292,7 +312,7 @@ def make_parser():
     s.add_argument("--shape", help="MxNxK[:dtype][:layout] for GEMM, MxN[:dtype] for GEMV")
     s.add_argument("--out", required=True, help="the directory to write into")
     s.add_argument("--param", action="append", metavar="NAME=VALUE", help="override a parameter")
-    s.add_argument("--arch", default=None, help="CUDA arch (default: the GPU's, else sm_90)")
+    _target_options(s)
     s.set_defaults(fn=cmd_export)
     s = _command(sub, "diff", "Show what step B changes against step A: the schedule primitives, the ptxas "
                  "resources and a diff of their IR.")
@@ -300,7 +320,7 @@ def make_parser():
     s.add_argument("b", nargs="?", help="default: A, compared with the step before it in its ladder")
     s.add_argument("--shape", help="MxNxK[:dtype] for GEMM, MxN[:dtype] for GEMV")
     s.add_argument("--stage", default="scheduled", help="|".join(STAGES))
-    s.add_argument("--arch", default=None, help="CUDA arch (default: the GPU's, else sm_90)")
+    _target_options(s)
     s.add_argument("--color", default="auto", choices=("auto", "always", "never"))
     s.set_defaults(fn=cmd_diff)
     s = _command(sub, "run", "Build, check and time every step beside the baselines.")
@@ -321,6 +341,7 @@ def make_parser():
     s.add_argument("--no-report", action="store_true", help="no report.html")
     s.add_argument("--strict", action="store_true", help="exit 1 if any row failed")
     s.add_argument("--quiet", action="store_true", help="no progress")
+    _target_options(s, arch=False)
     s.set_defaults(fn=cmd_run)
     s = _command(sub, "report", "Write report.html for a results directory or a tuning directory.",
                  "Write report.html for a results directory or a tuning directory, in that directory or in --out. "
@@ -432,6 +453,7 @@ def main(argv=None):
         except ValueError:  # not the main thread: SIGTERM keeps its own handling
             previous = None
         load_plugins(args)
+        _select_gpu(args)
         code = args.fn(args) or 0
         sys.stdout.flush()  # a reader that left shows here, not in the interpreter's last flush
         return code

@@ -35,7 +35,8 @@ def step_record(s) -> dict:
     """A step as ``schedlab list --json`` prints it (and schedules/data/steps.json holds it)."""
     return {"ladder": s.ladder, "step": s.step, "label": s.label, "name": s.name, "kind": s.kind,
             "aliases": list(s.aliases), "tags": list(s.tags), "summary": s.summary, "dtypes": list(s.input_dtypes),
-            "layouts": list(s.layouts), "batched": s.batched, "epilogues": s.epilogues, "plugin": s.plugin or None,
+            "layouts": list(s.layouts), "batched": s.batched, "epilogues": s.epilogues, "archs": list(s.config_cls.archs),
+            "min_arch": s.config_cls.min_arch or None, "plugin": s.plugin or None,
             "search_space": {k: list(v) for k, v in s.config_cls.search_space.items()}}
 
 

@@ -138,8 +138,9 @@ def test_the_fit_recovers_the_constants_it_was_given():
         cand = dispatch.Candidate(job["name"], get(job["name"]).config(**job["params"]), extra["family"], extra["key"])
         rows.append(dict(job, **extra, status="ok", time_ms=dispatch.estimate(wl, cand, gpu, truth).time_us / 1e3))
     df = pd.DataFrame(rows)
-    df.attrs.update(gpu_spec=gpu.__dict__, ceilings={"copy_gbps": gpu.memory_gbps}, provenance={})
+    df.attrs.update(gpu_spec=gpu.__dict__, ceilings={"copy_gbps": gpu.memory_gbps}, provenance={"gpu": "NVIDIA H200"})
     cal, report = calibrate.fit(df, gpu)
+    assert cal["calibrated_on"] == {"gpu": "NVIDIA H200", "arch": "sm_90", "sms": 132}  # the GPU it describes
     # each efficiency is solved exactly from the model's form, so the constants come back exactly
     # (the L2 factor excepted: no kernel here is bound by L2, it is not identifiable from these)
     assert cal["w_sat"] == 12 and cal["launch_us"] == 3.0 and cal["fill_us"] == truth["fill_us"]

@@ -56,9 +56,25 @@ def test_the_base_declares_each_capability_with_its_default():
     assert base.pass_config == {} and base.check(None) is None and base.also_takes(None) is False
     assert base.search_space == {}
     assert base.choose(None) is None and base.explain(None) is None and base.explanation(None) is None
+    assert base.archs == () and base.min_arch == "" and base.arch_refusal("sm_75") is None
     with pytest.raises(NotImplementedError):
         base.launch(None)
     assert dataclasses.fields(base) == ()  # capabilities are not parameters
+
+
+def test_a_step_says_which_architectures_it_builds_for():
+    """``archs``: exactly those (the Hopper steps: sm_90a, which Blackwell is not); ``min_arch`` and
+    a cp.async configuration: from that one on. The refusal is one line naming what is needed."""
+    wgmma = get("wgmma_gemm").config()
+    assert wgmma.arch_refusal("sm_90") is None and wgmma.arch_refusal("sm_90a") is None
+    for arch in ("sm_80", "sm_89", "sm_100", "sm_120"):
+        assert wgmma.arch_refusal(arch) == f"needs sm_90a (wgmma), not {arch}"
+    ring = get("async_pipeline_gemm").config()
+    assert ring.async_copy and ring.arch_refusal("sm_80") is None and ring.arch_refusal("sm_120") is None
+    assert ring.arch_refusal("sm_75") == "needs sm_80 or newer (cp.async), not sm_75"
+    assert get("tensor_core_gemm").config(async_copy=False, intrinsics="mma").arch_refusal("sm_75") == \
+        "needs sm_80 or newer (mma.sync m16n8k16), not sm_75"
+    assert get("tensor_core_gemm").config(async_copy=False).arch_refusal("sm_75") is None  # WMMA: sm_70 on
 
 
 def test_a_parameter_named_like_a_capability_keeps_its_place_among_the_fields():

@@ -48,6 +48,9 @@ LAZY_EXCEPTIONS = {
     # functions that MetaSchedule's worker processes run import what they need themselves (see
     # the module's docstring)
     "tuning/measure.py": {"schedules", "tuning", "os"},
+    # the GPU profiles are looked up only where $SCHEDLAB_GPU names one: the tuner's build
+    # processes import the compiler module and must not pay for importing every step
+    "tuning/cuda_compile.py": {"schedules"},
 }
 
 
@@ -297,3 +300,4 @@ def test_list_as_json_is_the_registry():
     assert steps == registry_steps()  # every field, as the registry has it
     best = next(s for s in steps if s["name"] == "best_fp16_gemm")
     assert best["dtypes"] == ["float16", "bfloat16"] and best["batched"] and "nt" in best["layouts"]
+    assert best["archs"] == [] and next(s for s in steps if s["name"] == "wgmma_gemm")["archs"] == ["sm_90a"]

@@ -49,13 +49,28 @@ def cuda_available() -> bool:
         return False
 
 
+GPU_ENV = "SCHEDLAB_GPU"  # a GPU profile's name or an architecture: plan and build for it (schedules.gpus)
+
+
 def device_arch() -> str:
-    """sm_XY of GPU 0, or the default when there is none."""
+    """The architecture the lab builds for: that of the GPU named by ``$SCHEDLAB_GPU`` (a profile of
+    :mod:`schedules.gpus`, or an architecture) where it is set, else sm_XY of GPU 0, else the
+    default."""
+    named = os.environ.get(GPU_ENV)
+    if named:
+        from schedules.gpus import profile
+
+        return profile(named).arch
+    return present_arch() or DEFAULT_ARCH
+
+
+def present_arch() -> str | None:
+    """sm_XY of GPU 0 of this machine, or None where there is none."""
     import tvm
 
     if cuda_available():
         return "sm_" + tvm.cuda(0).compute_version.replace(".", "")
-    return DEFAULT_ARCH
+    return None
 
 
 def cuda_target(arch: str | None = None):
@@ -90,6 +105,12 @@ def compile_to_cubin(code: str, arch: str) -> tuple[str, bytes, str]:
     with tvm.target.Target({"kind": "cuda", "arch": arch}):
         ptx = nvcc.compile_cuda(code, target_format="ptx", arch=arch, compiler="nvcc")
     ptx_text = ptx.decode() if isinstance(ptx, (bytes, bytearray)) else str(ptx)
+    return (ptx_text, *assemble(ptx_text, arch))
+
+
+def assemble(ptx_text: str, arch: str) -> tuple[bytes, str]:
+    """(cubin, ptxas's report) of PTX for ``arch``: ``ptxas -v -O3``, as every kernel of the lab.
+    PTX made for an older architecture assembles for a newer one (what the driver's JIT does)."""
     ptxas = os.path.join(cuda_home(), "bin", "ptxas")
     ptxas = ptxas if os.path.exists(ptxas) else "ptxas"
     with tempfile.TemporaryDirectory() as tmp:
@@ -102,7 +123,7 @@ def compile_to_cubin(code: str, arch: str) -> tuple[str, bytes, str]:
             raise RuntimeError(f"ptxas failed: {proc.stderr.strip()[-2000:]}")
         with open(out, "rb") as f:
             cubin = f.read()
-    return ptx_text, cubin, proc.stdout + proc.stderr
+    return cubin, proc.stdout + proc.stderr
 
 
 def lab_compile(code):
@@ -111,7 +132,7 @@ def lab_compile(code):
     import tvm
 
     target = tvm.target.Target.current(allow_none=True)
-    arch = str(target.arch) if target is not None and target.kind.name == "cuda" else DEFAULT_ARCH
+    arch = str(target.arch) if target is not None and target.kind.name == "cuda" else device_arch()
     return bytearray(compile_to_cubin(code, arch)[1])
 
 

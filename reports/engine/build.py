@@ -9,6 +9,7 @@ hook, which does the same and hands the cubin to TVM.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -16,10 +17,12 @@ import tvm
 import tvm_ffi
 
 # the target and the compiler are shared with the tuner's build processes (one definition each)
-from tuning.cuda_compile import (DEFAULT_ARCH, compile_to_cubin, cuda_available,  # noqa: F401
-                                 cuda_target, device_arch, setup_cuda_env)
+from tuning import cuda_compile
+from tuning.cuda_compile import (DEFAULT_ARCH, GPU_ENV, compile_to_cubin, cuda_available,  # noqa: F401
+                                 device_arch, present_arch, setup_cuda_env)
 from schedules import ScheduleParamError, get, parse_workload
-from schedules.common import GpuSpec, pass_config_of
+from schedules.common import GpuSpec, current_gpu, pass_config_of, read_gpu_with, use_gpu
+from schedules.gpus import base_arch, profile, profile_for_device
 
 
 @dataclass
@@ -74,6 +77,13 @@ class DeviceCode:
     cubin: bytes
     ptxas_log: str
     kernels: list[KernelReport]
+
+
+def cuda_target(arch: str | None = None) -> tvm.target.Target:
+    """The CUDA target every kernel of the lab is built for (:func:`tuning.cuda_compile.cuda_target`),
+    for ``arch``, by default the architecture of the GPU the choices are made for
+    (:func:`schedules.common.current_gpu`: the device, or a named profile)."""
+    return cuda_compile.cuda_target(arch or current_gpu().arch)
 
 
 def compile_cuda_source(code: str, arch: str) -> DeviceCode:
@@ -201,23 +211,20 @@ def launch_extents(lowered: str) -> dict:
     return main[1]
 
 
-ARCH_SPECS = {  # per-SM resources by compute capability, where torch cannot be asked
-    "sm_90": dict(regs_per_sm=65536, smem_per_sm=228 * 1024, smem_per_block=227 * 1024, threads_per_sm=2048,
-                  blocks_per_sm=32),
-    "sm_80": dict(regs_per_sm=65536, smem_per_sm=164 * 1024, smem_per_block=163 * 1024, threads_per_sm=2048,
-                  blocks_per_sm=32),
-}
-
-
 def device_spec():
-    """The GPU's properties a shape-driven choice reads (schedules.common.GpuSpec), from the device:
-    SM count, registers and shared memory per SM and per block, L2 size. Without a GPU, an sm_90
-    GPU is assumed (the defaults of GpuSpec)."""
+    """The GPU the lab plans and builds for (schedules.common.GpuSpec): the profile ``$SCHEDLAB_GPU``
+    names (``schedlab --gpu``, :func:`select_gpu`) where it is set; else the device's own figures
+    (SM count, registers and shared memory per SM and per block, L2 size; the rest from its
+    architecture's profile, schedules.gpus); without a GPU, an sm_90 GPU (the defaults of GpuSpec)."""
+    named = os.environ.get(GPU_ENV)
+    if named:
+        return profile(named)
     if not cuda_available():
         return GpuSpec()
     dev = tvm.cuda(0)
-    fields = dict(ARCH_SPECS.get(device_arch(), ARCH_SPECS["sm_90"]))
-    fields.update(name=dev.device_name, sms=int(dev.multi_processor_count))
+    arch = present_arch()
+    fields = dict(profile_for_device(str(dev.device_name), arch).__dict__)
+    fields.update(name=dev.device_name, arch=arch, sms=int(dev.multi_processor_count))
     try:
         fields["l2_bytes"] = int(dev.l2_cache_size_bytes)
     except Exception:  # noqa: BLE001 - older runtimes: keep the default
@@ -237,6 +244,31 @@ def device_spec():
     return GpuSpec(**fields)
 
 
+read_gpu_with(device_spec)  # where no GPU was set in this process, the choices are made for this one
+
+
+def select_gpu(name: str | None = None, arch: str | None = None) -> GpuSpec:
+    """Plan and build for the GPU ``name`` (a profile of schedules.gpus: ``A100``, ``RTX 4090``...)
+    or, without a name, for ``arch``'s profile (``sm_86``: an RTX 3090), in this process and the
+    worker processes it starts (``$SCHEDLAB_GPU``). Raises ScheduleParamError, in one line, for an
+    unknown name, or an arch that is not the named GPU's."""
+    spec = profile(name or arch)
+    if name and arch and base_arch(arch) != spec.arch:
+        raise ScheduleParamError(f"--arch {arch} is not the architecture of --gpu {name} ({spec.arch})")
+    os.environ[GPU_ENV] = name or arch
+    return use_gpu(spec)
+
+
+def check_runs_here(spec: GpuSpec):
+    """Raise ScheduleParamError, in one line, where this machine's GPU cannot run kernels built for
+    ``spec`` (a cubin runs only on its own architecture's GPUs): a run that times them."""
+    here = present_arch()
+    if here and base_arch(here) != spec.arch:
+        raise ScheduleParamError(f"kernels built for {spec.name} ({spec.arch}) cannot run on this machine's GPU "
+                                 f"({tvm.cuda(0).device_name}, {here}): leave out --gpu/$SCHEDLAB_GPU to time "
+                                 f"this GPU's, or build for {spec.arch} on a machine without one")
+
+
 def parse_params(items) -> dict:
     """``--param NAME=VALUE`` overrides of a schedule's configuration: whole numbers, true/false, or
     words (``intrinsics=mma``). Raises ValueError on a malformed item."""
@@ -254,19 +286,27 @@ def parse_params(items) -> dict:
     return out
 
 
-def resolve_named(schedule: str, workload, params: dict | None = None):
+def resolve_named(schedule: str, workload, params: dict | None = None, arch: str | None = None):
     """(spec, workload, config, resolved) of a registered schedule by name on ``workload`` (a
     workload string or object), its configuration overridden by ``params``, resolved (a ``best_*``
-    step's choice made once) and checked."""
+    step's choice made once) and checked, for the current GPU, or for ``arch``'s GPU (its profile)
+    where ``arch`` is not the current GPU's architecture."""
     spec = get(schedule)
     wl = parse_workload(workload) if isinstance(workload, str) else workload
     cfg = spec.config(**(params or {}))
-    resolved = spec.resolve(wl, cfg)
-    spec.validate(wl, cfg, resolved=resolved)
+    current = current_gpu()
+    if arch and base_arch(arch) != current.arch:
+        use_gpu(profile(arch))
+    try:
+        resolved = spec.resolve(wl, cfg)
+        spec.validate(wl, cfg, resolved=resolved)
+    finally:
+        use_gpu(current)
     return spec, wl, cfg, resolved
 
 
 def build_named(schedule: str, workload, params: dict | None = None, arch: str | None = None):
-    """(spec, workload, config, Built) of a registered schedule by name (:func:`resolve_named`)."""
-    spec, wl, cfg, resolved = resolve_named(schedule, workload, params)
+    """(spec, workload, config, Built) of a registered schedule by name (:func:`resolve_named`),
+    built for ``arch`` (default: the current GPU's)."""
+    spec, wl, cfg, resolved = resolve_named(schedule, workload, params, arch)
     return spec, wl, cfg, build_resolved(resolved, wl, cuda_target(arch))

@@ -131,6 +131,8 @@ def build_kernel(job: dict):
         if resolved.chosen is not None:  # a best_* step: what it chose for the shape, the step and its configuration
             row.update(chosen=resolved.chosen, chosen_step=resolved.step.name,
                        chosen_params=_asdict(resolved.step_config))
+            if resolved.calibrated_on:  # the model that chose was calibrated on another GPU: which
+                row["calibrated_on"] = resolved.calibrated_on
         built = B.build_resolved(resolved, wl, target)
     row.update(kernel_fields(built))
     return row, built

@@ -232,7 +232,7 @@ def compile_kernel(schedule: str, workload, params: dict | None = None, arch: st
     overridden by ``params``, for ``arch`` (default: the GPU's, else sm_90), and return the Kernel."""
     if not isinstance(schedule, str):
         raise TypeError(f"schedule must be a step's name (a str), got {type(schedule).__name__}")
-    _, wl, _, resolved = B.resolve_named(schedule, workload, params)
+    _, wl, _, resolved = B.resolve_named(schedule, workload, params, arch)  # the choices for arch's GPU
     target = B.cuda_target(arch)
     return Kernel(resolved, wl, B.build_resolved(resolved, wl, target), str(target.arch))
 

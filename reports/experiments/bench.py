@@ -12,7 +12,7 @@ from schedules import ScheduleParamError, get, parse_workload
 
 from ..engine import results as R
 from ..engine.baselines import gpu_baselines
-from ..engine.build import cuda_available, device_arch, device_spec
+from ..engine.build import check_runs_here, cuda_available, device_arch, device_spec
 from ..engine.files import ensure_out_dir
 from ..engine.harness import EPILOGUE_BASELINES, LIBRARY, run_jobs
 from ..engine.progress import Progress
@@ -52,6 +52,8 @@ def run_bench(jobs: list[dict], out_dir: str, kind: str, *, workers: int | None 
     ensure_out_dir(out_dir)
     gpu = cuda_available()
     spec = device_spec()
+    if gpu:
+        check_runs_here(spec)  # a GPU named by $SCHEDLAB_GPU that is not this one: nothing to time
     jobs = [dict(j, gpu=spec.__dict__, budget_s=j.get("budget_s", budget_s)) for j in jobs]
     if gpu and ceilings:
         jobs.insert(0, {"workload": jobs[0]["workload"], "name": "ceilings"})

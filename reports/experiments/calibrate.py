@@ -370,6 +370,8 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     named = "; ".join(f"{p.get('date')} on {p.get('gpu')}, commit {p.get('commit')}" for p in sweeps)
     cal["source"] = (f"fitted by schedlab calibrate to {'the sweep' if len(sweeps) == 1 else f'{len(sweeps)} sweeps'} "
                      f"({named}; {len(pts)} measured kernels)")
+    # the GPU the constants describe: the dispatcher says so where it chooses for another one
+    cal["calibrated_on"] = {"gpu": sweeps[-1].get("gpu") or gpu.name, "arch": gpu.arch, "sms": gpu.sms}
     report = {"points": len(pts), "fitted_efficiencies": counts,
               "median_abs_log_error": {"before": float(np.median(before)), "after": float(np.median(after))},
               "p90_abs_log_error": {"before": float(np.percentile(before, 90)), "after": float(np.percentile(after, 90))},

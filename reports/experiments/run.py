@@ -21,11 +21,12 @@ import psutil
 import tvm
 
 from schedules import ScheduleParamError, all_schedules, get, parse_workload
+from schedules.common import current_gpu, limits_of, use_gpu
 from schedules.workloads import itemsize
 
 from ..engine import results as R
 from ..engine.baselines import gpu_baselines
-from ..engine.build import cuda_available, device_arch, device_spec
+from ..engine.build import check_runs_here, cuda_available, device_arch, device_spec
 from ..engine.files import PARTIAL, ensure_out_dir, fresh_dir, replace_run_files
 from ..engine.harness import BASELINES, CPU_BASELINES, GPU_BASELINES, LIBRARY, run_jobs
 from ..engine.progress import Progress
@@ -38,12 +39,15 @@ DEFAULT_WORKLOADS = ("gemm:1024x512x2048", "gemv:16384x16", "gemv:16384x32", "ge
 LEFT_OUT_TAGS = ("tuned", "tf32")  # run by name only: a tuning record / another precision than the fp32 rows
 
 
-def plan(workloads, schedule_names=None, baseline_names=None, params=None, gpu=True):
+def plan(workloads, schedule_names=None, baseline_names=None, params=None, gpu=True, target=None):
     """``(jobs, left_out)``: for each workload its steps (every step of its kind that takes its input
-    type, unless names are given) and baselines; ``left_out[workload]`` names the steps of its kind
-    left out because they do not take its input type."""
+    type and builds for the GPU ``target``, unless names are given) and baselines;
+    ``left_out[workload]`` names the steps of its kind left out because they do not take its input
+    type (those that do not build for the GPU: :func:`not_built`). A named step that does not take
+    the workload or build for the GPU is refused in one line. ``target``: default the current GPU."""
 
     jobs, left_out = [], {}
+    refusals = not_built(target)
     for text in workloads:
         wl = parse_workload(text)
         if schedule_names:
@@ -52,11 +56,13 @@ def plan(workloads, schedule_names=None, baseline_names=None, params=None, gpu=T
                 if not spec.accepts_dtype(wl):
                     raise ScheduleParamError(f"{spec.name} takes {', '.join(spec.input_dtypes)} inputs, not "
                                              f"{wl.dtype} ({wl})")
-                refusal = spec.layout_refusal(wl)
+                cfg = spec.config(**(params or {}).get(spec.name, {}))
+                refusal = spec.layout_refusal(wl) or spec.arch_refusal(cfg, _limits(target))
                 if refusal:
                     raise ScheduleParamError(refusal)
         else:
-            kind = [s for s in all_schedules(wl.kind) if not set(LEFT_OUT_TAGS) & set(s.tags)]
+            kind = [s for s in all_schedules(wl.kind) if not set(LEFT_OUT_TAGS) & set(s.tags)
+                    and s.name not in refusals]  # what builds for the GPU
             specs = [s for s in kind if s.accepts(wl)]  # its input type, its layout, its batch
             left_out[str(wl)] = [s.name for s in kind if not s.accepts(wl)]
         for spec in specs:
@@ -69,6 +75,19 @@ def plan(workloads, schedule_names=None, baseline_names=None, params=None, gpu=T
                 continue  # no GPU: no cuBLAS row rather than an invented one
             jobs.append({"workload": str(wl), "name": name})
     return jobs, left_out
+
+
+def _limits(target):
+    return limits_of(target or current_gpu())
+
+
+def not_built(target=None) -> dict:
+    """``{step: why}``: the steps (at their defaults) that do not build for the GPU ``target``
+    (default: the current GPU), each with what it needs (``needs sm_90a (wgmma), not sm_80``);
+    ``schedlab run`` leaves them out."""
+    arch = _limits(target).arch
+    refusals = {s.name: s.config().arch_refusal(arch) for s in all_schedules()}
+    return {name: why for name, why in refusals.items() if why}
 
 
 def default_baselines(wl, specs):
@@ -141,18 +160,20 @@ def run(workloads=DEFAULT_WORKLOADS, schedules=None, baselines=None, out_dir="ou
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ScheduleParamError(f"--workers must be a whole number of processes, at least 1, got {workers!r}")
     gpu = cuda_available() if gpu is None else gpu
-    jobs, left_out = plan(workloads, schedules, baselines, params, gpu)
+    spec = use_gpu(device_spec())  # the GPU the run plans and builds for (a named profile, or this machine's)
+    if gpu:
+        check_runs_here(spec)
+    jobs, left_out = plan(workloads, schedules, baselines, params, gpu, spec)
     check_fits(workloads, gpu, host_copies=any(j["name"] in CPU_BASELINES for j in jobs))
     ensure_out_dir(out_dir)  # after every refusal: a refused run leaves no folder behind
     given, out_dir = out_dir, os.path.abspath(out_dir)  # the workers run in the lab's folder, not the caller's
     partial = fresh_dir(os.path.join(out_dir, PARTIAL))  # this run's files until it is complete
-    spec = device_spec()
     for job in jobs:
         job["gpu"] = spec.__dict__
     if gpu:
         jobs.insert(0, {"workload": jobs[0]["workload"] if jobs else workloads[0], "name": "ceilings"})
     meta = {"provenance": provenance(), "arch": device_arch(), "gpu": gpu, "ceilings": {}, "complete": False,
-            "left_out": left_out, "kind": "run", "gpu_spec": spec.__dict__}
+            "left_out": left_out, "not_built": not_built(spec), "kind": "run", "gpu_spec": spec.__dict__}
     rows: list[dict] = []
     builds = Progress(sum(j["name"] not in LIBRARY for j in jobs), "build") if progress else None
     measures = None

@@ -21,7 +21,7 @@ from ..engine.files import OutputError, atomic_write, ensure_out_dir
 from ..engine.harness import build_kernel
 from ..engine.provenance import provenance, slug
 from .html import render_page, write_page
-from .tables import knobs, ordered, params_text, time_cell
+from .tables import knobs, not_built_line, ordered, params_text, time_cell
 from .tuning_report import harness_bests, load_runs, summarize, write_report
 
 PUBLISHED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")  # reports/results
@@ -49,9 +49,10 @@ def _stages_from_files(files, folder: str) -> dict:
 
 
 def _rebuild(row) -> dict:
-    """The IR of a row's schedule, built again here (same configuration, the run's architecture)."""
+    """The IR of a row's schedule, built again here (same configuration, the run's architecture and
+    GPU: a best_* step chooses as it chose in the run)."""
     job = {"workload": row["workload"], "name": row["name"], "params": row.get("params") or {},
-           "arch": row.get("_arch")}
+           "arch": row.get("_arch"), "gpu": row.get("_gpu")}
     params = job["params"]
     if isinstance(params, dict):  # the full configuration was saved: pass only what differs from the defaults
         defaults = get(row["name"]).config().__dict__
@@ -84,6 +85,8 @@ def run_page(df: pd.DataFrame, out_dir: str, rebuild: bool = True) -> dict:
         notes.append("Partial: the run was cut short; the rows are those it finished.")
     if not meta.get("gpu", True):
         notes.append("No GPU here: every schedule was built and compiled; nothing was timed.")
+    if meta.get("not_built"):
+        notes.append(not_built_line(meta))
     tables, schedules = [], []
     for wl_text, group in df.groupby("workload", sort=False):
         rate = "TFLOP/s" if wl_text.startswith("gemm") else "GB/s"
@@ -105,7 +108,7 @@ def run_page(df: pd.DataFrame, out_dir: str, rebuild: bool = True) -> dict:
             stages = _stages_from_files(r.get("files"), out_dir)
             if not stages and rebuild and r.get("status") in ("ok", "no-gpu", "wrong"):
                 try:
-                    stages = _rebuild({**r.to_dict(), "_arch": meta.get("arch")})
+                    stages = _rebuild({**r.to_dict(), "_arch": meta.get("arch"), "_gpu": meta.get("gpu_spec")})
                 except (ScheduleParamError, Exception):  # noqa: BLE001 - the page says it has no IR
                     stages = {}
             keys.append(key if stages else None)

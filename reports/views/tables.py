@@ -63,6 +63,18 @@ def knobs(k) -> str:
     return ", ".join(f"{a}={b}" for a, b in (k or {}).items())
 
 
+def not_built_line(meta: dict) -> str:
+    """The steps a run left out because they do not build for its GPU (``not_built``), with what
+    each needs."""
+    arch = (meta.get("gpu_spec") or {}).get("arch") or meta.get("arch")
+    needs: dict = {}
+    for name, why in meta["not_built"].items():  # "needs sm_90a (wgmma), not sm_80"
+        needs.setdefault(why.split(", not ")[0].removeprefix("needs "), []).append(name)
+    return (f"Left out (they do not build for {arch}): "
+            + "; ".join(f"{', '.join(names)} need{'s' if len(names) == 1 else ''} {need}"
+                        for need, names in needs.items()) + ".")
+
+
 def markdown(df: pd.DataFrame) -> str:
     """The run's ``table.md``: provenance, the measured ceilings, one table per workload, the steps
     left out and the errors."""
@@ -77,6 +89,8 @@ def markdown(df: pd.DataFrame) -> str:
     timers = df.loc[df.get("device", pd.Series(dtype=object)) == "gpu", "timer"].dropna() if "timer" in df else []
     if len(timers):
         lines += [f"GPU timer: {timers.iloc[0]}; median of the runs.", ""]
+    if meta.get("not_built"):
+        lines += [not_built_line(meta), ""]
     for wl_text, group in df.groupby("workload", sort=False):
         rate = "TFLOP/s" if wl_text.startswith("gemm") else "GB/s"
         table = []
