@@ -247,8 +247,9 @@ def decode_candidates(wl, limits=None):
     """A decode-sized product (a few rows against a large weight, layout nt, 16-bit inputs,
     :func:`schedules.gemm_decode.decode_form`): decode_gemm, its parameters as its plan resolves
     them on this GPU (so that the choice names them). A matrix-vector product (one row or column)
-    stays with the GEMV family."""
-    if wl.dtype not in DecodeConfig.dtypes or decode_form(wl) is None or vector_form(wl) is not None:
+    stays with the GEMV family, unless it has an epilogue (which the GEMV kernels do not take)."""
+    vector = vector_form(wl) is not None and not getattr(wl, "has_epilogue", False)
+    if wl.dtype not in DecodeConfig.dtypes or decode_form(wl) is None or vector:
         return []
     p = DecodeConfig().plan(wl, current_gpu())
     cfg = DecodeConfig(warp_rows=16 * p.m_tiles, row_warps=p.row_warps, k_warps=p.k_warps, unroll=p.unroll,
@@ -258,13 +259,15 @@ def decode_candidates(wl, limits=None):
 
 
 def _decode_us(wl, cand: Candidate, gpu: GpuSpec, cal: dict) -> tuple[float, dict]:
-    """decode_gemm: launch + every byte once (the weight, X, C) at its share of the bandwidth
+    """decode_gemm: launch + every byte once (the weight, X, the output, the epilogue's bias and R)
+    at its share of the bandwidth
     (``DECODE_EFFICIENCY``, or the calibration's for its key) + split-K's sum; X is read from L2
     once per block of rows, at ``l2_factor`` times the bandwidth."""
     p = cand.config.plan(wl, gpu)
     eff = cal["efficiency"].get(cand.key) or DECODE_EFFICIENCY[min(k for k in DECODE_EFFICIENCY if k >= p.token_tiles)]
     item, bw = itemsize(wl.dtype), gpu.memory_gbps * 1e3
-    weight, x, out = item * p.rows * wl.K, item * p.tokens * wl.K, 4 * wl.M * wl.N
+    weight, x = item * p.rows * wl.K, item * p.tokens * wl.K
+    out = _out_bytes(wl) * wl.M * wl.N + _epilogue_bytes(wl)  # the output, the bias and R read once
     dram = (weight + x + out) / (bw * eff)
     l2 = x * p.row_blocks / (bw * cal["l2_factor"])
     reduce = _reduce_us(wl, p.splits, gpu, cal)
@@ -328,7 +331,8 @@ def fp16_candidates(wl, limits=None):
         out.append(Candidate("wgmma_gemm", cfg, "cp", f"cp {bm}x{bn}"))
     out = [c for c in out if _valid(c.step, wl, c.config, limits)]
     if getattr(wl, "has_epilogue", False):  # an epilogue: also the TVM-scheduled tensor-core and SIMT kernels
-        return out + wmma_candidates(wl, limits, WMMA_TILES[:1]) + simt_candidates(wl, limits=limits) + gemv_candidates(wl)
+        return (out + wmma_candidates(wl, limits, WMMA_TILES[:1]) + simt_candidates(wl, limits=limits)
+                + gemv_candidates(wl) + decode_candidates(wl, limits))
     # a few output rows or columns: the skinny SIMT tiles (16-bit inputs widened to fp32)
     skinny = simt_candidates(wl, general=False, limits=limits) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
     return out + skinny + gemv_candidates(wl) + decode_candidates(wl, limits)

@@ -1,6 +1,6 @@
 """gemm 24: decode-sized products at the memory-bandwidth limit (decode_gemm).
 
-    C (M×N, fp32) = A·Bᵀ, A M×K and B N×K (layout nt: PyTorch's Linear, Y = X·Wᵀ), with
+    C (M×N) = A·Bᵀ, A M×K and B N×K (layout nt: PyTorch's Linear, Y = X·Wᵀ), with
     M ≤ 64 (a few rows of activations against a large weight), or N ≤ 64 (the mirror: the
     weight is A, the few columns B)
 
@@ -32,7 +32,8 @@ need 48-77 TFLOP/s of fp32 FMAs, about all an H100 or H200 has):
   block step (their sums added through shared memory at the end); ``split_k`` blocks take K
   slices, writing fp32 partials P[s, M, N] that a second kernel sums (tma_common's split-K sum);
 * the write-back is one place (:func:`make_store`): each output leaves once, straight to C (or
-  P), masked past the edges; an epilogue or another output type would be applied there.
+  P), masked past the edges, with the workload's epilogue (bias, activation, residual, scaling,
+  a 16-bit output) applied there, or by the split-K sum where K is split over blocks.
 
 Written as a TIR kernel (TVMScript: ``T.ptx`` cp.async, ``T.ptx_legacy.mma``), as the Hopper steps
 are, because TVM 0.27's schedules cannot express it: its tensor-core tensorization reaches mma
@@ -52,6 +53,7 @@ from .common import ceil_div, current_gpu
 from .errors import ScheduleParamError
 from .registry import Launch, register
 from .step_config import StepConfig
+from .tir_epilogue import epilogue_value, split_sum_epilogue, workload_params
 from .tma_common import split_sum_kernel
 from .workloads import Gemm
 
@@ -191,6 +193,7 @@ class DecodeConfig(StepConfig):
 
     dtypes = ("float16", "bfloat16")
     layouts = ("nt",)   # both operands K-contiguous: 16-byte pieces along K for the weight and X
+    epilogues = True    # computed where each output is stored (make_store), or by split-K's sum
     min_arch = "sm_80"  # cp.async and mma.sync m16n8k16 (fp16 and bf16)
     arch_features = "cp.async, mma.sync"
     zero_means_auto = ("warp_rows", "row_warps", "k_warps", "unroll", "stages", "split_k", "block_warps",
@@ -212,9 +215,6 @@ class DecodeConfig(StepConfig):
         return {"tirx.disable_storage_rewrite": True}
 
     def check(self, wl):
-        if getattr(wl, "has_epilogue", False):
-            raise ScheduleParamError(f"decode_gemm writes the float32 product only: it does not take an epilogue "
-                                     f"or a {getattr(wl, 'out_dtype', 'float32')} output ({wl})")
         if wl.dtype not in self.dtypes:
             raise ScheduleParamError(f"decode_gemm takes float16 or bfloat16 inputs, not {wl.dtype}")
         if decode_form(wl) is None:
@@ -260,13 +260,16 @@ class DecodeConfig(StepConfig):
                       shared_from="stages × (the warps' weight pieces + X's rows) + the K warps' sum")
 
 
-def make_store(form: str, tokens: int, rows: int):
+def make_store(wl: Gemm, form: str, tokens: int, rows: int):
     """A macro: the single write of one output, C[t, r] (rows form) or C[r, t] (columns form),
     masked past the edges; ``C`` is the output, or with split-K the partials and ``part`` the
-    block's slice. An epilogue or an output cast would go here."""
+    block's slice. Into the output, the workload's epilogue is applied there (bias, activation,
+    residual, scaling, the rounding to its output type: :func:`schedules.tir_epilogue.epilogue_value`;
+    ``bias``, ``R``: its buffers)."""
+    EPI = wl.has_epilogue
 
     @T.macro
-    def store(C, value, t, r, part, split):
+    def store(C, value, t, r, part, split, bias, R):
         if T.And(t < tokens, r < rows):
             if split:
                 if form == "rows":
@@ -274,7 +277,12 @@ def make_store(form: str, tokens: int, rows: int):
                 else:
                     C[part, r, t] = value
             elif form == "rows":
-                C[t, r] = value
+                if EPI:
+                    C[t, r] = epilogue_value(wl, value, bias, R, t, r)
+                else:
+                    C[t, r] = value
+            elif EPI:
+                C[r, t] = epilogue_value(wl, value, bias, R, r, t)
             else:
                 C[r, t] = value
 
@@ -282,7 +290,8 @@ def make_store(form: str, tokens: int, rows: int):
 
 
 def decode_kernel(wl: Gemm, p: DecodePlan):
-    """The TIR PrimFunc ``main(A, B, C)`` of plan ``p`` for ``wl`` (see the module's docstring)."""
+    """The TIR PrimFunc of plan ``p`` for ``wl`` (see the module's docstring): ``main(A, B, C)``, or
+    with an epilogue or another output type ``main(A, B, [bias], [R], D)``."""
     DT, K = wl.dtype, wl.K
     PT = PTX_TYPE[DT]
     FORM, TOK, ROWS = p.form, p.tokens, p.rows
@@ -305,8 +314,12 @@ def decode_kernel(wl: Gemm, p: DecodePlan):
     RED = max(1, p.shared_floats)
     ROUNDS = (WK - 1).bit_length()  # k_warps is a power of two: log2 of it
     HALF = WK // 2 * WR             # warps that park their sums in the first round
-    sum_kernel = split_sum_kernel(wl.M, wl.N, SPLIT)[0] if SPLIT > 1 else None
-    store = make_store(FORM, TOK, ROWS)
+    EPI = wl.has_epilogue
+    if SPLIT > 1:
+        sum_kernel = split_sum_epilogue(wl, SPLIT)[0] if EPI else split_sum_kernel(wl.M, wl.N, SPLIT)[0]
+    store = make_store(wl, FORM, TOK, ROWS)
+    OUT = wl.out_dtype
+    BIAS_SHAPE = (wl.N,)
 
     def copy(dst, src, ok):
         """One 16-byte cp.async, zero-filled where ``ok`` is false (past K, past the few rows)."""
@@ -363,7 +376,8 @@ def decode_kernel(wl: Gemm, p: DecodePlan):
     W_ARG = "B" if FORM == "rows" else "A"
 
     @T.prim_func
-    def main(A: T.Buffer(wl.a_shape, DT), B: T.Buffer(wl.b_shape, DT), C: T.Buffer(wl.c_shape, "float32")):
+    def main(A: T.Buffer(wl.a_shape, DT), B: T.Buffer(wl.b_shape, DT), bias: T.Buffer(BIAS_SHAPE, OUT),
+             R: T.Buffer(wl.c_shape, OUT), C: T.Buffer(wl.c_shape, OUT)):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
         if SPLIT > 1:
             # the partial products: a global buffer of the host part (the device's workspace pool)
@@ -416,14 +430,17 @@ def decode_kernel(wl: Gemm, p: DecodePlan):
                             for e in T.unroll(2):
                                 if SPLIT > 1:
                                     store(P, acc[(i * NT + j) * 4 + 2 * h + e], 8 * j + lane % 4 * 2 + e,
-                                          row0 + 16 * i + 8 * h + lane // 4, part, True)
+                                          row0 + 16 * i + 8 * h + lane // 4, part, True, bias, R)
                                 else:
                                     store(C, acc[(i * NT + j) * 4 + 2 * h + e], 8 * j + lane % 4 * 2 + e,
-                                          row0 + 16 * i + 8 * h + lane // 4, part, False)
+                                          row0 + 16 * i + 8 * h + lane // 4, part, False, bias, R)
         if SPLIT > 1:
-            sum_kernel(P, C)
+            if EPI:
+                sum_kernel(P, C, bias, R)
+            else:
+                sum_kernel(P, C)
 
-    return main
+    return workload_params(main, wl)
 
 
 @register("decode_gemm", "gemm", DecodeConfig, aliases=("decode", "gemm_decode"), tags=("float16",))
