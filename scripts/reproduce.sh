@@ -10,10 +10,11 @@
 #   bench-gemm   the lab's choices and the tensor-core ladder vs cuBLAS       -> reports/results/<gpu>/bench_gemm
 #   random       60 random shapes, seed 1, fp32/tf32/fp16 vs cuBLAS          -> reports/results/<gpu>/bench_random
 #   bench-gemv   the GEMV steps vs cuBLAS and the copy bandwidth              -> reports/results/<gpu>/bench_gemv
+#   llm          language models' linear layers (bf16, epilogues) vs cuBLAS(Lt) -> reports/results/<gpu>/bench_llm
 #   calibration  the dispatcher's calibration sweep, then the fit             -> reports/results/<gpu>/calibration
 #   tune         MetaSchedule tuning from the dispatcher's choice             -> reports/results/<gpu>/tuning
 set -euo pipefail
-PHASE=${1:?"usage: scripts/reproduce.sh PHASE --out DIR (PHASE: tests run bench-gemm random bench-gemv calibration tune)"}
+PHASE=${1:?"usage: scripts/reproduce.sh PHASE --out DIR (PHASE: tests run bench-gemm random bench-gemv llm calibration tune)"}
 shift
 OUT=out/$PHASE
 if [ "${1:-}" = "--out" ]; then OUT=${2:?--out needs a directory}; shift 2; fi
@@ -26,6 +27,7 @@ case $PHASE in
   bench-gemm)  $S bench-gemm --steps --out "$OUT" ;;
   random)      $S bench-gemm --random 60 --seed 1 --out "$OUT" ;;
   bench-gemv)  $S bench-gemv --extra --out "$OUT" ;;
+  llm)         $S bench-gemm --llm --out "$OUT" ;;
   calibration) $S sweep --set calibration --out "$OUT" && $S calibrate "$OUT" --write "$OUT/calibration.json" --report "$OUT/fit.json" ;;
   tune)        $S tune --workload gemm:1024x512x2048 --space fast --trials 256 --db "$OUT" &&
                $S tune --workload gemm:1024x512x2048 --db "$OUT" --report-only --reselect 5 --hand ;;

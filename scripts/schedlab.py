@@ -226,6 +226,19 @@ def cmd_bench_gemm(args):
         if args.out == "out/bench_gemm":
             args.out = "out/bench_layouts"
         return bench_layouts.command(args)
+    if args.llm:
+        from reports.experiments import bench_llm  # heavy: as above
+
+        given = [o for o, v in (("--shapes", args.shapes), ("--precisions", args.precisions), ("--random", args.random),
+                                ("--layouts", args.layouts), ("--steps", args.steps)) if v]
+        if given:
+            raise CliError(f"--llm times bf16 language-model layers: it takes --models, --rows and --no-epilogue, "
+                           f"not {', '.join(given)}")
+        if args.out == "out/bench_gemm":
+            args.out = "out/bench_llm"
+        return bench_llm.command(args)
+    if args.models or args.rows or args.no_epilogue:
+        raise CliError("--models, --rows and --no-epilogue go with --llm")
     if args.random:
         from reports.experiments import bench_random  # heavy: as above
 
@@ -379,6 +392,13 @@ def make_parser():
                    help="the operand layouts nn/nt/tn/tt (4096³, 1024x512x2048; fp32, fp16) and fp16 bmm at "
                         "attention-like shapes beside cuBLAS of the same layout, instead (bench_layouts)")
     s.add_argument("--seed", type=int, default=0, help="with --random: the drawing's seed")
+    s.add_argument("--llm", action="store_true", help="language-model linear layers (bf16 in and out, weight N×K, "
+                   "1 to 4096 rows, each with its model's epilogue) beside cuBLAS, cuBLASLt's fused epilogue and eager "
+                   "PyTorch (bench_llm)")
+    s.add_argument("--models", default=None, help="with --llm: comma-separated models (default: llama-3.1-8b, "
+                   "qwen2.5-7b, phi-2; also llama-3.1-70b)")
+    s.add_argument("--rows", default=None, help="with --llm: comma-separated row counts M (default: 1,16,61,256,1000,4096)")
+    s.add_argument("--no-epilogue", action="store_true", help="with --llm: every layer as the product alone (bf16 out)")
     s.set_defaults(fn=cmd_bench_gemm)
     s = _command(sub, "bench-gemv", "Benchmark the GEMV steps beside dlight, cuBLAS and the copy bandwidth.",
                  "GEMV at the memory-bandwidth limit: the dispatcher's choice, every GEMV step (with --sweep, their "

@@ -180,3 +180,26 @@ def compare_chart(rows: pd.DataFrame, by: str, labels: tuple[str, str], path: st
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def llm_chart(df: pd.DataFrame, choice: str, path: str):
+    """``bench-gemm --llm``'s chart: the lab's choice as a % of cuBLAS (the product alone, same
+    types) against the rows M (log), one line per model's layer; None where nothing was timed."""
+    lab = df[(df["name"] == choice) & df["pct_cublas"].notna()]
+    if lab.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(6.8, 4.0))
+    for (model, layer), g in lab.groupby(["model", "layer"], sort=False):
+        g = g.sort_values("m")
+        ax.plot(g["m"], g["pct_cublas"], marker="o", ms=3, lw=1, label=f"{model} {layer}")
+    ax.axhline(100, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("rows M (tokens; log)", fontsize=8)
+    ax.set_ylabel("% of cuBLAS (same types)", fontsize=8)
+    ax.set_title(f"linear layers, bf16, the lab's choice: {caption(df.attrs)}", fontsize=7)
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
