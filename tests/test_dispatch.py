@@ -266,6 +266,31 @@ def test_the_random_drawer_is_reproducible_and_covers_odd_and_tiny_shapes():
     assert len(small) == 20 and redrawn > 0 and all(needed_bytes(*s) <= needed_bytes(2000, 2000, 2000) for s in small)
 
 
+def test_the_floor_report_names_the_worst_tenth_and_their_classes():
+    import os
+
+    from reports import load_results
+    from reports.experiments.bench_random import floor, floor_classes, markdown, shape_classes
+
+    sc = lambda text, sms=132: shape_classes(parse_workload(text), sms)  # noqa: E731
+    assert sc("gemm:4096x4096x4096") == ["regular"]
+    assert sc("gemm:1x13x60:float16") == ["degenerate", "thin", "short K", "misaligned"]
+    assert sc("gemm:1876x383x7343") == ["long K, few tiles", "misaligned"]  # 15 × 3 tiles on 132 SMs
+    assert sc("gemm:1876x384x7344", sms=40) == ["regular"]  # 45 tiles fill 40 SMs
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "reports", "results", "NVIDIA_H200", "bench_random")
+    df = load_results(folder)
+    worst = floor(df)
+    for prec, g in worst.groupby("precision"):
+        pct = [float(x) for x in g["% cuBLAS"]]
+        lab = df[(df["precision"] == prec) & df["name"].str.startswith("best_")]["pct_cublas"]
+        assert len(g) == 6 and pct == sorted(pct) and pct[0] == pytest.approx(lab.min(), abs=0.05)
+        assert max(pct) <= lab.quantile(0.11)
+    counts = floor_classes(df).set_index("precision")
+    assert counts.loc["fp16", "thin"].startswith(f"{(worst[worst.precision == 'fp16']['class'].str.contains('thin')).sum()} of")
+    assert "## The floor" in markdown(df)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16"])
 @pytest.mark.parametrize("workload", TABLE[1:] + ["gemm:2000x2000x2001", "gemm:33x5000x4000", "gemm:200x3x9000"])

@@ -21,6 +21,7 @@ import tvm
 from schedules import parse_workload
 
 from ..engine.build import cuda_available
+from ..views import charts
 from ..views import tables as T
 from .bench import run_bench, write_bench
 
@@ -95,32 +96,58 @@ def per_shape(df: pd.DataFrame) -> pd.DataFrame:
                    zip(choices["status"], choices["error"] if "error" in choices else [""] * len(choices))]})
 
 
-def chart(df: pd.DataFrame, path: str):
-    import matplotlib  # heavy: only where the chart is drawn
+# the classes of shape the lab's kernels find hard, each a test on the workload (several can hold)
+CLASSES = ("degenerate", "thin", "short K", "long K, few tiles", "misaligned")
+FLOOR_SHARE = 0.1  # the worst tenth of the shapes per precision
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def shape_classes(wl, sms: int = 132) -> list[str]:
+    """Which hard classes a GEMM belongs to: ``degenerate`` (a dimension of 4 or less), ``thin`` (an
+    output 64 rows or columns wide or less), ``short K`` (K ≤ 64: storing C is most of the work),
+    ``long K, few tiles`` (K ≥ 1024 and fewer 128 × 128 output tiles than the GPU has SMs: a wave
+    of long tiles, or split-K), ``misaligned`` (an operand's rows are not a whole number of 16
+    bytes: no 16-byte loads, no tensor map). None of them: ``regular``."""
+    out = []
+    if min(wl.M, wl.N, wl.K) <= 4:
+        out.append("degenerate")
+    if min(wl.M, wl.N) <= 64:
+        out.append("thin")
+    if wl.K <= 64:
+        out.append("short K")
+    if wl.K >= 1024 and -(-wl.M // 128) * -(-wl.N // 128) < sms:
+        out.append("long K, few tiles")
+    if any(wl.misaligned_rows()):
+        out.append("misaligned")
+    return out or ["regular"]
+
+
+def floor(df: pd.DataFrame) -> pd.DataFrame:
+    """The worst tenth of the shapes per precision (at least one), by the lab's % of cuBLAS, with
+    the classes each belongs to (:func:`shape_classes`) and the kernel chosen."""
+    sms = int((df.attrs.get("gpu_spec") or {}).get("sms") or 132)
     choices = df[df["name"].str.startswith("best_") & df["pct_cublas"].notna()]
-    if choices.empty:
-        return None
-    fig, ax = plt.subplots(figsize=(6.8, 4.2), dpi=90)
+    rows = []
     for prec, g in choices.groupby("precision", sort=False):
-        x = [parse_workload(w).flops / 2 for w in g["workload"]]
-        ax.scatter(x, g["pct_cublas"], s=18, alpha=0.8, label=prec)
-    ax.axhline(100, color="k", lw=0.8)
-    ax.axhline(90, color="gray", lw=0.8, ls="--")
-    ax.set_xscale("log")
-    ax.set_xlabel("M·N·K (log)")
-    ax.set_ylabel("% of cuBLAS of the same precision")
-    p = df.attrs.get("provenance", {})
-    ax.set_title(f"random shapes (seed {df.attrs.get('seed')}), {p.get('gpu')} · {p.get('commit')}", fontsize=8)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+        worst = g.nsmallest(max(1, math.ceil(FLOOR_SHARE * len(g))), "pct_cublas")
+        for _, r in worst.iterrows():
+            wl = parse_workload(r["workload"])
+            rows.append({"precision": prec, "shape": f"{wl.M}x{wl.N}x{wl.K}", "% cuBLAS": T.fmt(r["pct_cublas"], ".1f"),
+                         "class": ", ".join(shape_classes(wl, sms)), "choice": str(r.get("chosen") or r["name"])})
+    return pd.DataFrame(rows)
+
+
+def floor_classes(df: pd.DataFrame) -> pd.DataFrame:
+    """Per precision, how many of the worst tenth fall in each class (a shape in two classes counts
+    in both), beside how many of all the shapes do."""
+    sms = int((df.attrs.get("gpu_spec") or {}).get("sms") or 132)
+    worst = floor(df)
+    choices = df[df["name"].str.startswith("best_") & df["pct_cublas"].notna()]
+    rows = []
+    for prec, g in choices.groupby("precision", sort=False):
+        every = [c for w in g["workload"] for c in shape_classes(parse_workload(w), sms)]
+        low = [c for text in worst.loc[worst["precision"] == prec, "class"] for c in text.split(", ")]
+        rows.append({"precision": prec, **{c: f"{low.count(c)} of {every.count(c)}" for c in (*CLASSES, "regular")}})
+    return pd.DataFrame(rows)
 
 
 def markdown(df: pd.DataFrame) -> str:
@@ -131,7 +158,14 @@ def markdown(df: pd.DataFrame) -> str:
              f"with one of 4 or less; {df.attrs.get('redrawn', 0)} redrawn as too large for the GPU's memory). "
              "Every result checked against float64 first; % cuBLAS against cuBLAS of the same precision "
              "(fp32: TF32 off; tf32: cuBLAS in TF32 mode; fp16: fp16 inputs, fp32 output).", "",
-             T.markdown_table(summary(df)), "## Every shape", "", T.markdown_table(per_shape(df))]
+             T.markdown_table(summary(df)),
+             "## The floor: the worst tenth per precision", "",
+             "The classes (a shape can be in several): degenerate (a dimension ≤ 4), thin (an output ≤ 64 rows or "
+             "columns wide), short K (K ≤ 64), long K with few tiles (K ≥ 1024, fewer 128 × 128 output tiles than SMs), "
+             "misaligned (an operand's rows not a whole number of 16 bytes); none of them: regular. Per class: the "
+             "worst tenth's shapes in it, of all the shapes in it.", "",
+             T.markdown_table(floor_classes(df)), T.markdown_table(floor(df)),
+             "## Every shape", "", T.markdown_table(per_shape(df))]
     return "\n".join(lines)
 
 
@@ -149,6 +183,6 @@ def command(args, precisions) -> int:
                    timeout=args.timeout, budget_s=args.budget, progress=not args.quiet, meta=meta)
     md = markdown(df)
     write_bench(df, args.out, md)
-    chart(df, os.path.join(args.out, "random_shapes.png"))
+    charts.random_chart(df, os.path.join(args.out, "random_shapes.png"))
     print(md)
     return 0

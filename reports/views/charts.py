@@ -203,3 +203,28 @@ def llm_chart(df: pd.DataFrame, choice: str, path: str):
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+def random_chart(df: pd.DataFrame, path: str):
+    """``bench-gemm --random``'s chart: each shape's % of cuBLAS (the lab's choice, per precision)
+    against M·N·K (log); None where nothing was timed."""
+    choices = df[df["name"].str.startswith("best_") & df["pct_cublas"].notna()]
+    if choices.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(6.8, 4.2), dpi=90)
+    for prec, g in choices.groupby("precision", sort=False):
+        x = [parse_workload(w).flops / 2 for w in g["workload"]]
+        ax.scatter(x, g["pct_cublas"], s=18, alpha=0.8, label=prec)
+    ax.axhline(100, color="k", lw=0.8)
+    ax.axhline(90, color="gray", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    ax.set_xlabel("M·N·K (log)")
+    ax.set_ylabel("% of cuBLAS of the same precision")
+    p = df.attrs.get("provenance", {})
+    ax.set_title(f"random shapes (seed {df.attrs.get('seed')}), {p.get('gpu')} · {p.get('commit')}", fontsize=8)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
