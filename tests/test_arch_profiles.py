@@ -283,6 +283,7 @@ def compiled():
             for key, (source, archs) in sources.items() for arch in archs}
 
 
+@pytest.mark.slow  # every profile's plan compiled for its architecture: minutes of nvcc
 def test_the_plans_and_choices_compile_for_every_architecture_without_spills(compiled):
     archs = {key[3] for key in compiled}
     assert archs == {spec.arch for spec in PROFILES.values()}
@@ -294,6 +295,7 @@ def test_the_plans_and_choices_compile_for_every_architecture_without_spills(com
     assert not below & HOPPER_ONLY and {"tensor_core_gemm", "skinny_gemm", "gemv_dispatch"} <= below
 
 
+@pytest.mark.slow  # every profile's plan compiled for its architecture: minutes of nvcc
 def test_the_hopper_kernels_do_not_assemble_for_blackwell(compiled):
     """Why the Hopper steps say sm_90a and not "sm_90 or newer": ptxas refuses their wgmma for
     Blackwell (sm_100a has tcgen05 instead; sm_120 neither) as for Ampere."""
