@@ -214,12 +214,20 @@ class DecodeConfig(StepConfig):
         count 16-byte elements."""
         return {"tirx.disable_storage_rewrite": True}
 
+    @classmethod
+    def scope_refusal(cls, wl) -> str | None:
+        """A decode-sized product only: a few rows (or columns) against a large weight."""
+        if wl.kind == "gemm" and decode_form(wl) is None:
+            return (f"decode_gemm needs M ≤ {MAX_TOKENS} or N ≤ {MAX_TOKENS} (the few rows of a decode step), "
+                    f"layout nt and no batch: {wl}")
+        return None
+
     def check(self, wl):
         if wl.dtype not in self.dtypes:
             raise ScheduleParamError(f"decode_gemm takes float16 or bfloat16 inputs, not {wl.dtype}")
-        if decode_form(wl) is None:
-            raise ScheduleParamError(f"decode_gemm needs M ≤ {MAX_TOKENS} or N ≤ {MAX_TOKENS} (the few rows of a "
-                                     f"decode step), layout nt and no batch: {wl}")
+        refusal = self.scope_refusal(wl)
+        if refusal:
+            raise ScheduleParamError(refusal)
         if wl.K % 8:
             raise ScheduleParamError(f"decode_gemm copies 16 bytes along K: K = {wl.K} must be a multiple of 8")
         if self.k_warps & (self.k_warps - 1):

@@ -182,8 +182,10 @@ class ScheduleSpec:
 
     def accepts(self, workload) -> bool:
         """Whether the step takes the workload's input type, operand layout, batch, epilogue and
-        output type (``schedlab run`` with no schedule names leaves out steps that do not)."""
-        return self.accepts_dtype(workload) and self.layout_refusal(workload) is None
+        output type, and is made for its shape (``StepConfig.scope_refusal``): ``schedlab run`` with
+        no schedule names leaves out steps that do not."""
+        return (self.accepts_dtype(workload) and self.layout_refusal(workload) is None
+                and self.config_cls.scope_refusal(workload) is None)
 
     @property
     def epilogues(self) -> bool:

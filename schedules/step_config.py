@@ -130,6 +130,14 @@ class StepConfig:
         """Raise ScheduleParamError, naming the parameter, if the configuration cannot run ``wl``
         for a reason of its own (beyond the parameters' types, signs and the launch limits)."""
 
+    @classmethod
+    def scope_refusal(cls, wl) -> str | None:
+        """Why the step is not made for ``wl``'s shape at all, whatever its parameters (a kernel for
+        a few rows against a large weight, asked for a 4096-row product), in one line; None where it
+        is. ``schedlab run`` without names leaves such a step out, as it leaves out another input
+        type or layout; named, it is refused with this line."""
+        return None
+
     def also_takes(self, wl) -> bool:
         """Whether the step also takes a workload of another kind (a GEMV step takes a GEMM with
         one output column); False by default."""

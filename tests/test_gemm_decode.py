@@ -41,6 +41,17 @@ def test_compiles_for_sm90_without_spills_with_its_instructions(workload, split)
     assert tuple(b.launch.get(f"threadIdx.{a}", 1) for a in "xyz") == launch.block
 
 
+def test_the_default_plan_takes_it_for_decode_shapes_only():
+    from reports.experiments.run import plan
+
+    for text, planned in (("gemm:4096x4096x4096:bfloat16:nt", False), ("gemm:16x4096x4096:bfloat16:nt", True)):
+        jobs, left_out = plan([text], baseline_names=[])
+        assert ("decode_gemm" in [j["name"] for j in jobs]) == planned
+        assert ("decode_gemm" in left_out[text]) != planned
+    with pytest.raises(ScheduleParamError, match="M ≤ 64"):  # named, it is refused in one line
+        plan(["gemm:4096x4096x4096:bfloat16:nt"], ["decode_gemm"], baseline_names=[])
+
+
 def test_the_forms_and_what_is_refused():
     assert decode_form(parse_workload("gemm:16x6144x4096:bfloat16:nt")) == ("rows", 16, 6144)
     assert decode_form(parse_workload("gemm:6144x16x4096:bfloat16:nt")) == ("columns", 16, 6144)

@@ -57,6 +57,7 @@ def test_the_base_declares_each_capability_with_its_default():
     assert base.search_space == {}
     assert base.choose(None) is None and base.explain(None) is None and base.explanation(None) is None
     assert base.archs == () and base.min_arch == "" and base.arch_refusal("sm_75") is None
+    assert base.scope_refusal(None) is None
     with pytest.raises(NotImplementedError):
         base.launch(None)
     assert dataclasses.fields(base) == ()  # capabilities are not parameters

@@ -57,7 +57,8 @@ def plan(workloads, schedule_names=None, baseline_names=None, params=None, gpu=T
                     raise ScheduleParamError(f"{spec.name} takes {', '.join(spec.input_dtypes)} inputs, not "
                                              f"{wl.dtype} ({wl})")
                 cfg = spec.config(**(params or {}).get(spec.name, {}))
-                refusal = spec.layout_refusal(wl) or spec.arch_refusal(cfg, _limits(target))
+                refusal = (spec.layout_refusal(wl) or spec.config_cls.scope_refusal(wl)
+                           or spec.arch_refusal(cfg, _limits(target)))
                 if refusal:
                     raise ScheduleParamError(refusal)
         else:
