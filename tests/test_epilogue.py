@@ -224,7 +224,7 @@ def test_a_large_bf16_layer_with_bias_and_gelu_goes_to_a_hopper_kernel():
     families = {e.candidate.family for e in dispatch.rank(wl, "bf16")}
     assert {"tma", "cp"} <= families and "wmma" not in families
     plain = dispatch.rank(parse_workload("gemm:4096x28672x4096:bfloat16:nt"), "bf16")
-    assert [e.candidate for e in dispatch.rank(wl, "bf16")][:3] == [e.candidate for e in plain][:3]
+    assert {e.candidate for e in dispatch.rank(wl, "bf16")} == {e.candidate for e in plain}
 
 
 def test_the_model_counts_the_output_type_and_the_epilogue_reads():
