@@ -46,9 +46,11 @@ cores' transpose); a calibration sweep over layouts would add one.
 
 Epilogues and 16-bit outputs (``Gemm.has_epilogue``): a kernel is a candidate only where its step
 takes them (``epilogues`` on its configuration: the TVM-scheduled steps do, computing the epilogue
-in the write-back); where none of the usual tensor-core kernels does, tensor_core_gemm (fp16, WMMA)
-and the SIMT tiles (bf16 widened to fp32) are offered. The output bytes and the epilogue's reads are
-counted in the memory and store terms.
+in the write-back, and the Hopper fp16/bf16 kernels, wgmma and TMA, on their accumulators). An fp16
+or bf16 product with an epilogue is ranked among the same kernels as without it; the tf32 kernels
+take none, so a tf32 product with one goes to the SIMT tiles. The output bytes (in the output type)
+and the epilogue's reads (the bias, R) are counted in the memory and store terms, and split-K's sum
+writes the output and reads them.
 
 Degenerate shapes go to their own families: N = 1 or M = 1 is a matrix-vector product (the GEMV
 dispatcher, row form or transposed form); M or N of a few dozen get skinny block tiles (a few rows
@@ -110,9 +112,7 @@ CP_TILES = [(128, 256, 4), (128, 128, 4), (128, 64, 4), (64, 128, 4), (64, 64, 4
 TF32_TMA_TILES = [(256, 128, 4), (128, 128, 6), (64, 128, 8)]  # (block_m = the wgmma's N, block_n, stages)
 TF32_CP_TILES = [(256, 128, 4), (128, 128, 4), (128, 64, 4)]
 # WMMA tiles (warps_m, warps_n, frags_m, frags_n) of tensor_core_gemm: fp16 on the GPUs without the Hopper
-# kernels (sm_80-sm_89, Blackwell), where a warp owns frags_m × frags_n 16 × 16 accumulators; on Hopper,
-# for fp16 products with an epilogue (which the TMA and wgmma kernels do not take), the first alone:
-# tensor_core_gemm's own 128 × 128 tile, the one measured there
+# kernels (sm_80-sm_89, Blackwell), where a warp owns frags_m × frags_n 16 × 16 accumulators
 WMMA_TILES = [(2, 2, 4, 4), (2, 4, 4, 4), (2, 2, 2, 4), (2, 2, 4, 2), (2, 2, 2, 2)]
 # The WMMA kernel's share of the model's fp16 tensor-core peak (tc16_sm_tflops) at 128 × 128 once its
 # occupancy is counted: uncalibrated (no calibration sweep has timed it); tensor_core_gemm 128 × 128
@@ -300,12 +300,11 @@ def hopper_kernels(limits) -> bool:
     return WgmmaConfig().arch_refusal(limits.arch) is None
 
 
-def wmma_candidates(wl, limits=None, tiles=WMMA_TILES):
-    """tensor_core_gemm's WMMA ``tiles`` (:data:`WMMA_TILES`), fp16 inputs (TVM 0.27 has no bf16
-    tensor-core intrinsics): the tensor cores of the GPUs without the Hopper kernels, and on Hopper
-    those that take an epilogue."""
+def wmma_candidates(wl, limits=None):
+    """tensor_core_gemm's WMMA tiles (:data:`WMMA_TILES`), fp16 inputs (TVM 0.27 has no bf16
+    tensor-core intrinsics): the tensor cores of the GPUs without the Hopper kernels."""
     out = [Candidate("tensor_core_gemm", TensorCoreConfig(warps_m=wm, warps_n=wn, frags_m=fm, frags_n=fn), "wmma",
-                     f"wmma {16 * wm * fm}x{16 * wn * fn}") for wm, wn, fm, fn in tiles]
+                     f"wmma {16 * wm * fm}x{16 * wn * fn}") for wm, wn, fm, fn in WMMA_TILES]
     return [c for c in out if _valid(c.step, wl, c.config, limits)]
 
 
@@ -329,10 +328,8 @@ def fp16_candidates(wl, limits=None):
     for bm, bn, st in CP_TILES:
         cfg = WgmmaConfig(block_m=bm, block_n=bn, stages=st, mma_overlap=bn == 256)
         out.append(Candidate("wgmma_gemm", cfg, "cp", f"cp {bm}x{bn}"))
+    # every one of them takes an epilogue and a 16-bit output (computed on the accumulators)
     out = [c for c in out if _valid(c.step, wl, c.config, limits)]
-    if getattr(wl, "has_epilogue", False):  # an epilogue: also the TVM-scheduled tensor-core and SIMT kernels
-        return (out + wmma_candidates(wl, limits, WMMA_TILES[:1]) + simt_candidates(wl, limits=limits)
-                + gemv_candidates(wl) + decode_candidates(wl, limits))
     # a few output rows or columns: the skinny SIMT tiles (16-bit inputs widened to fp32)
     skinny = simt_candidates(wl, general=False, limits=limits) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
     return out + skinny + gemv_candidates(wl) + decode_candidates(wl, limits)
@@ -551,8 +548,10 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         return Estimate(cand, cal["launch_us"] + max(comp, dram, l2) + reduce, terms)
     # tensor cores. The cp.async wgmma kernels (steps 19 and 26) store C from the accumulator
     # fragments a float at a time, each store bounds-checked (the TMA kernels store pairs): their
-    # epilogue runs at a fitted share of the store rate, which a short K makes most of their time
-    scalar_store = cal.get("scalar_store_factor", 1.0) if fam in ("cp", "cp_tf32") else 1.0
+    # epilogue runs at a fitted share of the store rate, which a short K makes most of their time.
+    # With an epilogue, step 19 stores pairs too (N even), as the TMA kernels do
+    pairs = getattr(wl, "has_epilogue", False) and wl.N % 2 == 0
+    scalar_store = cal.get("scalar_store_factor", 1.0) if fam in ("cp", "cp_tf32") and not pairs else 1.0
     tf32 = fam in ("tma_tf32", "cp_tf32")
     peak = cal["tf32_sm_tflops"] if tf32 else cal["tc16_sm_tflops"]
     bk = 32 if tf32 else (cfg.block_k if fam == "wmma" else 64)

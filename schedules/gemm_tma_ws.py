@@ -33,6 +33,10 @@ Each unit stores its fp32 partial tile into a workspace P[s, M, N], a ``scope="g
 the host part, which TVM allocates on every call from the device's workspace pool
 (``TVMBackendAllocWorkspace``); a second kernel in the same PrimFunc sums the slices into C. With
 ``split_k=1`` the generated CUDA is the same as without the option.
+
+A linear layer's epilogue and a 16-bit output (``gemm:...:out=bfloat16:bias:gelu_tanh``): the
+consumers compute it on their accumulators and store D instead of C (wgmma_epilogue.py); with
+split-K the slices still store fp32 partials and the sum kernel applies the epilogue to the sum.
 """
 
 from __future__ import annotations
@@ -46,7 +50,9 @@ from .common import ceil_div
 from .registry import register
 from .tma_common import (WARPGROUP, WorkUnits, grouped_tile, pad_copy_kernel, release_slot, ring_barriers,
                          ring_producer, ring_unit_done, split_sum_kernel)
-from .tma_fp16 import Geometry, TmaConfig, encode_maps, make_epilogue, make_loader, make_mma, simple_kernel
+from .tma_fp16 import (Geometry, TmaConfig, encode_maps, make_epilogue, make_fused_epilogue, make_loader, make_mma,
+                       simple_kernel)
+from .wgmma_epilogue import kernel_entry, split_sum_epilogue
 from .workloads import Gemm
 
 
@@ -85,8 +91,10 @@ def ws_kernel(wl: Gemm, cfg):
     init_ring = ring_barriers(S, NC * CL, CL)
     produce = ring_producer(units, S, cfg.producer_regs, load)
     unit_done = ring_unit_done(units, S, CL, g.ACC)
+    FUSED = wl.has_epilogue  # the epilogue on the accumulators (with split-K: in the sum kernel)
+    fused = make_fused_epilogue(g, wl) if FUSED and SPLIT == 1 else None
     if SPLIT > 1:
-        split_sum, _ = split_sum_kernel(M, N, SPLIT)
+        split_sum, _ = split_sum_epilogue(wl, SPLIT) if FUSED else split_sum_kernel(M, N, SPLIT)
     # rows a tensor map cannot describe (pad_operands): copied first into 16-byte-pitched buffers
     # (every row of every product of a bmm; the rows of the operand as stored)
     (a_rows, a_cols), (b_rows, b_cols) = wl.a_shape[-2:], wl.b_shape[-2:]
@@ -95,9 +103,8 @@ def ws_kernel(wl: Gemm, cfg):
     pad_b, BP = pad_copy_kernel(wl.batches * b_rows, b_cols, g.item, DT) if PAD_B else (None, b_cols)
     batch_dims = wl.a_shape[:-2]
 
-    @T.prim_func
-    def main(A: T.Buffer(wl.a_shape, DT), B: T.Buffer(wl.b_shape, DT), C: T.Buffer(wl.c_shape, "float32")):
-        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+    @T.macro
+    def body(A, B, bias, R, C):
         if PAD_A:  # workspaces from the device's pool, like split-K's partials below
             A_pad = T.alloc_buffer(batch_dims + (a_rows, AP), DT, scope="global")
             pad_a(A, A_pad)
@@ -167,8 +174,12 @@ def ws_kernel(wl: Gemm, cfg):
                     tile_m: T.let[T.int32] = tm_
                     tile_n: T.let[T.int32] = tn_
                     # the producer is already filling the ring with the next unit's K tiles
-                    if SPLIT > 1:
+                    if SPLIT > 1:  # fp32 partials: the sum kernel below applies the epilogue
                         epilogue(P, acc, tile_m, tile_n, w * ROW0, lane, part)
+                    elif FUSED and BATCH > 0:
+                        fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, part)
+                    elif FUSED:
+                        fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, 0)
                     elif BATCH > 0:
                         epilogue(C, acc, tile_m, tile_n, w * ROW0, lane, part)
                     else:
@@ -177,9 +188,12 @@ def ws_kernel(wl: Gemm, cfg):
                 # no block leaves while a peer may still multicast into it or arrive on its barriers
                 T.cuda.cluster_sync()
         if SPLIT > 1:
-            split_sum(P, C)
+            if FUSED:
+                split_sum(P, bias, R, C)
+            else:
+                split_sum(P, C)
 
-    return main
+    return kernel_entry(wl, body)
 
 
 def fp16_tma_schedule(wl: Gemm, cfg):

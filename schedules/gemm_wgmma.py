@@ -19,7 +19,9 @@ shared tile keeps its operand's stored major order and wgmma reads it through it
 N×K, kept k-major like A), so every copy stays a whole 16-byte chunk. tf32 wgmma has no transpose:
 an operand stored m- or n-major is transposed on its way in, one 4-byte element per copy
 (:func:`operand_kinds`). A batch of products (``bmm:...``) is folded into blockIdx.x, batch
-outermost, each block reading its product's slices of the 3-D operands.
+outermost, each block reading its product's slices of the 3-D operands. A linear layer's epilogue
+and a 16-bit output (16-bit inputs) are computed on the accumulators before the one store of D
+(wgmma_epilogue.py): pairs of outputs stored as one vector.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from .common import ceil_div
 from .errors import ScheduleParamError
 from .registry import Launch, register
 from .step_config import StepConfig
+from .wgmma_epilogue import kernel_entry, make_fused_store
 from .workloads import LAYOUTS, Gemm
 
 ROW_BYTES = 128  # one K tile row: exactly the 128-byte swizzle atom (64 fp16 or 32 tf32)
@@ -59,6 +62,7 @@ class WgmmaConfig(StepConfig):
     mma_overlap: bool = True  # leave one tile's wgmmas running while the next tile's are issued
     copy_bytes: int = 0
     dtypes = ("float16", "bfloat16")  # 16-bit inputs of one size: the tiles' layout is the same for both
+    epilogues = True  # computed on the accumulators, D stored once in its type (wgmma_epilogue.py)
     layouts = LAYOUTS  # 16-bit: wgmma's transpose bits; tf32: an operand stored m/n-major is transposed on its way in
     batched = True     # a bmm: the batch folded into blockIdx.x (batch outermost), base offsets per product
     step_name = "wgmma_gemm"
@@ -316,9 +320,12 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
             else:
                 copy_b(B, smem, base + slot * STAGE, tid, c, tile_n, kt, bz)
 
-    @T.prim_func
-    def main(A: T.Buffer(wl.a_shape, DT), B: T.Buffer(wl.b_shape, DT), C: T.Buffer(wl.c_shape, "float32")):
-        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+    # with an epilogue or another output type: computed on the accumulators, D stored in its type
+    FUSED = wl.has_epilogue
+    fused = make_fused_store(wl, BM, BN, 1, M % BM != 0, N % BN != 0) if FUSED else None
+
+    @T.macro
+    def body(A, B, bias, R, C):
         bid = T.launch_thread("blockIdx.x", TILES * wl.batches)
         tid = T.launch_thread("threadIdx.x", THREADS)
         smem = T.alloc_buffer((S * STAGE + 1024 // cfg.itemsize,), DT, scope="shared.dyn")
@@ -372,17 +379,20 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
             T.ptx.wgmma.wait_group.sync.aligned(LAG)
         if LAG > 0:
             T.ptx.wgmma.wait_group.sync.aligned(0)
-        # the accumulators straight to C (the wgmma accumulator layout: out_row, out_col)
-        for j in T.unroll(BN // 8):
-            for h in T.unroll(2):
-                for e in T.unroll(2):
-                    if T.And(out_row(tile_m, tid, h) < M, out_col(tile_n, tid, j, e) < N):
-                        if BATCHED:
-                            C[bz, out_row(tile_m, tid, h), out_col(tile_n, tid, j, e)] = acc[j * 4 + h * 2 + e]
-                        else:
-                            C[out_row(tile_m, tid, h), out_col(tile_n, tid, j, e)] = acc[j * 4 + h * 2 + e]
+        if FUSED:  # the epilogue on the accumulators, pairs of outputs stored as one vector
+            fused(C, bias, R, acc, tile_m, tile_n, wg * 64, tid % WARPGROUP, bz)
+        else:
+            # the accumulators straight to C (the wgmma accumulator layout: out_row, out_col)
+            for j in T.unroll(BN // 8):
+                for h in T.unroll(2):
+                    for e in T.unroll(2):
+                        if T.And(out_row(tile_m, tid, h) < M, out_col(tile_n, tid, j, e) < N):
+                            if BATCHED:
+                                C[bz, out_row(tile_m, tid, h), out_col(tile_n, tid, j, e)] = acc[j * 4 + h * 2 + e]
+                            else:
+                                C[out_row(tile_m, tid, h), out_col(tile_n, tid, j, e)] = acc[j * 4 + h * 2 + e]
 
-    return main
+    return kernel_entry(wl, body)
 
 
 @register("wgmma_gemm", "gemm", WgmmaConfig, aliases=("warpgroup_mma", "wgmma"), tags=("float16",))
@@ -419,6 +429,7 @@ class Tf32WgmmaConfig(WgmmaConfig):
     block_m: int = 256
     block_n: int = 128
     dtypes = ("float32",)
+    epilogues = False  # a tf32 product with an epilogue goes to the SIMT kernels (best_tf32_gemm), in fp32
     step_name = "wgmma_tf32_gemm"
     tolerance = 2e-3  # tf32 keeps 10 of fp32's 23 mantissa bits: errors near 3e-4 against float64
 

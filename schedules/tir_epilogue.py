@@ -5,9 +5,9 @@ the kernel's signature (:func:`workload_params`).
 The scheduled steps get the epilogue from the workload's own elementwise block "D", inlined into
 their write-back (:func:`schedules.common.fuse_epilogue`). A TIR kernel writes its outputs itself, so
 it computes the same expression where it stores each one: ``act(alpha·acc + bias[col]) +
-beta·R[row, col]`` in float32, rounded to the output type last (:class:`schedules.workloads.Epilogue`),
-with the activation of :func:`schedules.workloads.activation_expr`: the expression the float64
-reference and the scheduled steps use.
+beta·R[row, col]`` in float32, rounded to the output type last (:func:`schedules.workloads.epilogue_value`,
+the expression of the scheduled steps' block "D"; the Hopper kernels' own store of pairs is
+:mod:`schedules.wgmma_epilogue`).
 """
 
 from __future__ import annotations
@@ -16,25 +16,19 @@ import tvm
 from tvm.script import tirx as T
 
 from .common import ceil_div
-from .workloads import Epilogue, Gemm, activation_expr
+from .workloads import Epilogue, Gemm
+from .workloads import epilogue_value as workload_epilogue
 
 SUM_THREADS = 256
 
 
 def epilogue_value(wl: Gemm, x, bias, R, row, col):
     """The output at (``row``, ``col``) from the float32 product ``x``: the workload's epilogue on
-    it, rounded to its output type. ``bias`` and ``R``: the kernel's buffers (None where the workload
-    has none); ``row``, ``col``: the output's indices in a 2-D output."""
-    ep, acc = wl.epilogue or Epilogue(), wl.acc_dtype
-    if ep.alpha != 1.0:
-        x = x * tvm.tirx.const(ep.alpha, acc)
-    if ep.bias:
-        x = x + bias[col].astype(acc)
-    x = activation_expr(ep.activation, x, acc)
-    if ep.residual:
-        r = R[row, col].astype(acc)
-        x = x + (r if ep.beta == 1.0 else r * tvm.tirx.const(ep.beta, acc))
-    return x if wl.out_dtype == acc else x.astype(wl.out_dtype)
+    it, rounded to its output type (:func:`schedules.workloads.epilogue_value`, with the bias of its
+    column and R's element). ``bias`` and ``R``: the kernel's buffers (None where the workload has
+    none); ``row``, ``col``: the output's indices in a 2-D output."""
+    ep = wl.epilogue or Epilogue()
+    return workload_epilogue(wl, x, bias[col] if ep.bias else None, R[row, col] if ep.residual else None)
 
 
 def workload_params(func, wl: Gemm):

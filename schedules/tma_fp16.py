@@ -1,7 +1,8 @@
 """The fp16/bf16 pieces of the Hopper TMA steps (gemm 20-23): the configuration
 (:class:`TmaConfig`), the tile geometry and wgmma descriptors (:class:`Geometry`), the TMA loader,
-the wgmma K-tile macro, the epilogue, and gemm 20's one-block-per-tile kernel that the
-warp-specialized kernel of gemm 21-23 starts from (:func:`simple_kernel`). The steps themselves
+the wgmma K-tile macro, the epilogue (the fp32 accumulators to C, or through a linear layer's
+epilogue to D in its type: :func:`make_fused_epilogue`), and gemm 20's one-block-per-tile kernel that
+the warp-specialized kernel of gemm 21-23 starts from (:func:`simple_kernel`). The steps themselves
 are registered in gemm_tma.py (gemm 20) and gemm_tma_ws.py (gemm 21-23); see gemm_tma.py for
 what TVM 0.27 provides for them and how the operand layouts and batches are served.
 """
@@ -18,6 +19,7 @@ from .step_config import StepConfig
 from .tma_common import (DESC_SWIZZLE_128B, ITEMSIZE, PTX_TYPE, ROW_BYTES, WARPGROUP, check_split_k, encode_map,
                          fence_acc, grouped_tile, slice_of, sms_of, split_k_tiles, split_slices, split_workspace_bytes,
                          tma_launch, tma_load, tma_multicast)
+from .wgmma_epilogue import kernel_entry, make_fused_store
 from .workloads import LAYOUTS, Gemm
 
 
@@ -51,6 +53,7 @@ class TmaConfig(StepConfig):
     pad_operands: bool = False  # rows not a multiple of 16 bytes: copy A / B into padded workspaces first
     split_k: int = 1  # K slices: (tile, slice) units, fp32 partials P[slices, M, N] summed by a 2nd kernel
     dtypes = ("float16", "bfloat16")
+    epilogues = True  # computed on the consumers' accumulators, D stored once in its type (wgmma_epilogue.py)
     layouts = LAYOUTS  # a transposed operand: m/n-major or k-major tiles, read through wgmma's transpose bits
     batched = True     # a bmm: 3-D tensor maps, the work units walk the batch (batch-major)
     step_name = "persistent_gemm"
@@ -341,6 +344,15 @@ def make_epilogue(g: "Geometry"):
     return epilogue
 
 
+def make_fused_epilogue(g: "Geometry", wl: Gemm):
+    """:func:`make_epilogue` for a product with an epilogue or another output type: a macro
+    ``store(D, bias, R, acc, tile_m, tile_n, row0, lane, b)`` computing the epilogue on one consumer
+    warpgroup's accumulators and storing D in its type (schedules.wgmma_epilogue.make_fused_store),
+    with the same bounds checks and, with ``vector_store``, pairs of outputs as one store."""
+    return make_fused_store(wl, g.BM, g.BN, g.cfg.m_subtiles, g.M % g.BM != 0 or g.rows_padded, g.N % g.BN != 0,
+                            g.cfg.vector_store)
+
+
 def make_loader(g: "Geometry", CL: int = 1):
     """A macro issuing the TMA loads of one K tile into one ring slot (run by one thread) and
     announcing their byte count on the slot's full barrier: the A tile (one box k-major, 64-column
@@ -452,7 +464,8 @@ def make_mma(g: "Geometry"):
 # ------------------------------------------------------------------------------------------------
 def simple_kernel(wl: Gemm, cfg):
     """gemm 20's kernel (all warpgroups compute; thread 0 issues the TMA loads ``stages-1`` tiles
-    ahead, a ``__syncthreads`` per K tile frees the slot): the TIR PrimFunc ``main(A, B, C)``."""
+    ahead, a ``__syncthreads`` per K tile frees the slot): the TIR PrimFunc ``main(A, B, C)``, or
+    ``main(A, B, [bias], [R], D)`` with an epilogue (computed on the accumulators)."""
     g = Geometry(wl, cfg)
     DT = wl.dtype
     BM, BK, S, KT = g.BM, g.BK, g.S, g.KT
@@ -463,12 +476,13 @@ def simple_kernel(wl: Gemm, cfg):
     TILES = g.TM * g.TN
     GRID = TILES * max(1, g.BATCH)  # a bmm: the products one after another (batch-major)
     epilogue = make_epilogue(g)
+    FUSED = wl.has_epilogue  # the epilogue on the accumulators, D stored in its type
+    fused = make_fused_epilogue(g, wl) if FUSED else None
     load = make_loader(g)
     mma = make_mma(g)
 
-    @T.prim_func
-    def main(A: T.Buffer(wl.a_shape, DT), B: T.Buffer(wl.b_shape, DT), C: T.Buffer(wl.c_shape, "float32")):
-        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+    @T.macro
+    def body(A, B, bias, R, C):
         # host side, every call: the two tensor maps (innermost dimension first)
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
@@ -517,12 +531,14 @@ def simple_kernel(wl: Gemm, cfg):
                          (kt + AHEAD) % S, kt + AHEAD, tile_m, tile_n, 0, b)
         T.ptx.wgmma.wait_group.sync.aligned(0)
         fence_acc(acc, g.ACC)  # no accumulator read moves above the wait
-        if g.BATCH > 0:
+        if FUSED:
+            fused(C, bias, R, acc, tile_m, tile_n, wg * cfg.wg_rows, lane, b)
+        elif g.BATCH > 0:
             epilogue(C, acc, tile_m, tile_n, wg * cfg.wg_rows, lane, b)
         else:
             epilogue(C, acc, tile_m, tile_n, wg * cfg.wg_rows, lane)
 
-    return main
+    return kernel_entry(wl, body)
 
 
 TmaConfig.launch = tma_launch

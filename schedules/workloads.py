@@ -255,21 +255,13 @@ class Gemm:
         """The elementwise block "D" that reads the product C (float32) back and writes the output:
         act(alpha·C + bias) + beta·R in float32, rounded to ``out_dtype`` last. Returns the
         epilogue's input placeholders (bias, R: those it has) and D."""
-        acc, ep = self.acc_dtype, self.epilogue or Epilogue()
+        ep = self.epilogue or Epilogue()
         bias = te.placeholder(self.bias_shape, self.out_dtype, name="bias") if ep.bias else None
         res = te.placeholder(self.c_shape, self.out_dtype, name="R") if ep.residual else None
 
         def body(*idx):
-            x = C[idx]
-            if ep.alpha != 1.0:
-                x = x * tvm.tirx.const(ep.alpha, acc)
-            if bias is not None:
-                x = x + bias[idx[-1]].astype(acc)
-            x = activation_expr(ep.activation, x, acc)
-            if res is not None:
-                r = res[idx].astype(acc)
-                x = x + (r if ep.beta == 1.0 else r * tvm.tirx.const(ep.beta, acc))
-            return x if self.out_dtype == acc else x.astype(self.out_dtype)
+            return epilogue_value(self, C[idx], None if bias is None else bias[idx[-1]],
+                                  None if res is None else res[idx])
 
         D = te.compute(self.c_shape, body, name="D")
         return [t for t in (bias, res) if t is not None], D
@@ -307,6 +299,24 @@ class Gemm:
         suffix += "" if self.out_dtype == "float32" else f":out={self.out_dtype}"
         suffix += "" if self.epilogue is None else f":{self.epilogue}"
         return f"{'bmm' if self.batched else 'gemm'}:{self.shape}{suffix}"
+
+
+def epilogue_value(wl: Gemm, x, bias=None, r=None):
+    """The epilogue of one output as a TIR expression: ``act(alpha·x + bias) + beta·r`` on the
+    accumulated product ``x`` (float32), ``bias`` and ``r`` its bias and R values (in the output
+    type; None where the workload has none), computed in float32 and rounded to ``out_dtype`` last.
+    The block "D" of :meth:`Gemm.prim_func` and the kernels that compute it in their registers
+    (schedules/wgmma_epilogue.py) both write it so."""
+    acc, ep = wl.acc_dtype, wl.epilogue or Epilogue()
+    if ep.alpha != 1.0:
+        x = x * tvm.tirx.const(ep.alpha, acc)
+    if bias is not None:
+        x = x + bias.astype(acc)
+    x = activation_expr(ep.activation, x, acc)
+    if r is not None:
+        r = r.astype(acc)
+        x = x + (r if ep.beta == 1.0 else r * tvm.tirx.const(ep.beta, acc))
+    return x if wl.out_dtype == acc else x.astype(wl.out_dtype)
 
 
 def activation_expr(activation: str | None, x, dt: str = "float32"):

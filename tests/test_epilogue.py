@@ -2,7 +2,8 @@
 (rounded to the output type last), the tolerance that rounding implies, which steps take an
 epilogue and which refuse it in one line, the dispatcher's choice and byte count, the baselines'
 plan and expressions (on CPU tensors), the tuner's sampled check and spaces; a few steps ×
-epilogues compiled with nvcc (0 spills); and, on the GPU, every kind of step and baseline checked
+epilogues compiled with nvcc (0 spills), the Hopper kernels (gemm 19-23) among them, computing it on
+their accumulators (split-K: in the sum); and, on the GPU, every kind of step and baseline checked
 against float64.
 
 The IR of the two epilogue steps (one kernel storing D against two, C read back) is checked in
@@ -175,11 +176,11 @@ def test_apply_epilogue_on_sampled_outputs_matches_the_whole():
 
 
 # --- which steps take an epilogue --------------------------------------------------------------------
+HOPPER = ("wgmma_gemm", "tma_gemm", "warp_specialized_gemm", "persistent_gemm", "cluster_gemm")
 TAKERS = ("vectorized_shared_gemm", "warp_tiled_gemm", "async_pipeline_gemm", "split_k_gemm", "rasterized_gemm",
           "skinny_gemm", "best_gemm", "tensor_core_gemm", "best_fp16_gemm", "best_tf32_gemm",
-          "unfused_epilogue_gemm", "fused_epilogue_gemm", "tuned_gemm")
-REFUSERS = ("naive_gemm", "double_buffer_gemm", "wgmma_gemm", "tma_gemm", "warp_specialized_gemm", "persistent_gemm",
-            "cluster_gemm", "wgmma_tf32_gemm", "tma_tf32_gemm", "gemv_dispatch", "column_gemv_t")
+          "unfused_epilogue_gemm", "fused_epilogue_gemm", "tuned_gemm", "decode_gemm") + HOPPER
+REFUSERS = ("naive_gemm", "double_buffer_gemm", "wgmma_tf32_gemm", "tma_tf32_gemm", "gemv_dispatch", "column_gemv_t")
 
 
 def test_the_fast_steps_and_best_take_epilogues_and_the_others_refuse_in_one_line():
@@ -195,7 +196,9 @@ def test_the_fast_steps_and_best_take_epilogues_and_the_others_refuse_in_one_lin
             spec.validate(fp16, spec.config())
         assert "does not take the epilogue bias:relu or a float16 output" in str(e.value), name
         assert "\n" not in str(e.value)
-    assert get("persistent_gemm").accepts(parse_workload("gemm:256x256x512:float16"))  # a plain product still
+    for name in HOPPER:  # a plain product still, and a linear layer's
+        assert get(name).accepts(parse_workload("gemm:256x256x512:float16"))
+        assert get(name).accepts(parse_workload("bmm:2x256x256x512:bfloat16:nt:out=bfloat16:bias:gelu_tanh:residual"))
 
 
 def test_the_dispatcher_chooses_only_kernels_that_take_the_epilogue():
@@ -208,7 +211,20 @@ def test_the_dispatcher_chooses_only_kernels_that_take_the_epilogue():
         resolved = get(best).resolve(wl)
         assert resolved.step.epilogues and resolved.step.accepts(wl)
     assert get("best_fp16_gemm").resolve(parse_workload("gemm:2048x8192x1024:float16:out=float16:bias")).step.name \
-        == "tensor_core_gemm"
+        in HOPPER
+
+
+def test_a_large_bf16_layer_with_bias_and_gelu_goes_to_a_hopper_kernel():
+    """The TMA and wgmma kernels take the epilogue, so a linear layer is ranked among the same kernels
+    as its plain product, and the choice is a Hopper tensor-core kernel, not a WMMA or SIMT tile."""
+    wl = parse_workload("gemm:4096x28672x4096:bfloat16:nt:out=bfloat16:bias:gelu_tanh")
+    step, cfg = dispatch.choose(wl, "bf16")
+    assert step in HOPPER and get(step).accepts(wl)
+    assert get("best_fp16_gemm").resolve(wl).step.name == step
+    families = {e.candidate.family for e in dispatch.rank(wl, "bf16")}
+    assert {"tma", "cp"} <= families and "wmma" not in families
+    plain = dispatch.rank(parse_workload("gemm:4096x28672x4096:bfloat16:nt"), "bf16")
+    assert {e.candidate for e in dispatch.rank(wl, "bf16")} == {e.candidate for e in plain}
 
 
 def test_the_model_counts_the_output_type_and_the_epilogue_reads():
@@ -220,6 +236,15 @@ def test_the_model_counts_the_output_type_and_the_epilogue_reads():
     assert terms[""] - terms[":out=bfloat16"] == pytest.approx(out_us)
     assert terms[":residual"] - terms[""] == pytest.approx(2 * out_us)  # R read, 4 bytes an output
     assert terms[":out=bfloat16:bias"] > terms[":out=bfloat16"]
+    # the TMA kernels: the same DRAM bytes, and each tile's stores (R read beside D) in the compute term
+    tma = next(c for c in dispatch.candidates(parse_workload("gemm:4096x4096x256:bfloat16"), "bf16")
+               if c.family == "tma" and c.config.split_k == 1)
+    est = {t: dispatch.estimate(parse_workload(f"gemm:4096x4096x256:bfloat16{t}"), tma).terms
+           for t in ("", ":out=bfloat16", ":out=bfloat16:residual", ":out=bfloat16:bias")}
+    assert est[""]["dram_us"] - est[":out=bfloat16"]["dram_us"] == pytest.approx(out_us)
+    assert est[":out=bfloat16:residual"]["dram_us"] - est[":out=bfloat16"]["dram_us"] == pytest.approx(out_us)
+    assert est[":out=bfloat16:bias"]["dram_us"] > est[":out=bfloat16"]["dram_us"]
+    assert est[""]["compute_us"] > est[":out=bfloat16"]["compute_us"] < est[":out=bfloat16:residual"]["compute_us"]
 
 
 # --- nvcc: a few steps × epilogues, no spills --------------------------------------------------------
@@ -257,6 +282,65 @@ def test_fused_steps_compile_without_spills_and_store_the_epilogue(built):
     assert "expf(" not in bodies[partial] and "R_ptr" not in bodies[partial]  # never on a partial sum
 
 
+# --- the Hopper kernels: the epilogue on the accumulators ----------------------------------------------
+FULL = "out=bfloat16:bias:gelu_tanh:residual:alpha=0.5:beta=2"
+RAGGED = f"gemm:1000x504x2000:bfloat16:{FULL}"  # M, N not multiples of the 128 × 256 tile
+SPLIT = ("persistent_gemm", f"gemm:256x504x4096:bfloat16:{FULL}", (("split_k", 4),))
+HOPPER_NVCC = [("wgmma_gemm", RAGGED, ()), ("tma_gemm", RAGGED, ()), ("warp_specialized_gemm", RAGGED, ()), SPLIT,
+               # a 16-bit output alone (in narrower tiles: quicker to compile), a batch, split-K's sum
+               ("wgmma_gemm", "bmm:2x256x256x512:float16:out=float16", (("block_n", 128),)),
+               ("tma_gemm", "gemm:512x256x512:float16:out=float16", (("block_n", 128),)),
+               ("warp_specialized_gemm", "gemm:256x256x2048:float16:out=float16", (("block_n", 128), ("split_k", 2)))]
+
+
+@pytest.fixture(scope="module")
+def hopper_built():
+    return {case: build_spec(get(case[0]), case[1], **dict(case[2])) for case in HOPPER_NVCC}
+
+
+def test_the_hopper_kernels_compute_the_epilogue_in_registers_and_store_16_bits(hopper_built):
+    """gemm 19-21 on a linear layer: one kernel reads the bias (once per column a thread holds:
+    one 4-byte load per 8-column group of the 256-column tile), reads R and writes D as pairs of
+    bf16 (one 4-byte access), GELU tanh and both scales in it; no C anywhere; compiled by nvcc for
+    sm_90a without spills. A plain 16-bit output: the product rounded and stored as half2 pairs."""
+    for (name, workload, _), b in hopper_built.items():
+        assert "for 'sm_90a'" in b.device.ptxas_log and all(k.spills == 0 for k in b.device.kernels), name
+        assert "C_ptr" not in b.device.cuda and "wgmma.mma_async" in b.device.ptx
+    for name in ("wgmma_gemm", "tma_gemm", "warp_specialized_gemm"):
+        (body,) = kernel_bodies(hopper_built[name, RAGGED, ()].device.cuda).values()
+        assert "tanhf(" in body and "* 0x1p-1f" in body and "* 0x1p+1f" in body  # GELU, alpha = 0.5, beta = 2
+        assert "nv_bfloat16* __restrict__ bias_ptr" in body and "nv_bfloat16* __restrict__ D_ptr" in body
+        assert body.count("*(nv_bfloat162*)(bias_ptr") == 256 // 8, name  # once per column pair
+        pairs = {x: body.count(f"*(nv_bfloat162*)({x}_ptr") for x in ("R", "D")}
+        assert pairs["R"] == pairs["D"] >= 2 * 256 // 8, (name, pairs)  # R read beside each pair of D
+    for case in HOPPER_NVCC[4:]:
+        cuda = hopper_built[case].device.cuda
+        assert "half* __restrict__ D_ptr" in cuda and "bias_ptr" not in cuda and "R_ptr" not in cuda
+        assert re.search(r"\*\(half[24]\*\)\(D_ptr", cuda), case  # the pairs (the split-K sum: fours) in 16 bits
+
+
+def test_with_split_k_the_slices_write_fp32_partials_and_the_sum_applies_the_epilogue(hopper_built):
+    b = hopper_built[SPLIT]
+    bodies = kernel_bodies(b.device.cuda)
+    assert len(bodies) == 2
+    (product,) = [k for k in bodies.values() if "wgmma" in k]
+    (final,) = [k for k in bodies.values() if "wgmma" not in k]
+    assert "float* __restrict__ P_ptr" in product and "*(float2*)(P_ptr" in product
+    assert "tanhf(" not in product and "bias_ptr" not in product and "D_ptr" not in product
+    assert "tanhf(" in final and "*(nv_bfloat164*)(bias_ptr" in final and "*(nv_bfloat164*)(R_ptr" in final
+    assert "*(nv_bfloat164*)(D_ptr" in final  # four outputs of a row per thread, 8 bytes
+
+
+@pytest.mark.parametrize("name, workload", [("wgmma_gemm", "gemm:128x256x64:float16:out=float16:residual"),
+                                            ("persistent_gemm", "bmm:2x128x256x64:bfloat16:nt:bias:relu")])
+def test_the_hopper_kernels_take_the_workloads_arguments(name, workload):
+    """The TVMScript kernels' signature follows the workload: A, B, [bias], [R], D, in the output type."""
+    wl = parse_workload(workload)
+    func = get(name).build(wl).mod["main"]
+    assert [p.name for p in func.params] == wl.arg_names()
+    assert [(tuple(int(n) for n in p.shape), p.dtype) for p in func.params] == wl.arg_shapes()
+
+
 # --- baselines -----------------------------------------------------------------------------------------
 def test_the_baseline_plan():
     from reports.engine.baselines import fused_library_call, gpu_baselines
@@ -282,7 +366,7 @@ def test_the_baseline_plan():
     names = [j["name"] for j in jobs]
     assert {"fused_epilogue_gemm", "unfused_epilogue_gemm", "skinny_gemm", "best_fp16_gemm"} <= set(names)
     assert names[-4:] == ["cublas", "cublaslt_fused", "torch_eager", "tvm_dlight"]
-    assert {"persistent_gemm", "naive_gemm", "tensor_core_gemm"} <= set(left_out[LLM])
+    assert {"naive_gemm", "tensor_core_gemm"} <= set(left_out[LLM]) and "persistent_gemm" in names
 
 
 @pytest.mark.parametrize("text, name", [
@@ -315,7 +399,7 @@ def test_bench_gemm_puts_an_epilogue_shape_beside_the_fused_library_and_eager():
     bf16, fp16 = LLM, "gemm:2048x8192x1024:float16:nt:out=bfloat16:bias:gelu_tanh"
     assert {(bf16, n) for n in ("cublas", "cublaslt_fused", "torch_eager", "unfused_epilogue_gemm",
                                 "fused_epilogue_gemm", "best_fp16_gemm")} <= names
-    assert (bf16, "persistent_gemm") not in names  # refuses the epilogue: left out
+    assert (bf16, "persistent_gemm") in names  # the Hopper ladder takes the epilogue
     assert (fp16, "tensor_core_gemm") in names and (fp16, "cublaslt_fused") not in names  # bf16 out of fp16 inputs
     assert make_jobs(["64x64x64:bfloat16:bias"], ["fp16"]) == []  # the entry names bf16 inputs
 
@@ -352,6 +436,31 @@ def test_epilogue_steps_are_right_on_gpu(name, workload):
     from reports.engine.harness import check_in_process
 
     row = check_in_process(name, workload)
+    assert row["status"] == "ok", row.get("error")
+    assert row["rel_error"] <= row["tolerance"]
+
+
+# the Hopper kernels: bf16 and fp16 outputs (and one fp32), every part of the epilogue, ragged edges (M, N
+# not tile multiples; N odd: one output at a time), a cluster with padded tile rows, split-K (the sum
+# applying the epilogue; its four outputs running into the next row where N % 4 != 0), padded operands, bmm
+HOPPER_GPU = [("wgmma_gemm", RAGGED, {}), ("tma_gemm", RAGGED, {}), ("warp_specialized_gemm", RAGGED, {}),
+              ("wgmma_gemm", "bmm:3x200x136x72:float16:nt:out=float16:bias:gelu_erf:residual:alpha=0.5", {}),
+              ("wgmma_gemm", "gemm:77x33x15:bfloat16:out=bfloat16:bias:silu", {}),
+              ("tma_gemm", "gemm:1000x520x2000:float16:out=float16:bias:gelu_tanh:residual:alpha=0.5:beta=2", {}),
+              ("persistent_gemm", f"bmm:3x200x136x72:bfloat16:tn:{FULL}", {}),
+              ("cluster_gemm", "gemm:1100x504x2000:float16:bias:gelu_tanh:residual:beta=-1", {}),
+              ("persistent_gemm", f"gemm:256x504x4096:bfloat16:{FULL}", {"split_k": 4}),
+              ("warp_specialized_gemm", "gemm:250x250x20000:float16:out=float16:bias:silu:residual",
+               {"split_k": 8, "pad_operands": True}),
+              ("persistent_gemm", "gemm:1001x777x3001:float16:out=float16:bias:relu:residual", {"pad_operands": True})]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, workload, params", HOPPER_GPU)
+def test_the_hopper_kernels_epilogue_is_right_on_gpu(name, workload, params):
+    from reports.engine.harness import check_in_process
+
+    row = check_in_process(name, workload, params)
     assert row["status"] == "ok", row.get("error")
     assert row["rel_error"] <= row["tolerance"]
 
