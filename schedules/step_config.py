@@ -67,6 +67,9 @@ class StepConfig:
     #: GEMM operand layouts the step takes (``nn``, ``nt``, ``tn``, ``tt``): a step takes a
     #: transposed operand only once it has been taught to.
     layouts: ClassVar[tuple[str, ...]] = ("nn",)
+    #: Why the step takes only ``layouts`` where that is a property of the hardware, not a lesson
+    #: not taught yet (the FP8 steps: FP8 wgmma reads both operands K-major): appended to the refusal.
+    layout_note: ClassVar[str] = ""
     #: Whether the step takes a batch of products (``bmm:...``).
     batched: ClassVar[bool] = False
     #: The step's own ‖out − ref‖/‖ref‖ bound where it is larger than its input type's (the tf32
