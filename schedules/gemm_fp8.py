@@ -1,15 +1,17 @@
-"""gemm 29: FP8 (8-bit float inputs, e4m3 and e5m2) on the persistent, warp-specialized TMA
-structure, with per-tensor or row-wise scales applied where the accumulators are stored
-(fp8_tma_gemm).
+"""gemm 29 and 30: FP8 (8-bit float inputs, e4m3 and e5m2) on the persistent, warp-specialized
+TMA structure, with per-tensor or row-wise scales applied where the accumulators are stored
+(fp8_tma_gemm), or block scales applied inside the sum, every K tile promoted into fp32 registers
+(fp8_block_scaled_gemm, :func:`make_promotion`).
 
     D (M×N, out type) = epilogue(scale_a·scale_b · (A (M×K, fp8) · Bᵀ (B: N×K, fp8)))
 
 The workload (:class:`schedules.workloads.Gemm`) names the input types (``:float8_e4m3fn``, a
 mixed pair ``:float8_e4m3fn:b=float8_e5m2``), the layout (``nt``: FP8 wgmma reads both operands
 K-major and has no transpose immediates, so A stored M×K and B stored N×K are the layout it
-takes), the scales (``:scale=tensor`` or ``:scale=row``), the output type and the epilogue. The
-kernel's arguments are A, B, scale_a, scale_b, [bias], [R], D (torch._scaled_mm's order), the
-scales float32 tensors of shape (1,) and (1,) per tensor, (M, 1) and (1, N) per row.
+takes), the scales (``:scale=tensor``, ``:scale=row`` or ``:scale=block``), the output type and the
+epilogue. The kernel's arguments are A, B, scale_a, scale_b, [bias], [R], D (torch._scaled_mm's
+order), the scales float32 tensors of shape (1,) and (1,) per tensor, (M, 1) and (1, N) per row,
+(M, ⌈K/128⌉) and (⌈N/128⌉, ⌈K/128⌉) per block.
 
 What changes from the 16-bit kernel of gemm 21-23 (gemm_tma_ws.py), whose ring it runs
 (tma_common.py: barrier set-up, producer, work units, the end of a unit) and whose TMA loader it
@@ -40,10 +42,10 @@ from tvm.script import tirx as T
 from .common import ceil_div
 from .errors import ScheduleParamError
 from .registry import register
-from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, grouped_tile, release_slot,
-                         ring_barriers, ring_producer, ring_unit_done)
+from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
+                         release_slot, ring_barriers, ring_producer, ring_unit_done)
 from .tma_fp16 import Geometry, TmaConfig, make_loader
-from .workloads import FP8_DTYPES, Epilogue, Gemm, activation_expr
+from .workloads import FP8_DTYPES, SCALE_BLOCK, Epilogue, Gemm, activation_expr
 
 FP8_PTX = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 K_STEP = 32  # elements of K per FP8 wgmma (m64nNk32): 32 bytes of each 128-byte row
@@ -64,6 +66,7 @@ class Fp8TmaConfig(TmaConfig):
                    "N×K, as torch._scaled_mm takes them")
     batched = False
     epilogues = True  # the scales always, and bias, activation, residual, the output type
+    scalings = ("tensor", "row")  # applied where the accumulators are stored
     step_name = "fp8_tma_gemm"
 
     def check(self, wl: Gemm):
@@ -150,10 +153,11 @@ def output_value(wl: Gemm, x, scale, bias, R, row, col):
     order of the workload's definition (:meth:`Gemm._epilogue_block`): x·(scale_a·scale_b), alpha,
     + bias, the activation, + beta·R, rounded to the output type last. ``scale``: the product of
     the two scales: per tensor, one value; per row, a (scale_a, scale_b) pair of buffers read at
-    (row, 0) and (0, col)."""
+    (row, 0) and (0, col); None where the sum is scaled already (block scales)."""
     ep = wl.epilogue or Epilogue()
     f32 = lambda v: tvm.tirx.const(v, "float32")  # noqa: E731
-    x = x * (scale[0][row, 0] * scale[1][0, col] if isinstance(scale, tuple) else scale)
+    if scale is not None:
+        x = x * (scale[0][row, 0] * scale[1][0, col] if isinstance(scale, tuple) else scale)
     if ep.alpha != 1.0:
         x = x * f32(ep.alpha)
     if ep.bias:
@@ -177,6 +181,7 @@ def make_fp8_epilogue(g: Fp8Geometry, wl: Gemm):
     ROW_CHECK = M % g.BM != 0 or g.rows_padded
     COL_CHECK = N % g.BN != 0
     ROWWISE = wl.scaling == "row"
+    BLOCK = wl.scaling == "block"  # applied in the sum (make_promotion)
 
     def row_ok(tile_m, row0, lane, mt, h):
         return g.out_row(tile_m, row0, lane, mt, h) < M if ROW_CHECK else T.bool(True)
@@ -185,7 +190,7 @@ def make_fp8_epilogue(g: Fp8Geometry, wl: Gemm):
         return g.out_col(tile_n, lane, j) + e < N if COL_CHECK else T.bool(True)
 
     def value(acc, SA, SB, sab, bias, R, mt, j, h, e, row, col):
-        scale = (SA, SB) if ROWWISE else sab[0]
+        scale = (SA, SB) if ROWWISE else None if BLOCK else sab[0]
         return output_value(wl, acc[mt * NACC + j * 4 + h * 2 + e], scale, bias, R, row, col)
 
     @T.macro
@@ -208,6 +213,43 @@ def make_fp8_epilogue(g: Fp8Geometry, wl: Gemm):
                                     g.out_row(tile_m, row0, lane, mt, h), g.out_col(tile_n, lane, j) + e)
 
     return epilogue
+
+
+def make_promotion(g: Fp8Geometry, wl: Gemm, mma):
+    """A macro: one K tile of a consumer warpgroup under block scaling. The K tile (128 of K: one
+    block of both operands' scales) is multiplied into a fresh set of accumulators, ``part``
+    (scale-d 0 at its first k32 step); once its wgmmas are done (``wait_group 0``; the slot is
+    released at once) each partial sum is added to the running sum in fp32 registers, multiplied by
+    the scale of its row's 1×128 piece of A and of its column's 128×128 block of B (read from global
+    memory while the tile arrives; indices past M or N clamped, their outputs never stored). The
+    tensor cores' limited-precision accumulation then spans 128 products, not K."""
+    M, N, NACC, S = g.M, g.N, g.NACC, g.S
+    MT, JN, CL = g.cfg.m_subtiles, g.BN // 8, g.cfg.cluster_m
+    NCB = g.BN // SCALE_BLOCK  # 128-column blocks of B's scales per tile
+    NB = ceil_div(N, SCALE_BLOCK)
+    JB = SCALE_BLOCK // 8  # 8-column groups per block
+
+    @T.macro
+    def promote(acc, part, sa_r, sb_r, SA, SB, ring, bars, it, kt, tile_m, tile_n, row0, lane):
+        for mt in T.unroll(MT):
+            for h in T.unroll(2):
+                sa_r[mt * 2 + h] = SA[T.min(g.out_row(tile_m, row0, lane, mt, h), M - 1), kt]
+        for cb in T.unroll(NCB):
+            sb_r[cb] = SB[T.min(tile_n * NCB + cb, NB - 1), kt]
+        T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
+        mma(part, ring, it % S, row0, 0)  # kt = 0: scale-d 0 on the first k32 step, a fresh partial sum
+        T.ptx.wgmma.wait_group.sync.aligned(0)
+        if lane == 0:
+            release_slot(bars, S + it % S, CL)
+        fence_acc(part, g.ACC)  # no read of the partial sums above the wait
+        for mt in T.unroll(MT):
+            for j in T.unroll(JN):
+                for h in T.unroll(2):
+                    for e in T.unroll(2):
+                        acc[mt * NACC + j * 4 + h * 2 + e] = acc[mt * NACC + j * 4 + h * 2 + e] + part[
+                            mt * NACC + j * 4 + h * 2 + e] * (sa_r[mt * 2 + h] * sb_r[j // JB])
+
+    return promote
 
 
 def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
@@ -236,7 +278,8 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     init_ring = ring_barriers(S, NC * CL, CL)
     produce = ring_producer(units, S, cfg.producer_regs, load)
     unit_done = ring_unit_done(units, S, CL, g.ACC)
-    ROWWISE = wl.scaling == "row"
+    ROWWISE, BLOCK = wl.scaling == "row", wl.scaling == "block"
+    promote = make_promotion(g, wl, mma) if BLOCK else None
 
     @T.macro
     def body(A, B, SA, SB, bias, R, D):
@@ -255,6 +298,10 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
             acc = T.alloc_buffer((g.ACC,), "float32", scope="local")
             pair = T.alloc_buffer((2,), OUT, scope="local")  # an adjacent pair of outputs, stored together
             sab = T.alloc_buffer((1,), "float32", scope="local")  # scale_a·scale_b (per tensor)
+            if BLOCK:  # a K tile's partial sums, and its scales for this thread's rows and column blocks
+                part = T.alloc_buffer((g.ACC,), "float32", scope="local")
+                sa_r = T.alloc_buffer((2 * cfg.m_subtiles,), "float32", scope="local")
+                sb_r = T.alloc_buffer((g.BN // SCALE_BLOCK,), "float32", scope="local")
             ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
                                                   T.uint32(0xFFFFFC00))
             wg = T.meta_var(tid // WARPGROUP)
@@ -272,20 +319,27 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
             else:
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
                 w = T.meta_var(wg - 1)
-                if not ROWWISE:
+                if not (ROWWISE or BLOCK):
                     sab[0] = SA[0] * SB[0]
                 for i in T.serial(n_tiles):
-                    for kt in T.serial(KT):
-                        it: T.let[T.int32] = i * KT + kt
-                        T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
-                        mma(acc, ring, it % S, w * ROW0, kt)
-                        T.ptx.wgmma.wait_group.sync.aligned(1)  # K tile kt-1's wgmmas are done: free its slot
-                        if T.And(kt > 0, lane == 0):
-                            release_slot(bars, S + (it - 1) % S, CL)
-                    unit_done(acc, bars, i, KT, lane)
                     tm_, tn_ = T.meta_var(units.tile(cid, i, rank))
                     tile_m: T.let[T.int32] = tm_
                     tile_n: T.let[T.int32] = tn_
+                    if BLOCK:
+                        for r in T.unroll(g.ACC):
+                            acc[r] = T.float32(0)
+                        for kt in T.serial(KT):
+                            promote(acc, part, sa_r, sb_r, SA, SB, ring, bars, i * KT + kt, kt, tile_m, tile_n,
+                                    w * ROW0, lane)
+                    else:
+                        for kt in T.serial(KT):
+                            it: T.let[T.int32] = i * KT + kt
+                            T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
+                            mma(acc, ring, it % S, w * ROW0, kt)
+                            T.ptx.wgmma.wait_group.sync.aligned(1)  # K tile kt-1's wgmmas are done: free its slot
+                            if T.And(kt > 0, lane == 0):
+                                release_slot(bars, S + (it - 1) % S, CL)
+                        unit_done(acc, bars, i, KT, lane)
                     epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, w * ROW0, lane)
             if CL > 1:
                 T.cuda.cluster_sync()  # no block leaves while a peer may still multicast into it
@@ -344,3 +398,46 @@ def fp8_tma_gemm(wl: Gemm, cfg: Fp8TmaConfig = Fp8TmaConfig()):
     cfg.check(wl)
     return s_tir.Schedule(fp8_kernel(wl, cfg))
 
+
+
+@dataclass(frozen=True)
+class Fp8BlockConfig(Fp8TmaConfig):
+    """Fp8TmaConfig with a 128 × 128 tile and 6 stages: each consumer thread holds two accumulator
+    sets, the running sum and a K tile's partial sums (2 × 64 registers at 128 × 128), and
+    ``block_n`` is a whole number of B's 128-column scale blocks."""
+
+    block_n: int = 128
+    stages: int = 6
+    scalings = ("block",)  # promoted into fp32 registers every K tile (make_promotion)
+    step_name = "fp8_block_scaled_gemm"
+
+    def check(self, wl: Gemm):
+        name = self.step_name
+        if self.block_n % SCALE_BLOCK:
+            raise ScheduleParamError(f"{name}: block_n must be a multiple of {SCALE_BLOCK} (whole 128-column blocks "
+                                     f"of B's scales), got {self.block_n}")
+        if 2 * self.acc_regs > self.consumer_budget - 40:
+            raise ScheduleParamError(f"{name}: two accumulator sets of {self.acc_regs} registers (the running sum "
+                                     f"and a K tile's) leave too few of the {self.consumer_budget} a consumer gets: "
+                                     f"lower block_n or block_m")
+        Fp8TmaConfig.check(self, wl)
+
+    def describe(self) -> str:
+        return "block-scaled " + Fp8TmaConfig.describe(self)
+
+
+@register("fp8_block_scaled_gemm", "gemm", Fp8BlockConfig, aliases=("fp8_block",), tags=("fp8",))
+def fp8_block_scaled_gemm(wl: Gemm, cfg: Fp8BlockConfig = Fp8BlockConfig()):
+    """FP8 with block scales (DeepSeek-V3's): a scale per 1×128 piece of A and per 128×128 block
+    of B, applied inside the sum: each K tile's wgmmas start a fresh partial sum that is promoted
+    into fp32 registers, scaled, once the tile is done.
+
+    Per-tensor and row-wise scales factor out of the sum; block scales change every 128 of K, so
+    they cannot wait for the epilogue. Promoting every K tile also bounds what the FP8 tensor cores'
+    limited-precision accumulation (about 14 bits) can lose to 128 products instead of K: the
+    error no longer grows with K. The price: a ``wait_group 0`` per K tile (the two consumer
+    warpgroups overlap each other's promotion), an FMA per accumulator per K tile, and twice the
+    accumulator registers, hence a 128 × 128 tile. Workload ``gemm:MxNxK:float8_e4m3fn:nt:scale=block``.
+    """
+    cfg.check(wl)
+    return s_tir.Schedule(fp8_kernel(wl, cfg))

@@ -39,10 +39,14 @@ def reference(workload, inputs):
     transposed operand as a view of the stored one), a batch of products (bmm) as one batched
     product; a GEMM's epilogue applied after it (:func:`apply_epilogue`: its extra inputs, bias
     then R, follow A and B in ``inputs``) and the result rounded to its output type."""
-    prod = _product(workload, *(_f64(x) for x in inputs[:2]))
+    scaling = getattr(workload, "scaling", None)
+    if scaling == "block":
+        prod = _scaled_product(workload, *(_f64(x) for x in inputs[:4]))
+    else:
+        prod = _product(workload, *(_f64(x) for x in inputs[:2]))
     if not getattr(workload, "has_epilogue", False):
         return prod
-    if getattr(workload, "scaled", False):
+    if scaling in ("tensor", "row"):
         prod = prod * (_f64(inputs[2]) * _f64(inputs[3]))
     bias, res = epilogue_inputs(workload, inputs)
     return apply_epilogue(workload, prod, bias, res)
@@ -55,6 +59,21 @@ def _product(workload, a, b):
     elif workload.kind == "gemm":
         a, b = workload.operands(a, b)
     return a @ b
+
+
+def _scaled_product(workload, a, b, sa, sb):
+    """Σ over K blocks of scale_a·scale_b·(op(A)·op(B) over the block) (block scaling, float64):
+    op(A) with each 1×128 piece multiplied by its scale, op(B) with each 128×128 block by its, then
+    one product (each scaled operand is exact in float64: 4 + 24 significant bits)."""
+    a, b = workload.operands(a, b)
+    K, N, bk = workload.K, workload.N, 128
+    if _is_torch(a):
+        sa_k = sa.repeat_interleave(bk, dim=1)[:, :K]  # (M, K)
+        sb_kn = sb.repeat_interleave(bk, dim=0)[:N].repeat_interleave(bk, dim=1)[:, :K].t()  # (K, N)
+    else:
+        sa_k = np.repeat(sa, bk, axis=1)[:, :K]
+        sb_kn = np.repeat(np.repeat(sb, bk, axis=0)[:N], bk, axis=1)[:, :K].T
+    return (a * sa_k) @ (b * sb_kn)
 
 
 def epilogue_inputs(workload, inputs):
@@ -147,7 +166,7 @@ def output_tolerance(workload, tolerance: float) -> float:
     return tolerance * (1.0 + u) + 2.0 * u
 
 
-def fp8_sum_tolerance(K: int) -> float:
+def fp8_sum_tolerance(K: int, promoted: int | None = None) -> float:
     """The ‖out − ref‖/‖ref‖ bound of an FP8 product's fp32 result (before any output rounding),
     from how Hopper's FP8 tensor cores add: each wgmma (k32) aligns its 32 products and the running
     sum to the largest exponent among them and keeps about 13-14 fraction bits (DeepSeek-V3's report,
@@ -157,8 +176,12 @@ def fp8_sum_tolerance(K: int) -> float:
     each being at most u·|sum|, rms u/√3 of it), against a result √K·σ: u·√K/√6 relative. The bound
     is u·√K (2.4× that) plus fp32's own 1e-5 (the scales' products, the epilogue): K = 4096, 7.8e-3;
     K = 8192, 1.1e-2. The products themselves are exact (3 + 3 mantissa bits); a 16-bit output adds
-    its rounding (:func:`output_tolerance`)."""
-    return 2.0 ** -FP8_SUM_BITS * math.sqrt(K) + 1e-5
+    its rounding (:func:`output_tolerance`).
+
+    ``promoted``: the partial sums leave the tensor cores every ``promoted`` of K and are added in
+    fp32 registers (block scaling, 128): each block's loss is u·σ·128/√6, the K/128 of them add like
+    a random walk to u·σ·√(128·K)/√6 against √K·σ: the bound u·√128 (+ 1e-5) whatever K, 1.4e-3."""
+    return 2.0 ** -FP8_SUM_BITS * math.sqrt(min(K, promoted or K)) + 1e-5
 
 
 def _norm(x) -> float:
@@ -200,8 +223,11 @@ def product_error(workload, out, inputs, ref=None) -> float:
     outputs = ref.numel() if _is_torch(ref) else ref.size
     if outputs > 1 and sum_length <= LONG_SUM:
         return diff / max(_norm(ref), np.finfo(float).tiny)
-    scale = _product(workload, *(_abs(x) for x in inputs[:2]))
-    if getattr(workload, "scaled", False):  # |scale_a|·|scale_b|·|A|·|B|: the products' size
+    if getattr(workload, "scaling", None) == "block":
+        scale = _scaled_product(workload, *(_abs(x) for x in inputs[:4]))
+    else:
+        scale = _product(workload, *(_abs(x) for x in inputs[:2]))
+    if getattr(workload, "scaling", None) in ("tensor", "row"):  # |scale_a|·|scale_b|·|A|·|B|: the products' size
         scale = scale * (_abs(inputs[2]) * _abs(inputs[3]))
     if getattr(workload, "epilogue", None) is not None:
         ep = workload.epilogue

@@ -47,7 +47,7 @@ LADDERS = {
         # tensor cores: fp32 inputs read as tf32
         "wgmma_tf32_gemm", "tma_tf32_gemm", "best_tf32_gemm",
         # tensor cores: 8-bit float inputs (e4m3, e5m2) with their scales, on the same structure
-        "fp8_tma_gemm",
+        "fp8_tma_gemm", "fp8_block_scaled_gemm",
         # a linear layer's epilogue (bias, activation, residual, a 16-bit output): after the product, then in it
         "unfused_epilogue_gemm", "fused_epilogue_gemm",
     ),
@@ -63,8 +63,8 @@ TOLERANCE = {"float32": 1e-5, "float16": 1e-4, "bfloat16": 1e-4}  # 16-bit input
 def input_tolerance(workload) -> float:
     """The ‖out − ref‖/‖ref‖ bound of the fp32 result for the workload's input type: :data:`TOLERANCE`;
     8-bit floats: one that grows with K (:func:`schedules.reference.fp8_sum_tolerance`)."""
-    if getattr(workload, "fp8", False):
-        return fp8_sum_tolerance(workload.K)
+    if getattr(workload, "fp8", False):  # block scales: the sums promoted to fp32 every 128 of K
+        return fp8_sum_tolerance(workload.K, 128 if workload.scaling == "block" else None)
     return TOLERANCE[workload.dtype]
 
 
@@ -202,8 +202,8 @@ class ScheduleSpec:
         return bool(self.config_cls.epilogues)
 
     def layout_refusal(self, workload, cfg=None) -> str | None:
-        """Why the step does not take ``workload``'s layout, batch, epilogue or output type (one
-        line), or None."""
+        """Why the step does not take ``workload``'s layout, batch, epilogue, output type or (8-bit
+        float inputs) scaling (one line), or None."""
         src = cfg if cfg is not None else self.config_cls
         if getattr(workload, "has_epilogue", False) and not src.epilogues:
             what = [f"the epilogue {workload.epilogue}"] if workload.epilogue is not None else []
@@ -218,6 +218,9 @@ class ScheduleSpec:
                     f"only, not {layout} ({workload}){note}")
         if getattr(workload, "batched", False) and not src.batched:
             return f"{self.name} does not take a batch of products (bmm): {workload}"
+        if getattr(workload, "scaled", False) and workload.scaling not in src.scalings:
+            return (f"{self.name} applies {' or '.join(src.scalings) or 'no'} scales, not scale={workload.scaling} "
+                    f"({workload})")
         return None
 
     def config(self, **overrides):

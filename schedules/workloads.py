@@ -35,7 +35,10 @@ applied to the fp32 sum before the epilogue, as ``torch._scaled_mm`` takes them:
 
 ``:scale=tensor`` (the default, left out of the string): one scale per operand, kernel arguments of
 shape (1,); ``:scale=row``: one per row of A, shape (M, 1), and one per column of the product (per
-row of B stored N×K), shape (1, N). The arguments are A, B, scale_a, scale_b, [bias], [R], D, and
+row of B stored N×K), shape (1, N); ``:scale=block`` (DeepSeek-V3's): one per 1×128 piece of A
+along K, shape (M, ⌈K/128⌉), and one per 128×128 block of B (128 columns of the product by 128 of
+K), shape (⌈N/128⌉, ⌈K/128⌉), applied inside the sum: C = Σ_kb scale_a[:, kb]·scale_b[·, kb]·(A·B
+over K block kb), and D the epilogue of C. The arguments are A, B, scale_a, scale_b, [bias], [R], D, and
 the output type (``out=``) is float32 unless named (``out=bfloat16`` is the usual FP8 linear layer).
 FP8 tensor cores read both operands K-major: the FP8 steps take the ``nt`` layout.
 """
@@ -57,7 +60,8 @@ ACTIVATIONS = ("relu", "gelu_tanh", "gelu_erf", "silu")
 ACTIVATION_ALIASES = {"gelu": "gelu_erf"}  # PyTorch's default GELU is the erf form
 OUT_DTYPES = ("float32", "float16", "bfloat16")
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")  # 8-bit floats: 4-bit exponent / 3-bit mantissa, 5 / 2
-SCALINGS = ("tensor", "row")  # an FP8 product's scales: one per operand, or per row of A and column of B
+SCALINGS = ("tensor", "row", "block")  # an FP8 product's scales: per operand; per row of A and column of B; per block
+SCALE_BLOCK = 128  # block scaling: 1×128 pieces of A, 128×128 blocks of B (along K, and N)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # the tanh form of GELU: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
 GELU_TANH_CUBIC = 0.044715
 
@@ -133,7 +137,7 @@ class Gemm:
     out_dtype: str = "float32"
     epilogue: Epilogue | None = None
     b_dtype: str | None = None  # B's input type where it differs from A's (FP8 pairs); None: dtype
-    scaling: str | None = None  # FP8 inputs: "tensor" (default) or "row" scales; None otherwise
+    scaling: str | None = None  # FP8 inputs: "tensor" (default), "row" or "block" scales; None otherwise
 
     kind = "gemm"  # the ladder's kind: a BMM is a GEMM with a batch (steps say whether they take one)
 
@@ -195,8 +199,14 @@ class Gemm:
     @property
     def scale_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(scale_a, scale_b) shapes, as torch._scaled_mm takes them: (1,), (1,) per tensor; (M, 1),
-        (1, N) per row of A and column of the product."""
-        return ((self.M, 1), (1, self.N)) if self.scaling == "row" else ((1,), (1,))
+        (1, N) per row of A and column of the product; per block (M, ⌈K/128⌉) for 1×128 pieces of A
+        and (⌈N/128⌉, ⌈K/128⌉) for 128×128 blocks of B."""
+        if self.scaling == "row":
+            return (self.M, 1), (1, self.N)
+        if self.scaling == "block":
+            kb = -(-self.K // SCALE_BLOCK)
+            return (self.M, kb), (-(-self.N // SCALE_BLOCK), kb)
+        return (1,), (1,)
 
     @property
     def operand_count(self) -> int:
@@ -298,8 +308,13 @@ class Gemm:
             idx = (j, k) if tb else (k, j)
             return B[(b, *idx)] if batched else B[idx]
 
+        sa, sb = self._scale_placeholders()
         if self.dtype == self.acc_dtype:
             prod = lambda b, i, j: a_at(b, i, k) * b_at(b, k, j)  # noqa: E731
+        elif self.scaling == "block":  # the scales of k's block of A's row and of B's (column, K) block
+            bk = SCALE_BLOCK
+            prod = lambda b, i, j: (a_at(b, i, k).astype(self.acc_dtype) * b_at(b, k, j).astype(self.acc_dtype)  # noqa: E731
+                                    * (sa[i, k // bk] * sb[j // bk, k // bk]))
         else:
             prod = lambda b, i, j: a_at(b, i, k).astype(self.acc_dtype) * b_at(b, k, j).astype(self.acc_dtype)  # noqa: E731
         if batched:
@@ -309,24 +324,29 @@ class Gemm:
         C = te.compute(self.c_shape, body, name="C")
         if not self.has_epilogue:
             return te.create_prim_func([A, B, C]).with_attr("global_symbol", "main")
-        extra, D = self._epilogue_block(C)
+        extra, D = self._epilogue_block(C, sa, sb)
         return te.create_prim_func([A, B, *extra, D]).with_attr("global_symbol", "main")
 
-    def _epilogue_block(self, C):
-        """The elementwise block "D" that reads the product C (float32) back and writes the output:
-        act(alpha·(scale_a·scale_b)·C + bias) + beta·R in float32, rounded to ``out_dtype`` last.
-        Returns the epilogue's input placeholders (scale_a, scale_b, bias, R: those it has) and D."""
-        acc, ep = self.acc_dtype, self.epilogue or Epilogue()
+    def _scale_placeholders(self):
+        """(scale_a, scale_b) placeholders of an FP8 product (float32, :attr:`scale_shapes`), or Nones."""
+        if not self.scaled:
+            return None, None
         sa_shape, sb_shape = self.scale_shapes
-        sa = te.placeholder(sa_shape, "float32", name="scale_a") if self.scaled else None
-        sb = te.placeholder(sb_shape, "float32", name="scale_b") if self.scaled else None
+        return te.placeholder(sa_shape, "float32", name="scale_a"), te.placeholder(sb_shape, "float32", name="scale_b")
+
+    def _epilogue_block(self, C, sa=None, sb=None):
+        """The elementwise block "D" that reads the product C (float32) back and writes the output:
+        act(alpha·(scale_a·scale_b)·C + bias) + beta·R in float32, rounded to ``out_dtype`` last (block
+        scales are applied inside the sum, C). Returns the epilogue's input placeholders (scale_a,
+        scale_b, bias, R: those it has) and D."""
+        acc, ep = self.acc_dtype, self.epilogue or Epilogue()
         bias = te.placeholder(self.bias_shape, self.out_dtype, name="bias") if ep.bias else None
         res = te.placeholder(self.c_shape, self.out_dtype, name="R") if ep.residual else None
         row = self.scaling == "row"
 
         def body(*idx):
             x = C[idx]
-            if sa is not None:
+            if sa is not None and self.scaling != "block":
                 x = x * (sa[idx[-2], 0] * sb[0, idx[-1]] if row else sa[0] * sb[0])
             if ep.alpha != 1.0:
                 x = x * tvm.tirx.const(ep.alpha, acc)
@@ -542,7 +562,7 @@ def parse_workload(text: str) -> Workload:
         else:
             raise ScheduleParamError(
                 f"workload {text!r}: {field!r} is not a dtype ({', '.join(_DTYPES)}), a layout ({', '.join(LAYOUTS)}), "
-                f"out=TYPE, scale=tensor|row or an epilogue word (bias, {', '.join(ACTIVATIONS)}, gelu, residual, "
+                f"out=TYPE, scale=tensor|row|block or an epilogue word (bias, {', '.join(ACTIVATIONS)}, gelu, residual, "
                 f"alpha=X, beta=X)")
     dtype = dtype or "float32"
     if dtype in FP8_DTYPES and kind != "gemm":

@@ -382,7 +382,7 @@ def make_parser():
     s.add_argument("--shapes", default=None, help="comma-separated MxNxK[:layout][:out=TYPE][:epilogue] (default: the "
                    "benchmark's six shapes)")
     s.add_argument("--precisions", default=None, help="comma-separated: fp32,tf32,fp16,bf16 (default: all four), fp8 (by name: e4m3, nt, bf16 out, "
-                        "per-tensor and row scales, beside torch._scaled_mm)")
+                        "per-tensor, row and block scales, beside torch._scaled_mm)")
     s.add_argument("--steps", action="store_true", help="also the fast fp32 steps at their defaults")
     s.add_argument("--random", type=int, default=0, metavar="N", help="N random shapes instead (bench_random)")
     s.add_argument("--layouts", action="store_true",

@@ -1,5 +1,5 @@
-"""8-bit float inputs (float8_e4m3fn, float8_e5m2) and fp8_tma_gemm: the workload grammar (a mixed
-pair, the scales) and its one-line refusals, the arguments in torch._scaled_mm's order, the float64
+"""8-bit float inputs (float8_e4m3fn, float8_e5m2), fp8_tma_gemm and fp8_block_scaled_gemm: the
+workload grammar (a mixed pair, the scales per tensor, row or block) and its one-line refusals, the arguments in torch._scaled_mm's order, the float64
 reference of the dequantized inputs and its tolerance, the workload's own definition on the CPU,
 the kernel compiled for sm_90a without spills with the instructions it is about (FP8 wgmma on
 TMA tiles, mbarrier waits, setmaxnreg), refusals of what the TMA path cannot take, the benchmark's
@@ -16,6 +16,7 @@ from schedules.reference import FP8_SUM_BITS, epilogue_inputs, fp8_sum_tolerance
 from tests.helpers import build_spec, run_on_gpu
 
 STEP = "fp8_tma_gemm"
+BLOCK_STEP = "fp8_block_scaled_gemm"
 BIG = "gemm:4096x4096x4096:float8_e4m3fn:nt"
 # a mixed pair, row-wise scales, the whole epilogue, a bf16 output, ragged M, N and K tiles, 2×1 clusters
 MIXED = "gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=row:out=bfloat16:bias:gelu_tanh:residual"
@@ -25,10 +26,10 @@ MIXED = "gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=row:out=bfloat1
 def built():
     cache = {}
 
-    def get_built(workload, **params):
-        key = (workload, tuple(sorted(params.items())))
+    def get_built(workload, step=STEP, **params):
+        key = (step, workload, tuple(sorted(params.items())))
         if key not in cache:
-            cache[key] = build_spec(get(STEP), workload, **params)
+            cache[key] = build_spec(get(step), workload, **params)
         return cache[key]
 
     return get_built
@@ -41,11 +42,12 @@ def built():
     ("gemm:64x64x64:float8_e4m3fn:b=float8_e5m2:nt:out=bfloat16:scale=row:bias",
      "gemm:64x64x64:float8_e4m3fn:b=float8_e5m2:nt:scale=row:out=bfloat16:bias"),
     ("gemm:64x64x64:float8_e5m2", "gemm:64x64x64:float8_e5m2"),
+    ("gemm:300x200x1000:float8_e4m3fn:scale=block:nt", "gemm:300x200x1000:float8_e4m3fn:nt:scale=block"),
 ])
 def test_fp8_workloads_round_trip(text, canonical):
     wl = parse_workload(text)
     assert str(wl) == canonical and parse_workload(str(wl)) == wl
-    assert wl.fp8 and wl.scaled and wl.has_epilogue and wl.scaling in ("tensor", "row")
+    assert wl.fp8 and wl.scaled and wl.has_epilogue and wl.scaling in ("tensor", "row", "block")
     assert parse_workload("gemm:64x64x64:float16").scaling is None
 
 
@@ -53,7 +55,7 @@ def test_fp8_workloads_round_trip(text, canonical):
     ("gemm:8x8x8:float16:b=float8_e5m2", "b=TYPE names B's type right after an 8-bit float A's"),
     ("gemm:8x8x8:float8_e4m3fn:nt:b=float8_e5m2", "right after"),
     ("gemm:8x8x8:float8_e4m3fn:b=float16", "B's type 'float16' is not one of float8_e4m3fn, float8_e5m2"),
-    ("gemm:8x8x8:float8_e4m3fn:scale=block", "scale='block' is not one of tensor, row"),
+    ("gemm:8x8x8:float8_e4m3fn:scale=col", "scale='col' is not one of tensor, row, block"),
     ("gemm:8x8x8:float8_e4m3fn:scale=row:scale=row", "scale= is given twice"),
     ("gemm:8x8x8:scale=row", "scale= is for 8-bit float inputs"),
     ("gemv:8x8:float8_e4m3fn", "8-bit float inputs are for gemm workloads, not gemv"),
@@ -83,6 +85,11 @@ def test_the_arguments_are_scaled_mms_and_the_kernels():
         params = [(p.name, tuple(int(x) for x in p.shape), str(p.dtype)) for p in func.params]
         assert params == [(n, tuple(s), d) for n, (s, d) in zip(wl.arg_names(), wl.arg_shapes())]
         assert params[2][1:] == ((wl.M, 1), "float32") and params[3][1:] == ((1, wl.N), "float32")
+    # block scales: per 1×128 of A (M, ⌈K/128⌉) and per 128×128 of B (⌈N/128⌉, ⌈K/128⌉)
+    wl = parse_workload("gemm:300x200x1000:float8_e4m3fn:nt:scale=block")
+    assert wl.scale_shapes == ((300, 8), (2, 8))
+    func = fp8_kernel(wl, get(BLOCK_STEP).config())
+    assert [tuple(int(x) for x in p.shape) for p in func.params] == [s for s, _ in wl.arg_shapes()]
 
 
 # --- the reference and the tolerance ------------------------------------------------------------------
@@ -109,6 +116,15 @@ def test_the_reference_is_the_scaled_product_of_the_dequantized_inputs():
     np.testing.assert_array_equal(reference(per_tensor, [a, b, sa, sb]), want.astype(np.float32))  # as stored
 
 
+def test_block_scales_multiply_each_128_of_k_inside_the_sum():
+    wl = parse_workload("gemm:5x130x300:float8_e5m2:b=float8_e4m3fn:nt:scale=block")
+    a, b, sa, sb = (x.astype(np.float64) for x in _inputs(wl, seed=4))
+    want = np.array([[sum(a[i, k] * b[j, k] * sa[i, k // 128] * sb[j // 128, k // 128] for k in range(300))
+                      for j in range(130)] for i in range(5)])
+    got = reference(wl, _inputs(wl, seed=4))
+    np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-6, atol=1e-7)
+
+
 def test_the_tolerance_grows_with_k_from_the_tensor_cores_fp8_sums():
     """2^-13·√K (+ fp32's 1e-5): the FP8 tensor cores keep ~13 fraction bits of each k32 sum; a 16-bit
     output adds its rounding on top, as for every other step."""
@@ -120,20 +136,27 @@ def test_the_tolerance_grows_with_k_from_the_tensor_cores_fp8_sums():
     assert spec.tolerance_for(f32) == pytest.approx(fp8_sum_tolerance(4096))
     assert spec.tolerance_for(bf16) == pytest.approx(output_tolerance(bf16, fp8_sum_tolerance(4096)))
     assert 1e-2 < spec.tolerance_for(bf16) < 2e-2
+    # promoted to fp32 registers every 128 of K (block scales): the bound stops growing
+    block = get(BLOCK_STEP)
+    for K in (4096, 16384):
+        wl = parse_workload(f"gemm:256x256x{K}:float8_e4m3fn:nt:scale=block")
+        assert block.tolerance_for(wl) == pytest.approx(2 ** -13 * math.sqrt(128) + 1e-5)
 
 
-def test_the_workloads_definition_computes_the_reference_on_the_cpu():
+@pytest.mark.parametrize("text", ["gemm:48x40x96:float8_e4m3fn:b=float8_e5m2:nt:scale=row:out=float32:bias:silu:residual",
+                                  "gemm:40x136x300:float8_e4m3fn:nt:scale=block:out=float16:bias"])
+def test_the_workloads_definition_computes_the_reference_on_the_cpu(text):
     """The TE definition (A, B, the scales, the epilogue block D) built for the CPU matches the
     float64 reference. Inputs in ±[1/8, 1): TVM 0.27's LLVM conversion of e4m3 reads the
     subnormals (and zero) wrong (0x00 → 0.0078125), which CUDA's __nv_fp8_e4m3 does not."""
     import tvm
 
-    wl = parse_workload("gemm:48x40x96:float8_e4m3fn:b=float8_e5m2:nt:scale=row:out=float32:bias:silu:residual")
+    wl = parse_workload(text)
     ins = _inputs(wl, seed=2, low=0.125)
     out = tvm.runtime.empty(wl.arg_shapes()[-1][0], wl.out_dtype, tvm.cpu())
     tvm.compile(wl.prim_func(), target="llvm")(*[tvm.runtime.tensor(x) for x in ins], out)
     ref = reference(wl, ins)
-    assert np.linalg.norm(out.numpy() - ref) / np.linalg.norm(ref) < 1e-6
+    assert np.linalg.norm(out.numpy().astype(np.float64) - ref) / np.linalg.norm(ref) < 1e-3 * (wl.out_dtype != "float32") + 1e-6
 
 
 # --- the kernel ---------------------------------------------------------------------------------------
@@ -170,6 +193,23 @@ def test_a_mixed_pair_with_row_scales_an_epilogue_and_clusters_compiles(built):
     assert "tanhf" in cuda or "tanh(" in cuda
 
 
+def test_block_scales_are_promoted_every_k_tile(built):
+    """fp8_block_scaled_gemm: each K tile's wgmmas into fresh partial sums (m64n128k32: a 128 × 128
+    tile leaves room for two accumulator sets), waited for (wait_group 0) and added to the running
+    sum times the scales of the thread's rows and column block, then the epilogue; 2×1 clusters."""
+    b = built(MIXED.replace("scale=row", "scale=block"), BLOCK_STEP, cluster_m=2)
+    assert all(k.spills == 0 for k in b.device.kernels) and len(b.device.kernels) == 1
+    ptx = b.device.ptx
+    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2" in ptx and ".multicast::cluster" in ptx
+    assert "wgmma.wait_group.sync.aligned 0" in ptx and "wgmma.wait_group.sync.aligned 1" not in ptx
+    cuda = b.device.cuda
+    assert "acc_ptr[0] = (acc_ptr[0] + (part_ptr[0] * (sa_r_ptr[0] * sb_r_ptr[0])));" in cuda
+    assert "acc_ptr[3] = (acc_ptr[3] + (part_ptr[3] * (sa_r_ptr[1] * sb_r_ptr[0])));" in cuda  # row + 8: its own scale
+    assert "sab_ptr" not in cuda  # nothing scales the stored outputs again
+    launch = get(BLOCK_STEP).validate(parse_workload("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block"))
+    assert launch.shared_bytes == 6 * (128 + 128) * 128 + 1024
+
+
 @pytest.mark.parametrize("workload, params, word", [
     ("gemm:256x256x200:float8_e4m3fn:nt", {}, r"row pitch of A and B \(K\) is 200 bytes; TMA needs a multiple of 16"),
     ("gemm:256x256x256:float8_e4m3fn", {}, "takes the nt layout only, not nn .*FP8 wgmma reads both operands K-major"),
@@ -179,9 +219,14 @@ def test_a_mixed_pair_with_row_scales_an_epilogue_and_clusters_compiles(built):
     ("gemm:256x256x256:float8_e4m3fn:nt", dict(split_k=2), "split_k must be 1"),
     ("gemm:256x256x256:float8_e4m3fn:nt", dict(pad_operands=True), "pad_operands is for the 16-bit steps"),
     ("gemm:256x256x256:float8_e4m3fn:nt", dict(stages=5), "shared memory"),
+    ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", {}, "applies tensor or row scales, not scale=block"),
+    ("gemm:256x256x256:float8_e4m3fn:nt", dict(step=BLOCK_STEP), "applies block scales, not scale=tensor"),
+    ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, block_n=192), "multiple of 128"),
+    ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, block_n=256), "two accumulator sets"),
 ])
 def test_what_the_tma_path_cannot_take_is_refused_in_one_line(workload, params, word):
-    spec = get(STEP)
+    params = dict(params)
+    spec = get(params.pop("step", STEP))
     with pytest.raises(ScheduleParamError, match=word) as e:
         spec.validate(parse_workload(workload), spec.config(**params))
     assert "\n" not in str(e.value)
@@ -203,7 +248,8 @@ def test_the_benchmark_runs_both_scalings_beside_scaled_mm_and_show_defaults_to_
     jobs = bench_gemm.make_jobs(["4096x4096x4096"], ["fp8"])
     assert {(j["workload"], j["name"]) for j in jobs} == {
         (f"gemm:4096x4096x4096:float8_e4m3fn:nt{s}:out=bfloat16", n)
-        for s in ("", ":scale=row") for n in ("cublas", STEP)}
+        for s in ("", ":scale=row") for n in ("cublas", STEP)} | {
+        ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", n) for n in ("cublas", BLOCK_STEP)}
     assert sum(j["params"] == {"cluster_m": 2} for j in jobs) == 2
     assert "fp8" not in bench_gemm.PRECISIONS  # by name only: the default benchmark is unchanged
     assert main(["bench-gemm", "--precisions", "fp8", "--random", "3"]) == 2
@@ -221,21 +267,28 @@ GPU_CASES = [
     ("gemm:2048x1536x1008:float8_e5m2:b=float8_e4m3fn:nt:scale=row:out=float16:bias:gelu_tanh:residual", {}),
     (MIXED, {"cluster_m": 2}),
 ]
+BLOCK_GPU_CASES = [
+    ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", {}),
+    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", {}),  # ragged: clamped scale indices
+    (MIXED.replace("scale=row", "scale=block"), {"cluster_m": 2}),
+]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("workload, params", GPU_CASES)
+@pytest.mark.parametrize("workload, params", GPU_CASES + [(w, dict(p, step=BLOCK_STEP)) for w, p in BLOCK_GPU_CASES])
 def test_correct_against_the_dequantized_float64_product(harness, workload, params):
-    spec = get(STEP)
+    params = dict(params)
+    spec = get(params.pop("step", STEP))
     tol = spec.tolerance_for(parse_workload(workload))
     err = run_on_gpu(harness, spec, workload, **params)
-    print(f"{STEP}{params or ''} on {workload}: relative error {err:.3g} (tolerance {tol:.3g})")
+    print(f"{spec.name}{params or ''} on {workload}: relative error {err:.3g} (tolerance {tol:.3g})")
     assert err <= tol
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float8_e4m3fn:nt:out=bfloat16",
-                                      "gemm:1024x512x2048:float8_e4m3fn:nt:scale=row:out=bfloat16"])
+                                      "gemm:1024x512x2048:float8_e4m3fn:nt:scale=row:out=bfloat16",
+                                      "gemm:1024x512x2048:float8_e4m3fn:nt:scale=block:out=bfloat16"])
 def test_scaled_mm_with_the_same_scales_is_right(workload):
     """The benchmark's baseline: torch._scaled_mm through the same measurement path (checked to the
     same FP8 bound: it is asked for fast accumulation where cuBLASLt takes it)."""

@@ -86,7 +86,7 @@ def cublas_tolerance(workload, tf32: bool = False) -> float:
     :func:`schedules.reference.fp8_sum_tolerance`); a 16-bit output adds its rounding
     (:func:`schedules.reference.output_tolerance`)."""
     if getattr(workload, "fp8", False):
-        return output_tolerance(workload, fp8_sum_tolerance(workload.K))
+        return output_tolerance(workload, fp8_sum_tolerance(workload.K, 128 if workload.scaling == "block" else None))
     return output_tolerance(workload, 2e-3 if tf32 else 1e-4)
 
 
@@ -243,26 +243,46 @@ def cublas_call(harness, workload, inputs, out, tf32: bool = False):
 def scaled_mm_call(torch, workload, inputs, out):
     """``(fn, description)`` for 8-bit float inputs: ``torch._scaled_mm`` (cuBLASLt's FP8 GEMM) on A
     (M×K, row-major) and B stored N×K passed as its K×N column-major view, with the workload's
-    scale tensors (per tensor: shape (1,); per row: (M, 1) and (1, N)) and output type, into the
-    output buffer, the product alone (no epilogue). Fast accumulation (``use_fast_accum=True``: the
-    partial sums stay in the tensor cores' accumulator, as the lab's FP8 kernels keep them) where
-    cuBLASLt takes it with these scales, else its default (partial sums promoted to fp32)."""
+    scale tensors (per tensor: shape (1,); per row: (M, 1) and (1, N); per block: (M, ⌈K/128⌉) and
+    B's (⌈N/128⌉, ⌈K/128⌉), also tried as the (⌈K/128⌉, ⌈N/128⌉) view and with scale_a copied
+    column-major, the layouts cuBLASLt's block scaling may ask for; a copy is made inside the call,
+    so that it reads the values of each check) and output type, into the output buffer, the product
+    alone (no epilogue). Fast accumulation (``use_fast_accum=True``: the partial sums stay in the
+    tensor cores' accumulator, as fp8_tma_gemm keeps them) where cuBLASLt takes it with these scales,
+    else its default."""
     a, b = workload.operands(*inputs[:2])
     sa, sb = inputs[2], inputs[3]
     alone = " (the product alone: no epilogue)" if workload.epilogue is not None else ""
+    scales = [(lambda: (sa, sb), "")]
+    if workload.scaling == "block":
+        col = torch.empty_strided(tuple(sa.shape), (1, sa.shape[0]), dtype=sa.dtype, device=sa.device)
+
+        def col_major():
+            col.copy_(sa)
+            return col
+
+        scales += [(lambda: (sa, sb.t()), ", scale_b as its K×N-block view"),
+                   (lambda: (col_major(), sb), ", scale_a copied column-major"),
+                   (lambda: (col_major(), sb.t()), ", scale_a copied column-major, scale_b as its K×N-block view")]
     errors = []
     for fast in (True, False):
-        kwargs = dict(scale_a=sa, scale_b=sb, out_dtype=out.dtype, use_fast_accum=fast)
-        what = (f"torch._scaled_mm({workload.scaling} scales, use_fast_accum={fast}), {a.dtype} x {b.dtype} → "
-                f"{out.dtype}, {workload.layout}{alone}")
-        try:
-            torch._scaled_mm(a, b, out=out, **kwargs)
-            return (lambda: torch._scaled_mm(a, b, out=out, **kwargs)), what
-        except (TypeError, RuntimeError) as e:
-            errors.append(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
-        try:
-            out.copy_(torch._scaled_mm(a, b, **kwargs))
-            return (lambda: out.copy_(torch._scaled_mm(a, b, **kwargs))), what + ", copied into the output"
-        except (TypeError, RuntimeError) as e:
-            errors.append(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
-    raise Unavailable(f"torch._scaled_mm does not take {workload}: {errors[-1][:200]}")
+        for prep, how in scales:
+            opts = dict(out_dtype=out.dtype, use_fast_accum=fast)
+            what = (f"torch._scaled_mm({workload.scaling} scales{how}, use_fast_accum={fast}), {a.dtype} x {b.dtype} "
+                    f"→ {out.dtype}, {workload.layout}{alone}")
+
+            def into(prep=prep, opts=opts):
+                x, y = prep()
+                return torch._scaled_mm(a, b, scale_a=x, scale_b=y, out=out, **opts)
+
+            def copied(prep=prep, opts=opts):
+                x, y = prep()
+                return out.copy_(torch._scaled_mm(a, b, scale_a=x, scale_b=y, **opts))
+
+            for fn, extra in ((into, ""), (copied, ", copied into the output")):
+                try:
+                    fn()
+                    return fn, what + extra
+                except (TypeError, ValueError, RuntimeError, NotImplementedError) as e:  # torch: not these scales
+                    errors.append(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+    raise Unavailable(f"torch._scaled_mm does not take {workload}: {errors[0][:200]}")

@@ -11,9 +11,10 @@ with an fp32 output, as the lab's kernels compute), dlight, the lab's choice for
 (``best_gemm``, ``best_tf32_gemm``, ``best_fp16_gemm``) and the tensor-core steps that apply (WMMA,
 mma.sync, wgmma, then the Hopper ladder: TMA loads, warp specialization, persistent tiles, clusters);
 ``--steps`` adds the fast fp32 steps at their defaults. ``fp8`` (asked for by name, not in the
-default list): e4m3 inputs in the nt layout with a bf16 output, per-tensor and row-wise scales (two
-workloads per shape unless the shape names its layout, output or scales), fp8_tma_gemm (also with
-2×1 clusters) beside ``torch._scaled_mm`` with the same scales. Every result is checked against float64
+default list): e4m3 inputs in the nt layout with a bf16 output, per-tensor, row-wise and block
+scales (three workloads per shape unless the shape names its layout, output or scales),
+fp8_tma_gemm (also with 2×1 clusters) and fp8_block_scaled_gemm beside ``torch._scaled_mm`` with
+the same scales (where its version takes them). Every result is checked against float64
 first, then timed (CUDA events, L2 emptied before each run, median). Writes results.json/.csv and
 table.md (ratios to cuBLAS of the same precision) into ``--out``.
 """
@@ -43,11 +44,12 @@ KERNELS = {
     "fp16": ("float16", [("cublas", {}), ("tvm_dlight", {}), ("tensor_core_gemm", {}),
                          ("tensor_core_gemm", {"intrinsics": "mma"}), ("wgmma_gemm", {}), *HOPPER, ("best_fp16_gemm", {})]),
     "bf16": ("bfloat16", [("cublas", {}), ("wgmma_gemm", {}), *HOPPER, ("best_fp16_gemm", {})]),
-    "fp8": ("float8_e4m3fn", [("cublas", {}), ("fp8_tma_gemm", {}), ("fp8_tma_gemm", {"cluster_m": 2})]),
+    "fp8": ("float8_e4m3fn", [("cublas", {}), ("fp8_tma_gemm", {}), ("fp8_tma_gemm", {"cluster_m": 2}),
+                              ("fp8_block_scaled_gemm", {})]),
 }
 CHOICE = {"fp32": "best_gemm", "tf32": "best_tf32_gemm", "fp16": "best_fp16_gemm", "bf16": "best_fp16_gemm",
           "fp8": "fp8_tma_gemm"}
-FP8_SCALES = ("tensor", "row")  # an FP8 linear layer: nt, a bf16 output, each scaling (fp8_shapes)
+FP8_SCALES = ("tensor", "row", "block")  # an FP8 linear layer: nt, a bf16 output, each scaling (fp8_shapes)
 # a shape with an epilogue (2048x8192x1024:nt:out=bfloat16:bias:gelu_tanh): cuBLASLt's fused epilogue and eager
 # PyTorch beside cuBLAS's product alone, and the fusion lesson's two steps
 EPILOGUE_JOBS = [("cublaslt_fused", {}), ("torch_eager", {}), ("unfused_epilogue_gemm", {}), ("fused_epilogue_gemm", {})]
@@ -62,8 +64,8 @@ def shape_workload(shape: str, dtype: str) -> str | None:
 
 def fp8_shapes(shape: str) -> list[str]:
     """The FP8 workloads of a ``--shapes`` entry: e4m3 inputs (where it names no input type), the nt
-    layout and a bf16 output where it names neither, and both scalings (per tensor, per row) where
-    it names none."""
+    layout and a bf16 output where it names neither, and each scaling (per tensor, per row, per
+    block) where it names none."""
     text = shape.strip().removeprefix("gemm:")
     fields = [f.strip() for f in text.split(":")[1:]]
     wl = workload_for("gemm", text, KERNELS["fp8"][0])
@@ -117,12 +119,14 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     """The lab's choice per shape and precision, its % of cuBLAS and dlight's."""
     rows = []
     for (wl, prec), g in df.groupby(["workload", "precision"], sort=False):
-        choice = g[g["name"] == CHOICE.get(prec)]
+        step = "fp8_block_scaled_gemm" if prec == "fp8" and ":scale=block" in wl else CHOICE.get(prec)
+        choice = g[g["name"] == step]  # the step at its defaults comes first
         dl = g[g["name"] == "tvm_dlight"]
         if choice.empty:
             continue
         c = choice.iloc[0]
-        rows.append({"shape": wl.split(":")[1], "precision": prec,
+        scales = f", {parse_workload(wl).scaling} scales" if prec == "fp8" else ""
+        rows.append({"shape": wl.split(":")[1] + scales, "precision": prec,
                      "choice": str(c.get("chosen") or c["name"]), "TFLOP/s": T.fmt(c.get("tflops"), ".2f"),
                      "% cuBLAS": T.fmt(c.get("pct_cublas"), ".1f"),
                      "dlight % cuBLAS": T.fmt(dl.iloc[0].get("pct_cublas"), ".1f") if len(dl) else ""})
