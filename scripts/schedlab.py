@@ -89,6 +89,9 @@ def _workload_for(spec, shape):
     layouts = spec.layouts
     if wl.kind == "gemm" and len(layouts) == 1 and not any(f.strip() in ("nn", "nt", "tn", "tt") for f in shape.split(":")):
         wl = dataclasses.replace(wl, layout=layouts[0])  # a step of one layout (FP8: nt): the shape names none
+    scalings = spec.config_cls.scalings
+    if getattr(wl, "fp8", False) and len(scalings) == 1 and "scale=" not in shape:
+        wl = dataclasses.replace(wl, scaling=scalings[0])  # a step of one scaling (block): the shape names none
     return wl
 
 

@@ -256,6 +256,7 @@ def test_the_benchmark_runs_both_scalings_beside_scaled_mm_and_show_defaults_to_
     assert "for the fixed shapes only" in capsys.readouterr().err
     assert str(_workload_for(get(STEP), None)) == "gemm:1024x512x2048:float8_e4m3fn:nt"
     assert str(_workload_for(get(STEP), "64x64x64:out=bfloat16")) == "gemm:64x64x64:float8_e4m3fn:nt:out=bfloat16"
+    assert str(_workload_for(get(BLOCK_STEP), None)) == "gemm:1024x512x2048:float8_e4m3fn:nt:scale=block"
 
 
 # --- on the GPU ----------------------------------------------------------------------------------------
