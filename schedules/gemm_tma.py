@@ -9,6 +9,7 @@ The Hopper steps, a file per stretch of the ladder:
   configuration, geometry, loader, wgmma macro, epilogue) in tma_fp16.py;
 * gemm 21-23, warp_specialized_gemm, persistent_gemm, cluster_gemm: gemm_tma_ws.py;
 * gemm 27, tma_tf32_gemm: gemm_tma_tf32.py;
+* gemm 29-30, fp8_tma_gemm and fp8_block_scaled_gemm (8-bit float inputs and their scales): gemm_fp8.py;
 * what they share (TMA loads, tensor maps, mbarriers, split-K, copy kernels, the warp-specialized
   ring): tma_common.py.
 

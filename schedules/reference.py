@@ -5,7 +5,12 @@ checks bound. Pure computation on host arrays or torch tensors; no I/O.
 A GEMM with an epilogue (:class:`schedules.workloads.Epilogue`) is checked against the same
 epilogue applied in float64 to the float64 product: ``act(alpha·(A·B) + bias) + beta·R`` with each
 activation computed exactly (GELU's erf form with erf, its tanh form by its formula, SiLU as
-x·sigmoid(x)), then rounded to the output type last, as an exact kernel would store it."""
+x·sigmoid(x)), then rounded to the output type last, as an exact kernel would store it.
+
+An FP8 product (8-bit float inputs) is checked against the float64 product of its dequantized
+inputs, the 8-bit values read exactly as the numbers they are, scaled by scale_a·scale_b (per tensor,
+or per row of A and column of the product, broadcast as torch._scaled_mm's shapes broadcast) before
+the epilogue; its bound is :func:`fp8_sum_tolerance`."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import math
 
 import numpy as np
 
+FP8_SUM_BITS = 13  # fraction bits kept where the FP8 tensor cores add a wgmma's products (fp8_sum_tolerance)
 LONG_SUM = 16384  # sums longer than this are checked relative to ‖|A|·|B|‖ (see product_error)
 # the unit roundoff u of each output type: round-to-nearest with p significand bits (the implicit
 # one included) moves a value by at most u = 2^-p of itself
@@ -33,9 +39,15 @@ def reference(workload, inputs):
     transposed operand as a view of the stored one), a batch of products (bmm) as one batched
     product; a GEMM's epilogue applied after it (:func:`apply_epilogue`: its extra inputs, bias
     then R, follow A and B in ``inputs``) and the result rounded to its output type."""
-    prod = _product(workload, *(_f64(x) for x in inputs[:2]))
+    scaling = getattr(workload, "scaling", None)
+    if scaling == "block":
+        prod = _scaled_product(workload, *(_f64(x) for x in inputs[:4]))
+    else:
+        prod = _product(workload, *(_f64(x) for x in inputs[:2]))
     if not getattr(workload, "has_epilogue", False):
         return prod
+    if scaling in ("tensor", "row"):
+        prod = prod * (_f64(inputs[2]) * _f64(inputs[3]))
     bias, res = epilogue_inputs(workload, inputs)
     return apply_epilogue(workload, prod, bias, res)
 
@@ -49,9 +61,25 @@ def _product(workload, a, b):
     return a @ b
 
 
+def _scaled_product(workload, a, b, sa, sb):
+    """Σ over K blocks of scale_a·scale_b·(op(A)·op(B) over the block) (block scaling, float64):
+    op(A) with each 1×128 piece multiplied by its scale, op(B) with each 128×128 block by its, then
+    one product (each scaled operand is exact in float64: 4 + 24 significant bits)."""
+    a, b = workload.operands(a, b)
+    K, N, bk = workload.K, workload.N, 128
+    if _is_torch(a):
+        sa_k = sa.repeat_interleave(bk, dim=1)[:, :K]  # (M, K)
+        sb_kn = sb.repeat_interleave(bk, dim=0)[:N].repeat_interleave(bk, dim=1)[:, :K].t()  # (K, N)
+    else:
+        sa_k = np.repeat(sa, bk, axis=1)[:, :K]
+        sb_kn = np.repeat(np.repeat(sb, bk, axis=0)[:N], bk, axis=1)[:, :K].T
+    return (a * sa_k) @ (b * sb_kn)
+
+
 def epilogue_inputs(workload, inputs):
-    """(bias, R) from a GEMM's inputs ``[A, B, bias?, R?]`` (None for the ones it has not), in float64."""
-    rest = list(inputs[2:])
+    """(bias, R) from a GEMM's inputs ``[A, B, scale_a?, scale_b?, bias?, R?]`` (None for the ones it
+    has not), in float64."""
+    rest = list(inputs[getattr(workload, "operand_count", 2):])
     bias = _f64(rest.pop(0)) if workload.bias else None
     res = _f64(rest.pop(0)) if workload.residual else None
     return bias, res
@@ -138,6 +166,24 @@ def output_tolerance(workload, tolerance: float) -> float:
     return tolerance * (1.0 + u) + 2.0 * u
 
 
+def fp8_sum_tolerance(K: int, promoted: int | None = None) -> float:
+    """The ‖out − ref‖/‖ref‖ bound of an FP8 product's fp32 result (before any output rounding),
+    from how Hopper's FP8 tensor cores add: each wgmma (k32) aligns its 32 products and the running
+    sum to the largest exponent among them and keeps about 13-14 fraction bits (DeepSeek-V3's report,
+    §3.3.2, measured ≈14 bits on H800), so every product added loses up to u = 2^-13 of the running
+    sum's magnitude, not of its own. With random signs these losses add like a random walk: after k
+    products the sum is √k·σ in size, so the K losses add up to u·σ·√(Σk) ≈ u·σ·K/√2 (rms, the loss of
+    each being at most u·|sum|, rms u/√3 of it), against a result √K·σ: u·√K/√6 relative. The bound
+    is u·√K (2.4× that) plus fp32's own 1e-5 (the scales' products, the epilogue): K = 4096, 7.8e-3;
+    K = 8192, 1.1e-2. The products themselves are exact (3 + 3 mantissa bits); a 16-bit output adds
+    its rounding (:func:`output_tolerance`).
+
+    ``promoted``: the partial sums leave the tensor cores every ``promoted`` of K and are added in
+    fp32 registers (block scaling, 128): each block's loss is u·σ·128/√6, the K/128 of them add like
+    a random walk to u·σ·√(128·K)/√6 against √K·σ: the bound u·√128 (+ 1e-5) whatever K, 1.4e-3."""
+    return 2.0 ** -FP8_SUM_BITS * math.sqrt(min(K, promoted or K)) + 1e-5
+
+
 def _norm(x) -> float:
     if _is_torch(x):
         import torch
@@ -155,7 +201,9 @@ def count_not_finite(out) -> int:
 
 
 def _abs(x):
-    return x.abs() if _is_torch(x) else np.abs(_f64(x))
+    if _is_torch(x):  # 8-bit floats have no abs or product in torch: in float64 (other types keep theirs)
+        return x.double().abs() if x.element_size() == 1 else x.abs()
+    return np.abs(_f64(x))
 
 
 def product_error(workload, out, inputs, ref=None) -> float:
@@ -175,7 +223,12 @@ def product_error(workload, out, inputs, ref=None) -> float:
     outputs = ref.numel() if _is_torch(ref) else ref.size
     if outputs > 1 and sum_length <= LONG_SUM:
         return diff / max(_norm(ref), np.finfo(float).tiny)
-    scale = _product(workload, *(_abs(x) for x in inputs[:2]))
+    if getattr(workload, "scaling", None) == "block":
+        scale = _scaled_product(workload, *(_abs(x) for x in inputs[:4]))
+    else:
+        scale = _product(workload, *(_abs(x) for x in inputs[:2]))
+    if getattr(workload, "scaling", None) in ("tensor", "row"):  # |scale_a|·|scale_b|·|A|·|B|: the products' size
+        scale = scale * (_abs(inputs[2]) * _abs(inputs[3]))
     if getattr(workload, "epilogue", None) is not None:
         ep = workload.epilogue
         bias, res = epilogue_inputs(workload, inputs)

@@ -25,8 +25,9 @@ from typing import Callable
 
 from .common import GpuLimits, current_gpu, limits_of, pass_config_of
 from .errors import PluginError, ScheduleParamError
-from .reference import output_tolerance
+from .reference import fp8_sum_tolerance, output_tolerance
 from .step_config import Launch, StepConfig  # noqa: F401  (Launch: re-exported for the steps)
+from .workloads import FP8_DTYPES
 
 
 # Each ladder in teaching order: a step's number is its position here (1-based).
@@ -45,6 +46,8 @@ LADDERS = {
         "best_fp16_gemm",
         # tensor cores: fp32 inputs read as tf32
         "wgmma_tf32_gemm", "tma_tf32_gemm", "best_tf32_gemm",
+        # tensor cores: 8-bit float inputs (e4m3, e5m2) with their scales, on the same structure
+        "fp8_tma_gemm", "fp8_block_scaled_gemm",
         # a linear layer's epilogue (bias, activation, residual, a 16-bit output): after the product, then in it
         "unfused_epilogue_gemm", "fused_epilogue_gemm",
     ),
@@ -52,9 +55,17 @@ LADDERS = {
              "column_gemv_t"),
 }
 LADDER_OF_KIND = {"gemm": "gemm", "gemv": "gemv", "gemv_t": "gemv"}
-PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+PRECISION = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
 INT32_MAX = 2**31 - 1  # the largest index a kernel's int32 indices reach
 TOLERANCE = {"float32": 1e-5, "float16": 1e-4, "bfloat16": 1e-4}  # 16-bit inputs: exact products, fp32 sums
+
+
+def input_tolerance(workload) -> float:
+    """The ‖out − ref‖/‖ref‖ bound of the fp32 result for the workload's input type: :data:`TOLERANCE`;
+    8-bit floats: one that grows with K (:func:`schedules.reference.fp8_sum_tolerance`)."""
+    if getattr(workload, "fp8", False):  # block scales: the sums promoted to fp32 every 128 of K
+        return fp8_sum_tolerance(workload.K, 128 if workload.scaling == "block" else None)
+    return TOLERANCE[workload.dtype]
 
 
 MAX_AFTER_ONE = 9  # plugin steps after one built-in step: n.1 ... n.9
@@ -152,8 +163,8 @@ class ScheduleSpec:
         but whose K-long sums the tensor cores round in fp32), or the step's own where larger
         (``tolerance`` on the config: tf32 steps round their inputs to 10 mantissa bits); for a
         16-bit output, widened by the rounding of the output and of the reference
-        (:func:`schedules.reference.output_tolerance`)."""
-        return output_tolerance(workload, max(TOLERANCE[workload.dtype], self.config_cls.tolerance))
+        (:func:`schedules.reference.output_tolerance`). 8-bit float inputs: :func:`input_tolerance`."""
+        return output_tolerance(workload, max(input_tolerance(workload), self.config_cls.tolerance))
 
     def precision(self, dtype: str) -> str:
         """What the step computes in, for comparisons with cuBLAS: tf32 for the tf32 steps, else
@@ -193,8 +204,8 @@ class ScheduleSpec:
         return bool(self.config_cls.epilogues)
 
     def layout_refusal(self, workload, cfg=None) -> str | None:
-        """Why the step does not take ``workload``'s layout, batch, epilogue or output type (one
-        line), or None."""
+        """Why the step does not take ``workload``'s layout, batch, epilogue, output type or (8-bit
+        float inputs) scaling (one line), or None."""
         src = cfg if cfg is not None else self.config_cls
         if getattr(workload, "has_epilogue", False) and not src.epilogues:
             what = [f"the epilogue {workload.epilogue}"] if workload.epilogue is not None else []
@@ -204,10 +215,14 @@ class ScheduleSpec:
         layout = getattr(workload, "layout", "nn")
         layouts = src.layouts
         if layout not in layouts:
+            note = f": {src.layout_note}" if getattr(src, "layout_note", "") else ""
             return (f"{self.name} takes the {', '.join(layouts)} layout{'s' if len(layouts) > 1 else ''} "
-                    f"only, not {layout} ({workload})")
+                    f"only, not {layout} ({workload}){note}")
         if getattr(workload, "batched", False) and not src.batched:
             return f"{self.name} does not take a batch of products (bmm): {workload}"
+        if getattr(workload, "scaled", False) and workload.scaling not in src.scalings:
+            return (f"{self.name} applies {' or '.join(src.scalings) or 'no'} scales, not scale={workload.scaling} "
+                    f"({workload})")
         return None
 
     def config(self, **overrides):
@@ -239,6 +254,11 @@ class ScheduleSpec:
         and signs, the configuration's own ``check``."""
         if workload.kind != self.kind and not cfg.also_takes(workload):  # a GEMV step on a GEMM with one column
             raise ScheduleParamError(f"schedule {self.name} is for {self.kind}, not {workload.kind} ({workload})")
+        dtypes = type(cfg).dtypes
+        if (getattr(workload, "fp8", False) or set(dtypes) & set(FP8_DTYPES)) and workload.dtype not in dtypes:
+            # 8-bit floats on another step or the other way round: the input type first (its scales
+            # would otherwise read as an epilogue the step does not take)
+            raise ScheduleParamError(f"{self.name} takes {', '.join(dtypes)} inputs, not {workload.dtype} ({workload})")
         refusal = self.layout_refusal(workload, cfg)
         if refusal:
             raise ScheduleParamError(refusal)

@@ -67,6 +67,12 @@ class StepConfig:
     #: GEMM operand layouts the step takes (``nn``, ``nt``, ``tn``, ``tt``): a step takes a
     #: transposed operand only once it has been taught to.
     layouts: ClassVar[tuple[str, ...]] = ("nn",)
+    #: Why the step takes only ``layouts`` where that is a property of the hardware, not a lesson
+    #: not taught yet (the FP8 steps: FP8 wgmma reads both operands K-major): appended to the refusal.
+    layout_note: ClassVar[str] = ""
+    #: The scalings of 8-bit float inputs the step applies (``tensor``, ``row``, ``block``: see
+    #: :class:`schedules.workloads.Gemm`); only the FP8 steps take such inputs.
+    scalings: ClassVar[tuple[str, ...]] = ()
     #: Whether the step takes a batch of products (``bmm:...``).
     batched: ClassVar[bool] = False
     #: The step's own ‖out − ref‖/‖ref‖ bound where it is larger than its input type's (the tf32

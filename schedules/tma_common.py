@@ -1,12 +1,12 @@
-"""Pieces shared by the Hopper TMA steps, gemm 20-23 (gemm_tma.py, gemm_tma_ws.py) and gemm 27
-(gemm_tma_tf32.py): the 128-byte swizzle constants, TMA loads and tensor-map encoding, the
+"""Pieces shared by the Hopper TMA steps, gemm 20-23 (gemm_tma.py, gemm_tma_ws.py), gemm 27
+(gemm_tma_tf32.py) and gemm 29-30 (gemm_fp8.py): the 128-byte swizzle constants, TMA loads and tensor-map encoding, the
 accumulator fence, split-K's bookkeeping and second kernel, the operand copy kernels (padding,
 transposition), and the warp-specialized ring that the fp16/bf16 and the tf32 kernels both run.
 
 They are plain Python helpers returning TIR expressions or ``T.macro`` bodies, so sizes stay
 compile-time constants and the simplifier sees the loop ranges.
 
-The warp-specialized ring (gemm 21-23, gemm 27): ``stages`` shared-memory slots, each guarded by a
+The warp-specialized ring (gemm 21-23, 27, 29 and 30): ``stages`` shared-memory slots, each guarded by a
 *full* barrier (bars[slot]: one arrival, the producer's ``expect_tx``, plus the bytes its TMA loads
 complete) and an *empty* barrier (bars[stages + slot]: one arrival per consumer warpgroup, of
 every block of the cluster). Everything is in closed form: K tile ``it`` of a block's stream (it =

@@ -149,6 +149,12 @@ class TmaConfig(StepConfig):
         if self.block_k * item != ROW_BYTES:
             raise ScheduleParamError(f"{name}: block_k must be {ROW_BYTES // item} (one 128-byte row), "
                                      f"got {self.block_k}")
+        self.check_structure(wl, item)
+
+    def check_structure(self, wl: Gemm, item: int):
+        """The checks that do not depend on the input type beyond its size ``item`` (bytes): the
+        block tile and its consumers, the register budgets, the ring, the cluster, split-K."""
+        name = self.step_name
         if self.consumers not in (1, 2, 3, 4) or self.block_m % (64 * self.consumers):
             raise ScheduleParamError(f"{name}: block_m ({self.block_m}) must be 64·consumers·(1 or 2), "
                                      f"consumers={self.consumers}")

@@ -25,6 +25,22 @@ product's scale) and ``beta=X`` (R's scale, with ``residual`` only)::
 
 Bias and R are stored in the output type. A GEMV workload takes neither (write it as a GEMM with one
 column: ``gemm:Mx1xK``).
+
+8-bit float inputs (FP8): ``:float8_e4m3fn`` or ``:float8_e5m2`` makes both operands that type; a
+mixed pair names B's type after A's, ``:b=TYPE`` (``gemm:4096x4096x4096:float8_e4m3fn:b=float8_e5m2:nt``:
+A e4m3, B e5m2; all four pairings are Hopper's). An FP8 product always carries two float32 scales,
+applied to the fp32 sum before the epilogue, as ``torch._scaled_mm`` takes them::
+
+    D = act(alpha·(scale_a·scale_b)·(op(A)·op(B)) + bias) + beta·R
+
+``:scale=tensor`` (the default, left out of the string): one scale per operand, kernel arguments of
+shape (1,); ``:scale=row``: one per row of A, shape (M, 1), and one per column of the product (per
+row of B stored N×K), shape (1, N); ``:scale=block`` (DeepSeek-V3's): one per 1×128 piece of A
+along K, shape (M, ⌈K/128⌉), and one per 128×128 block of B (128 columns of the product by 128 of
+K), shape (⌈N/128⌉, ⌈K/128⌉), applied inside the sum: C = Σ_kb scale_a[:, kb]·scale_b[·, kb]·(A·B
+over K block kb), and D the epilogue of C. The arguments are A, B, scale_a, scale_b, [bias], [R], D, and
+the output type (``out=``) is float32 unless named (``out=bfloat16`` is the usual FP8 linear layer).
+FP8 tensor cores read both operands K-major: the FP8 steps take the ``nt`` layout.
 """
 
 from __future__ import annotations
@@ -43,6 +59,9 @@ LAYOUTS = ("nn", "nt", "tn", "tt")  # BLAS: C = op(A)·op(B); "t": the operand i
 ACTIVATIONS = ("relu", "gelu_tanh", "gelu_erf", "silu")
 ACTIVATION_ALIASES = {"gelu": "gelu_erf"}  # PyTorch's default GELU is the erf form
 OUT_DTYPES = ("float32", "float16", "bfloat16")
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")  # 8-bit floats: 4-bit exponent / 3-bit mantissa, 5 / 2
+SCALINGS = ("tensor", "row", "block")  # an FP8 product's scales: per operand; per row of A and column of B; per block
+SCALE_BLOCK = 128  # block scaling: 1×128 pieces of A, 128×128 blocks of B (along K, and N)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # the tanh form of GELU: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
 GELU_TANH_CUBIC = 0.044715
 
@@ -117,6 +136,8 @@ class Gemm:
     batch: int | None = None
     out_dtype: str = "float32"
     epilogue: Epilogue | None = None
+    b_dtype: str | None = None  # B's input type where it differs from A's (FP8 pairs); None: dtype
+    scaling: str | None = None  # FP8 inputs: "tensor" (default), "row" or "block" scales; None otherwise
 
     kind = "gemm"  # the ladder's kind: a BMM is a GEMM with a batch (steps say whether they take one)
 
@@ -134,14 +155,63 @@ class Gemm:
             raise ScheduleParamError(f"gemm epilogue must be an Epilogue or None, got {self.epilogue!r}")
         if self.epilogue is not None and self.epilogue.identity:
             object.__setattr__(self, "epilogue", None)
+        if self.b_dtype == self.dtype:
+            object.__setattr__(self, "b_dtype", None)
+        fp8 = self.dtype in FP8_DTYPES
+        if self.b_dtype is not None and not (fp8 and self.b_dtype in FP8_DTYPES):
+            raise ScheduleParamError(f"gemm B type {self.b_dtype!r} beside A's {self.dtype}: a mixed pair is two "
+                                     f"8-bit floats ({', '.join(FP8_DTYPES)})")
+        if fp8 and self.scaling is None:
+            object.__setattr__(self, "scaling", "tensor")
+        if self.scaling is not None and not fp8:
+            raise ScheduleParamError(f"gemm scale={self.scaling} is for 8-bit float inputs ({', '.join(FP8_DTYPES)}), "
+                                     f"not {self.dtype}")
+        if fp8 and self.batched:
+            raise ScheduleParamError(f"8-bit float inputs are for a GEMM, not a batch of products (bmm:{self.shape})")
+        if self.scaling is not None and self.scaling not in SCALINGS:
+            raise ScheduleParamError(f"gemm scale={self.scaling!r} is not one of {', '.join(SCALINGS)}")
 
     # the output and its epilogue --------------------------------------------------------------
     @property
     def has_epilogue(self) -> bool:
-        """Whether the output is more than the accumulated product: an epilogue, or an output type
-        other than the accumulator's (a rounding). Such a product's PrimFunc has two blocks, the
-        product "C" (an intermediate buffer) and the elementwise "D" that writes the output."""
-        return self.epilogue is not None or self.out_dtype != self.acc_dtype
+        """Whether the output is more than the accumulated product: an epilogue, an output type
+        other than the accumulator's (a rounding), or an FP8 product's scales. Such a product's
+        PrimFunc has two blocks, the product "C" (an intermediate buffer) and the elementwise "D"
+        that writes the output."""
+        return self.epilogue is not None or self.out_dtype != self.acc_dtype or self.scaled
+
+    # FP8 inputs and their scales ----------------------------------------------------------------
+    @property
+    def fp8(self) -> bool:
+        """Whether the inputs are 8-bit floats (:data:`FP8_DTYPES`)."""
+        return self.dtype in FP8_DTYPES
+
+    @property
+    def dtype_b(self) -> str:
+        """B's input type (A's unless a mixed FP8 pair names another)."""
+        return self.b_dtype or self.dtype
+
+    @property
+    def scaled(self) -> bool:
+        """Whether the product takes scales (FP8 inputs: always)."""
+        return self.scaling is not None
+
+    @property
+    def scale_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(scale_a, scale_b) shapes, as torch._scaled_mm takes them: (1,), (1,) per tensor; (M, 1),
+        (1, N) per row of A and column of the product; per block (M, ⌈K/128⌉) for 1×128 pieces of A
+        and (⌈N/128⌉, ⌈K/128⌉) for 128×128 blocks of B."""
+        if self.scaling == "row":
+            return (self.M, 1), (1, self.N)
+        if self.scaling == "block":
+            kb = -(-self.K // SCALE_BLOCK)
+            return (self.M, kb), (-(-self.N // SCALE_BLOCK), kb)
+        return (1,), (1,)
+
+    @property
+    def operand_count(self) -> int:
+        """Inputs that make the product before the epilogue's: A, B and, scaled, scale_a, scale_b."""
+        return 4 if self.scaled else 2
 
     @property
     def bias(self) -> bool:
@@ -162,7 +232,8 @@ class Gemm:
 
     def product_only(self) -> "Gemm":
         """The same product without the epilogue, into the same output type."""
-        return Gemm(self.M, self.N, self.K, self.dtype, self.acc_dtype, self.layout, self.batch, self.out_dtype)
+        return Gemm(self.M, self.N, self.K, self.dtype, self.acc_dtype, self.layout, self.batch, self.out_dtype,
+                    b_dtype=self.b_dtype, scaling=self.scaling)
 
     # the layout -------------------------------------------------------------------------------
     @property
@@ -213,8 +284,8 @@ class Gemm:
     def min_bytes(self) -> int:
         """Fewest bytes through device memory: each input read once, the output written once (in its
         type), and the epilogue's inputs read once (the bias, R)."""
-        ib, ob = itemsize(self.dtype), itemsize(self.out_dtype)
-        out = self.batches * (ib * (self.M * self.K + self.K * self.N) + ob * self.M * self.N)
+        ia, ib, ob = itemsize(self.dtype), itemsize(self.dtype_b), itemsize(self.out_dtype)
+        out = self.batches * (ia * self.M * self.K + ib * self.K * self.N + ob * self.M * self.N)
         return out + self.epilogue_bytes
 
     @property
@@ -225,7 +296,7 @@ class Gemm:
 
     def prim_func(self):
         A = te.placeholder(self.a_shape, self.dtype, name="A")
-        B = te.placeholder(self.b_shape, self.dtype, name="B")
+        B = te.placeholder(self.b_shape, self.dtype_b, name="B")
         k = te.reduce_axis((0, self.K), name="k")
         ta, tb, batched = self.trans_a, self.trans_b, self.batched
 
@@ -237,8 +308,13 @@ class Gemm:
             idx = (j, k) if tb else (k, j)
             return B[(b, *idx)] if batched else B[idx]
 
+        sa, sb = self._scale_placeholders()
         if self.dtype == self.acc_dtype:
             prod = lambda b, i, j: a_at(b, i, k) * b_at(b, k, j)  # noqa: E731
+        elif self.scaling == "block":  # the scales of k's block of A's row and of B's (column, K) block
+            bk = SCALE_BLOCK
+            prod = lambda b, i, j: (a_at(b, i, k).astype(self.acc_dtype) * b_at(b, k, j).astype(self.acc_dtype)  # noqa: E731
+                                    * (sa[i, k // bk] * sb[j // bk, k // bk]))
         else:
             prod = lambda b, i, j: a_at(b, i, k).astype(self.acc_dtype) * b_at(b, k, j).astype(self.acc_dtype)  # noqa: E731
         if batched:
@@ -248,37 +324,51 @@ class Gemm:
         C = te.compute(self.c_shape, body, name="C")
         if not self.has_epilogue:
             return te.create_prim_func([A, B, C]).with_attr("global_symbol", "main")
-        extra, D = self._epilogue_block(C)
+        extra, D = self._epilogue_block(C, sa, sb)
         return te.create_prim_func([A, B, *extra, D]).with_attr("global_symbol", "main")
 
-    def _epilogue_block(self, C):
+    def _scale_placeholders(self):
+        """(scale_a, scale_b) placeholders of an FP8 product (float32, :attr:`scale_shapes`), or Nones."""
+        if not self.scaled:
+            return None, None
+        sa_shape, sb_shape = self.scale_shapes
+        return te.placeholder(sa_shape, "float32", name="scale_a"), te.placeholder(sb_shape, "float32", name="scale_b")
+
+    def _epilogue_block(self, C, sa=None, sb=None):
         """The elementwise block "D" that reads the product C (float32) back and writes the output:
-        act(alpha·C + bias) + beta·R in float32, rounded to ``out_dtype`` last. Returns the
-        epilogue's input placeholders (bias, R: those it has) and D."""
+        act(alpha·(scale_a·scale_b)·C + bias) + beta·R in float32, rounded to ``out_dtype`` last (block
+        scales are applied inside the sum, C). Returns the epilogue's input placeholders (scale_a,
+        scale_b, bias, R: those it has) and D."""
         ep = self.epilogue or Epilogue()
         bias = te.placeholder(self.bias_shape, self.out_dtype, name="bias") if ep.bias else None
         res = te.placeholder(self.c_shape, self.out_dtype, name="R") if ep.residual else None
+        row = self.scaling == "row"
 
         def body(*idx):
-            return epilogue_value(self, C[idx], None if bias is None else bias[idx[-1]],
+            x = C[idx]
+            if sa is not None and self.scaling != "block":
+                x = x * (sa[idx[-2], 0] * sb[0, idx[-1]] if row else sa[0] * sb[0])
+            return epilogue_value(self, x, None if bias is None else bias[idx[-1]],
                                   None if res is None else res[idx])
 
         D = te.compute(self.c_shape, body, name="D")
-        return [t for t in (bias, res) if t is not None], D
+        return [t for t in (sa, sb, bias, res) if t is not None], D
 
     def arg_names(self) -> list[str]:
         """The PrimFunc's arguments in order: A, B, C; or with an epilogue or another output type A,
-        B, [bias], [R], D."""
+        B, [scale_a, scale_b], [bias], [R], D (the scales of FP8 inputs: torch._scaled_mm's order)."""
         if not self.has_epilogue:
             return ["A", "B", "C"]
-        return ["A", "B"] + ["bias"] * self.bias + ["R"] * self.residual + ["D"]
+        return ["A", "B"] + ["scale_a", "scale_b"] * self.scaled + ["bias"] * self.bias + ["R"] * self.residual + ["D"]
 
     def arg_shapes(self):
         """The stored shape and type of each argument, in :meth:`arg_names`' order: A and B (see
-        :attr:`a_shape`, :attr:`b_shape`), the bias and R (output type), the output."""
-        shapes = [(self.a_shape, self.dtype), (self.b_shape, self.dtype)]
+        :attr:`a_shape`, :attr:`b_shape`), the scales (float32, :attr:`scale_shapes`), the bias and R
+        (output type), the output."""
+        shapes = [(self.a_shape, self.dtype), (self.b_shape, self.dtype_b)]
         if not self.has_epilogue:
             return shapes + [(self.c_shape, self.acc_dtype)]
+        shapes += [(shape, "float32") for shape in self.scale_shapes] if self.scaled else []
         shapes += [(self.bias_shape, self.out_dtype)] * self.bias + [(self.c_shape, self.out_dtype)] * self.residual
         return shapes + [(self.c_shape, self.out_dtype)]
 
@@ -286,8 +376,8 @@ class Gemm:
         """(A, B): whether the operand's stored rows are not a whole number of 16 bytes: no tensor
         map can describe them and no load from them can be 16 bytes wide (the kernels that need
         either copy such an operand into a padded buffer first, ``pad_operands``)."""
-        item = itemsize(self.dtype)
-        return (self.a_shape[-1] * item) % 16 != 0, (self.b_shape[-1] * item) % 16 != 0
+        return ((self.a_shape[-1] * itemsize(self.dtype)) % 16 != 0,
+                (self.b_shape[-1] * itemsize(self.dtype_b)) % 16 != 0)
 
     def operands(self, a, b):
         """op(A), op(B) of stored operands ``a``, ``b`` (numpy arrays or torch tensors): views with
@@ -295,7 +385,10 @@ class Gemm:
         return (_swap_last(a) if self.trans_a else a), (_swap_last(b) if self.trans_b else b)
 
     def __str__(self):
-        suffix = ("" if self.dtype == "float32" else f":{self.dtype}") + ("" if self.layout == "nn" else f":{self.layout}")
+        suffix = "" if self.dtype == "float32" else f":{self.dtype}"
+        suffix += "" if self.b_dtype is None else f":b={self.b_dtype}"
+        suffix += "" if self.layout == "nn" else f":{self.layout}"
+        suffix += "" if self.scaling in (None, "tensor") else f":scale={self.scaling}"
         suffix += "" if self.out_dtype == "float32" else f":out={self.out_dtype}"
         suffix += "" if self.epilogue is None else f":{self.epilogue}"
         return f"{'bmm' if self.batched else 'gemm'}:{self.shape}{suffix}"
@@ -423,7 +516,7 @@ class GemvT(Gemv):
 
 Workload = Gemm | Gemv | GemvT
 
-_DTYPES = ("float32", "float16", "bfloat16")
+_DTYPES = ("float32", "float16", "bfloat16", *FP8_DTYPES)
 
 
 def parse_workload(text: str) -> Workload:
@@ -431,7 +524,9 @@ def parse_workload(text: str) -> Workload:
     optionally ``:float16`` or ``:bfloat16`` for 16-bit inputs, and for gemm/bmm an operand layout
     ``:nn`` (default), ``:nt``, ``:tn`` or ``:tt`` after it (``gemm:4096x4096x4096:float16:tn``),
     then an output type and an epilogue (``:out=bfloat16:bias:gelu_tanh``, see the module's
-    docstring). Nonsense is a one-line ScheduleParamError."""
+    docstring). 8-bit float inputs (``:float8_e4m3fn``, ``:float8_e5m2``) may name B's type after
+    A's (``:b=float8_e5m2``) and their scales (``:scale=row``; ``tensor`` by default). Nonsense is
+    a one-line ScheduleParamError."""
     m = re.fullmatch(r"\s*(gemm|bmm|gemv_t|gemv)\s*:\s*([0-9x×-]+)\s*((?::\s*[^:\s]*\s*)*)", text or "")
     if not m:
         raise ScheduleParamError(
@@ -440,9 +535,9 @@ def parse_workload(text: str) -> Workload:
     kind = m.group(1)
     dims = parse_shape(m.group(2), {"gemm": 3, "bmm": 4}.get(kind, 2))
     fields = [f.strip() for f in m.group(3).split(":")[1:]]
-    dtype, layout, out, words = None, None, None, {}
+    dtype, layout, out, words, b_dtype, scaling = None, None, None, {}, None, None
     for field in fields:
-        if (field in _DTYPES or field in LAYOUTS) and (out is not None or words):
+        if (field in _DTYPES or field in LAYOUTS or field.startswith("b=")) and (out is not None or words):
             raise ScheduleParamError(f"workload {text!r}: the input type and layout come before out= and the "
                                      f"epilogue (e.g. gemm:64x64x64:bfloat16:nt:out=bfloat16:bias)")
         if field in _DTYPES and dtype is None and layout is None:
@@ -452,6 +547,19 @@ def parse_workload(text: str) -> Workload:
         elif field in _DTYPES or field in LAYOUTS:
             raise ScheduleParamError(f"workload {text!r}: at most one dtype, then at most one layout "
                                      f"(e.g. gemm:64x64x64:float16:nt)")
+        elif field.startswith("b="):
+            if dtype not in FP8_DTYPES or b_dtype is not None or layout is not None:
+                raise ScheduleParamError(f"workload {text!r}: b=TYPE names B's type right after an 8-bit float A's "
+                                         f"(e.g. gemm:64x64x64:float8_e4m3fn:b=float8_e5m2:nt), once")
+            b_dtype = field[2:]
+            if b_dtype not in FP8_DTYPES:
+                raise ScheduleParamError(f"workload {text!r}: B's type {b_dtype!r} is not one of {', '.join(FP8_DTYPES)}")
+        elif field.startswith("scale="):
+            if scaling is not None:
+                raise ScheduleParamError(f"workload {text!r}: scale= is given twice")
+            scaling = field[6:]
+            if scaling not in SCALINGS:
+                raise ScheduleParamError(f"workload {text!r}: scale={scaling!r} is not one of {', '.join(SCALINGS)}")
         elif field.startswith("out="):
             if out is not None:
                 raise ScheduleParamError(f"workload {text!r}: out= is given twice")
@@ -465,8 +573,13 @@ def parse_workload(text: str) -> Workload:
         else:
             raise ScheduleParamError(
                 f"workload {text!r}: {field!r} is not a dtype ({', '.join(_DTYPES)}), a layout ({', '.join(LAYOUTS)}), "
-                f"out=TYPE or an epilogue word (bias, {', '.join(ACTIVATIONS)}, gelu, residual, alpha=X, beta=X)")
+                f"out=TYPE, scale=tensor|row|block or an epilogue word (bias, {', '.join(ACTIVATIONS)}, gelu, residual, "
+                f"alpha=X, beta=X)")
     dtype = dtype or "float32"
+    if dtype in FP8_DTYPES and kind != "gemm":
+        raise ScheduleParamError(f"workload {text!r}: 8-bit float inputs are for gemm workloads, not {kind}")
+    if scaling is not None and dtype not in FP8_DTYPES:
+        raise ScheduleParamError(f"workload {text!r}: scale= is for 8-bit float inputs ({', '.join(FP8_DTYPES)})")
     if layout is not None and kind not in ("gemm", "bmm"):
         raise ScheduleParamError(f"workload {text!r}: a layout is for gemm and bmm workloads, not {kind}")
     if (out is not None or words) and kind not in ("gemm", "bmm"):
@@ -475,7 +588,7 @@ def parse_workload(text: str) -> Workload:
     if "beta" in words and "residual" not in words:
         raise ScheduleParamError(f"workload {text!r}: beta scales the residual: it needs the word residual")
     epilogue = Epilogue(**words) if words else None
-    extra = dict(out_dtype=out or "float32", epilogue=epilogue)
+    extra = dict(out_dtype=out or "float32", epilogue=epilogue, b_dtype=b_dtype, scaling=scaling)
     if kind == "bmm":
         return Gemm(*dims[1:], dtype=dtype, layout=layout or "nn", batch=dims[0], **extra)
     if kind == "gemm":
@@ -548,4 +661,4 @@ def _check_positive(name, value):
 
 def itemsize(dtype: str) -> int:
     """Bytes per element of a workload's input or output type."""
-    return {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}[dtype]
+    return {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1}[dtype]

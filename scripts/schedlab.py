@@ -10,6 +10,7 @@ pandas, matplotlib) is imported only when that command runs, so ``schedlab --hel
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -84,7 +85,14 @@ def _workload_for(spec, shape):
 
     shape = shape or DEFAULT_SHAPES[spec.kind]
     # tensor cores: half inputs where the shape names none (MxNxK, MxNxK:nt, bmm:BxMxNxK...)
-    return workload_for(spec.kind, shape, "float32" if "float32" in spec.input_dtypes else spec.input_dtypes[0])
+    wl = workload_for(spec.kind, shape, "float32" if "float32" in spec.input_dtypes else spec.input_dtypes[0])
+    layouts = spec.layouts
+    if wl.kind == "gemm" and len(layouts) == 1 and not any(f.strip() in ("nn", "nt", "tn", "tt") for f in shape.split(":")):
+        wl = dataclasses.replace(wl, layout=layouts[0])  # a step of one layout (FP8: nt): the shape names none
+    scalings = spec.config_cls.scalings
+    if getattr(wl, "fp8", False) and len(scalings) == 1 and "scale=" not in shape:
+        wl = dataclasses.replace(wl, scaling=scalings[0])  # a step of one scaling (block): the shape names none
+    return wl
 
 
 def cmd_show(args):
@@ -217,9 +225,13 @@ def cmd_bench_gemm(args):
 
     text = ",".join(bench_gemm.PRECISIONS) if args.precisions is None else args.precisions
     precisions = [p.strip() for p in text.split(",") if p.strip()]
+    known = bench_gemm.PRECISIONS + bench_gemm.EXTRA_PRECISIONS
     for p in precisions:
-        if p not in bench_gemm.PRECISIONS:
-            raise ValueError(f"--precisions: {p!r} is not one of {', '.join(bench_gemm.PRECISIONS)}")
+        if p not in known:
+            raise ValueError(f"--precisions: {p!r} is not one of {', '.join(known)}")
+    extra = [p for p in precisions if p in bench_gemm.EXTRA_PRECISIONS]
+    if extra and (args.layouts or args.random):
+        raise ValueError(f"--precisions {','.join(extra)}: for the fixed shapes only, not --layouts or --random")
     if args.layouts:
         from reports.experiments import bench_layouts  # heavy: as above
 
@@ -385,7 +397,8 @@ def make_parser():
     add_bench_args(s, "out/bench_gemm")
     s.add_argument("--shapes", default=None, help="comma-separated MxNxK[:layout][:out=TYPE][:epilogue] (default: the "
                    "benchmark's six shapes)")
-    s.add_argument("--precisions", default=None, help="comma-separated: fp32,tf32,fp16,bf16 (default: all four)")
+    s.add_argument("--precisions", default=None, help="comma-separated: fp32,tf32,fp16,bf16 (default: all four), fp8 (by name: e4m3, nt, bf16 out, "
+                        "per-tensor, row and block scales, beside torch._scaled_mm)")
     s.add_argument("--steps", action="store_true", help="also the fast fp32 steps at their defaults")
     s.add_argument("--random", type=int, default=0, metavar="N", help="N random shapes instead (bench_random)")
     s.add_argument("--layouts", action="store_true",

@@ -179,7 +179,8 @@ def test_apply_epilogue_on_sampled_outputs_matches_the_whole():
 HOPPER = ("wgmma_gemm", "tma_gemm", "warp_specialized_gemm", "persistent_gemm", "cluster_gemm")
 TAKERS = ("vectorized_shared_gemm", "warp_tiled_gemm", "async_pipeline_gemm", "split_k_gemm", "rasterized_gemm",
           "skinny_gemm", "best_gemm", "tensor_core_gemm", "best_fp16_gemm", "best_tf32_gemm",
-          "unfused_epilogue_gemm", "fused_epilogue_gemm", "tuned_gemm", "decode_gemm") + HOPPER
+          "unfused_epilogue_gemm", "fused_epilogue_gemm", "tuned_gemm", "decode_gemm", "fp8_tma_gemm",
+          "fp8_block_scaled_gemm") + HOPPER
 REFUSERS = ("naive_gemm", "double_buffer_gemm", "wgmma_tf32_gemm", "tma_tf32_gemm", "gemv_dispatch", "column_gemv_t")
 
 

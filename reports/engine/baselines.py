@@ -23,7 +23,7 @@ import numpy as np
 import tvm
 from tvm.s_tir import dlight as dl
 
-from schedules.reference import UNIT_ROUNDOFF, output_tolerance
+from schedules.reference import UNIT_ROUNDOFF, fp8_sum_tolerance, output_tolerance
 
 from .measure import bench_cpu
 
@@ -82,7 +82,11 @@ def run_cpu_baseline(name, workload, inputs):
 
 def cublas_tolerance(workload, tf32: bool = False) -> float:
     """What cuBLAS's own result is checked to: its tf32 mode rounds the inputs to 10 mantissa bits;
-    a 16-bit output adds its rounding (:func:`schedules.reference.output_tolerance`)."""
+    8-bit inputs are summed as the FP8 kernels sum them (fast accumulation,
+    :func:`schedules.reference.fp8_sum_tolerance`); a 16-bit output adds its rounding
+    (:func:`schedules.reference.output_tolerance`)."""
+    if getattr(workload, "fp8", False):
+        return output_tolerance(workload, fp8_sum_tolerance(workload.K, 128 if workload.scaling == "block" else None))
     return output_tolerance(workload, 2e-3 if tf32 else 1e-4)
 
 
@@ -153,7 +157,7 @@ def epilogue_call(torch, workload, inputs, out, name: str):
     epilogue operation, in the output type). On CPU tensors PyTorch's GELU of ``_addmm_activation`` is
     the erf form; on CUDA, cuBLASLt's tanh form."""
     a, b = workload.operands(*inputs[:2])
-    rest = list(inputs[2:])
+    rest = list(inputs[getattr(workload, "operand_count", 2):])  # after A, B and the scales of 8-bit inputs
     bias = rest.pop(0) if workload.bias else None
     res = rest.pop(0) if workload.residual else None
     ep = workload.epilogue
@@ -173,8 +177,15 @@ def epilogue_call(torch, workload, inputs, out, name: str):
     act = {"relu": torch.relu_, "gelu_tanh": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
            "gelu_erf": lambda x: torch.ops.aten.gelu_(x), "silu": lambda x: torch.nn.functional.silu(x, inplace=True)}
 
+    fp8 = getattr(workload, "fp8", False)
+    if fp8:  # the product: torch._scaled_mm with the scales, as the cublas row calls it
+        scaled, _ = scaled_mm_call(torch, workload.product_only(), inputs[:4], out)
+
     def run():
-        _product_into(torch, mm, a, b, out)
+        if fp8:
+            scaled()
+        else:
+            _product_into(torch, mm, a, b, out)
         if ep.alpha != 1.0:
             out.mul_(ep.alpha)
         if bias is not None:
@@ -184,7 +195,8 @@ def epilogue_call(torch, workload, inputs, out, name: str):
         if res is not None:
             out.add_(res, alpha=ep.beta)
 
-    return run, "eager: " + ", ".join([f"{'torch.bmm' if workload.batched else 'torch.mm'}"] + eager_ops(workload))
+    product = "torch._scaled_mm" if fp8 else "torch.bmm" if workload.batched else "torch.mm"
+    return run, "eager: " + ", ".join([product] + eager_ops(workload))
 
 
 def cublas_call(harness, workload, inputs, out, tf32: bool = False):
@@ -195,6 +207,10 @@ def cublas_call(harness, workload, inputs, out, tf32: bool = False):
     torch = harness.torch
     if torch is None:
         raise Unavailable("the cuBLAS baseline needs torch with CUDA")
+    if getattr(workload, "fp8", False):
+        if tf32:
+            raise Unavailable("cuBLAS's TF32 mode is for float32 inputs")
+        return scaled_mm_call(torch, workload, inputs, out)
     torch.backends.cuda.matmul.allow_tf32 = tf32
     a, b = inputs[:2]
     if tf32 and workload.dtype != "float32":
@@ -222,3 +238,51 @@ def cublas_call(harness, workload, inputs, out, tf32: bool = False):
     except (TypeError, RuntimeError):
         return (lambda: out.copy_(mm(a, b))), \
             f"{mm_name} {a.dtype} → {a.dtype}, converted to {out.dtype}{layout}{alone}"
+
+
+def scaled_mm_call(torch, workload, inputs, out):
+    """``(fn, description)`` for 8-bit float inputs: ``torch._scaled_mm`` (cuBLASLt's FP8 GEMM) on A
+    (M×K, row-major) and B stored N×K passed as its K×N column-major view, with the workload's
+    scale tensors (per tensor: shape (1,); per row: (M, 1) and (1, N); per block: (M, ⌈K/128⌉) and
+    B's (⌈N/128⌉, ⌈K/128⌉), also tried as the (⌈K/128⌉, ⌈N/128⌉) view and with scale_a copied
+    column-major, the layouts cuBLASLt's block scaling may ask for; a copy is made inside the call,
+    so that it reads the values of each check) and output type, into the output buffer, the product
+    alone (no epilogue). Fast accumulation (``use_fast_accum=True``: the partial sums stay in the
+    tensor cores' accumulator, as fp8_tma_gemm keeps them) where cuBLASLt takes it with these scales,
+    else its default."""
+    a, b = workload.operands(*inputs[:2])
+    sa, sb = inputs[2], inputs[3]
+    alone = " (the product alone: no epilogue)" if workload.epilogue is not None else ""
+    scales = [(lambda: (sa, sb), "")]
+    if workload.scaling == "block":
+        col = torch.empty_strided(tuple(sa.shape), (1, sa.shape[0]), dtype=sa.dtype, device=sa.device)
+
+        def col_major():
+            col.copy_(sa)
+            return col
+
+        scales += [(lambda: (sa, sb.t()), ", scale_b as its K×N-block view"),
+                   (lambda: (col_major(), sb), ", scale_a copied column-major"),
+                   (lambda: (col_major(), sb.t()), ", scale_a copied column-major, scale_b as its K×N-block view")]
+    errors = []
+    for fast in (True, False):
+        for prep, how in scales:
+            opts = dict(out_dtype=out.dtype, use_fast_accum=fast)
+            what = (f"torch._scaled_mm({workload.scaling} scales{how}, use_fast_accum={fast}), {a.dtype} x {b.dtype} "
+                    f"→ {out.dtype}, {workload.layout}{alone}")
+
+            def into(prep=prep, opts=opts):
+                x, y = prep()
+                return torch._scaled_mm(a, b, scale_a=x, scale_b=y, out=out, **opts)
+
+            def copied(prep=prep, opts=opts):
+                x, y = prep()
+                return out.copy_(torch._scaled_mm(a, b, scale_a=x, scale_b=y, **opts))
+
+            for fn, extra in ((into, ""), (copied, ", copied into the output")):
+                try:
+                    fn()
+                    return fn, what + extra
+                except (TypeError, ValueError, RuntimeError, NotImplementedError) as e:  # torch: not these scales
+                    errors.append(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+    raise Unavailable(f"torch._scaled_mm does not take {workload}: {errors[0][:200]}")

@@ -37,7 +37,7 @@ import tvm
 from schedules import ScheduleParamError, get, parse_workload
 from schedules.common import use_gpu
 from schedules.names import slug
-from schedules.registry import TOLERANCE
+from schedules.registry import PRECISION, input_tolerance
 
 from . import baselines, build as B, measure as M
 from .build import cuda_available, device_arch
@@ -72,7 +72,7 @@ def precision(name: str, dtype: str) -> str:
     try:
         spec = get(name)
     except ScheduleParamError:
-        return {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[dtype]
+        return PRECISION[dtype]
     return spec.precision(dtype)
 
 
@@ -191,8 +191,8 @@ def measure_job(job: dict, executable=None) -> dict:
         row.update(role="baseline", device="gpu", cublas_call=call, precision=precision(name, wl.dtype))
         tol = baselines.cublas_tolerance(wl, tf32=name == "cublas_tf32")
         tvm_module, tvm_args = None, None
-        if getattr(wl, "epilogue", None) is not None:  # the product alone, into the output type
-            checked, checked_inputs = wl.product_only(), inputs[:2]
+        if getattr(wl, "epilogue", None) is not None:  # the product alone (FP8: scaled), into the output type
+            checked, checked_inputs = wl.product_only(), inputs[:wl.operand_count]
     elif name in EPILOGUE_BASELINES:
         if h.torch is None:
             raise baselines.Unavailable(f"{name} needs torch with CUDA")
@@ -236,7 +236,7 @@ def _step_tolerance(name, wl) -> float:
     try:
         return get(name).tolerance_for(wl)
     except ScheduleParamError:
-        return TOLERANCE[wl.dtype]
+        return input_tolerance(wl)
 
 
 def timing_fields(t) -> dict:

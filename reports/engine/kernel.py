@@ -26,7 +26,8 @@ from . import build as B
 from .files import atomic_write
 from .provenance import provenance
 
-TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
+TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
+                "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2"}
 
 
 class KernelArgumentError(ValueError):
@@ -115,7 +116,7 @@ class Kernel:
     @property
     def arg_names(self) -> list[str]:
         """Each argument's name in order: A, B, C (or A, x, y); with an epilogue or another output
-        type A, B, [bias], [R], D."""
+        type A, B, [bias], [R], D; with 8-bit float inputs A, B, scale_a, scale_b, [bias], [R], D."""
         return self.workload.arg_names()
 
     def check_args(self, *tensors):
@@ -149,8 +150,8 @@ class Kernel:
             device = t.device
 
     def __call__(self, *inputs, out=None):
-        """Run the kernel on ``inputs`` (torch CUDA tensors: A, B, then the bias and R where the
-        workload's epilogue has them), writing ``out`` (allocated when not given: the workload's
+        """Run the kernel on ``inputs`` (torch CUDA tensors: A, B, the scales of 8-bit inputs, then the
+        bias and R where the workload's epilogue has them), writing ``out`` (allocated when not given: the workload's
         output shape and type) on PyTorch's current stream; returns ``out``."""
         import torch
         import tvm_ffi

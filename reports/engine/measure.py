@@ -48,10 +48,11 @@ class Timing:
 
 
 def numpy_dtype(dtype: str):
-    if dtype == "bfloat16":
-        import ml_dtypes  # optional: bfloat16 host arrays only
+    """NumPy's type for a workload type: ml_dtypes' for bfloat16 and the 8-bit floats."""
+    if dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        import ml_dtypes  # optional: bfloat16 and 8-bit float host arrays only
 
-        return ml_dtypes.bfloat16
+        return getattr(ml_dtypes, dtype)
     return np.dtype(dtype)
 
 
@@ -95,9 +96,10 @@ class CudaHarness:
 
     def to_device(self, array):
         if self.torch is not None:
-            if array.dtype == numpy_dtype("bfloat16"):
-                return self.torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(
-                    "cuda", self.torch.bfloat16)
+            for name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):  # torch cannot read ml_dtypes' arrays
+                if array.dtype == numpy_dtype(name):
+                    return self.torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(
+                        "cuda", getattr(self.torch, name))
             return self.torch.from_numpy(np.ascontiguousarray(array)).to("cuda")
         return self.tvm.runtime.tensor(array, self.dev)
 
@@ -189,14 +191,18 @@ def device_buffers(harness: CudaHarness, workload):
 
 
 def refill(harness: CudaHarness, inputs, rng=None):
-    """New random values in [-1, 1) in every input buffer."""
+    """New random values in [-1, 1) in every input buffer (8-bit floats: float32 values in [-1, 1)
+    rounded to the type, which has no random fill of its own)."""
     if harness.torch is not None:
         for x in inputs:
-            x.uniform_(-1, 1)
+            if x.element_size() == 1 and x.is_floating_point():
+                x.copy_(harness.torch.empty(x.shape, dtype=harness.torch.float32, device=x.device).uniform_(-1, 1))
+            else:
+                x.uniform_(-1, 1)
         return
     rng = rng or np.random.default_rng()
     for x in inputs:
-        x.copyfrom(rng.uniform(-1, 1, size=x.shape).astype(x.dtype))
+        x.copyfrom(rng.uniform(-1, 1, size=x.shape).astype(numpy_dtype(str(x.dtype))))
 
 
 def bench_cpu(fn, budget_s: float = 0.5, min_reps: int = 3, max_reps: int = 50) -> Timing:

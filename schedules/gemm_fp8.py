@@ -1,0 +1,443 @@
+"""gemm 29 and 30: FP8 (8-bit float inputs, e4m3 and e5m2) on the persistent, warp-specialized
+TMA structure, with per-tensor or row-wise scales applied where the accumulators are stored
+(fp8_tma_gemm), or block scales applied inside the sum, every K tile promoted into fp32 registers
+(fp8_block_scaled_gemm, :func:`make_promotion`).
+
+    D (M×N, out type) = epilogue(scale_a·scale_b · (A (M×K, fp8) · Bᵀ (B: N×K, fp8)))
+
+The workload (:class:`schedules.workloads.Gemm`) names the input types (``:float8_e4m3fn``, a
+mixed pair ``:float8_e4m3fn:b=float8_e5m2``), the layout (``nt``: FP8 wgmma reads both operands
+K-major and has no transpose immediates, so A stored M×K and B stored N×K are the layout it
+takes), the scales (``:scale=tensor``, ``:scale=row`` or ``:scale=block``), the output type and the
+epilogue. The kernel's arguments are A, B, scale_a, scale_b, [bias], [R], D (torch._scaled_mm's
+order), the scales float32 tensors of shape (1,) and (1,) per tensor, (M, 1) and (1, N) per row,
+(M, ⌈K/128⌉) and (⌈N/128⌉, ⌈K/128⌉) per block.
+
+What changes from the 16-bit kernel of gemm 21-23 (gemm_tma_ws.py), whose ring it runs
+(tma_common.py: barrier set-up, producer, work units, the end of a unit) and whose TMA loader it
+shares (tma_fp16.make_loader):
+
+* **the same bytes, twice the K.** A K tile is still one 128-byte swizzle row per row of A and of
+  B, but 128 elements long instead of 64: a 128 × 256 tile with 4 stages holds the same 192 KiB
+  and feeds twice the multiply-adds per byte loaded and per barrier round trip. The tensor maps
+  are of type UINT8 (TMA moves bytes; zero fill is +0.0 in both formats).
+* **wgmma m64nNk32.f32.e4m3.e4m3** (``.e5m2`` for an e5m2 operand): 32 elements of K, i.e. the
+  same 32 bytes of each 128-byte row that an f16 k16 step reads, so the descriptors (K-major, LBO
+  unused, SBO = 8 rows = 1024 bytes, 128-byte swizzle) and the 32-byte advance along K per
+  instruction are the 16-bit kernel's, without the transpose immediates.
+* **the epilogue.** Each consumer thread turns its fp32 accumulators into outputs once:
+  ``acc · (scale_a·scale_b)`` (per tensor: both scales read once per thread; per row: the scale
+  of its rows and of its column pair read where they are stored), then alpha, the bias, the
+  activation and the residual, rounded to the output type, adjacent pairs stored together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import s_tir
+from tvm.script import tirx as T
+
+from .common import ceil_div
+from .errors import ScheduleParamError
+from .registry import register
+from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
+                         release_slot, ring_barriers, ring_producer, ring_unit_done)
+from .tma_fp16 import Geometry, TmaConfig, make_loader
+from .workloads import FP8_DTYPES, SCALE_BLOCK, Epilogue, Gemm, activation_expr
+
+FP8_PTX = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+K_STEP = 32  # elements of K per FP8 wgmma (m64nNk32): 32 bytes of each 128-byte row
+
+
+@dataclass(frozen=True)
+class Fp8TmaConfig(TmaConfig):
+    """TmaConfig's parameters with FP8's K tile: ``block_k`` = 128 elements (one 128-byte swizzle
+    row, as 64 elements are for 16-bit inputs). The kernel is the warp-specialized one (producer
+    warpgroup + 2 or 3 consumers, ``setmaxnreg``), persistent by default, with optional 2×1
+    clusters (``cluster_m=2``, B multicast). No split-K, no padded copies: a row pitch (K bytes)
+    that is not a multiple of 16 is refused."""
+
+    block_k: int = 128
+    dtypes = FP8_DTYPES
+    layouts = ("nt",)  # FP8 wgmma reads both operands K-major: A M×K and B N×K as stored
+    layout_note = ("FP8 wgmma reads both operands K-major (no transpose immediates): store A as M×K and B as "
+                   "N×K, as torch._scaled_mm takes them")
+    batched = False
+    epilogues = True  # the scales always, and bias, activation, residual, the output type
+    scalings = ("tensor", "row")  # applied where the accumulators are stored
+    step_name = "fp8_tma_gemm"
+
+    def check(self, wl: Gemm):
+        name = self.step_name
+        if not wl.fp8:
+            raise ScheduleParamError(f"{name} takes 8-bit float inputs ({', '.join(FP8_DTYPES)}), not {wl.dtype}")
+        if wl.K % 16:
+            raise ScheduleParamError(
+                f"{name}: the row pitch of A and B (K) is {wl.K} bytes; TMA needs a multiple of 16 (K must be a "
+                f"multiple of 16 for 8-bit inputs), got M,N,K = {wl.M},{wl.N},{wl.K}")
+        if self.block_k != ROW_BYTES:
+            raise ScheduleParamError(f"{name}: block_k must be {ROW_BYTES} (one 128-byte row of 8-bit elements), "
+                                     f"got {self.block_k}")
+        if self.pad_operands:
+            raise ScheduleParamError(f"{name}: pad_operands is for the 16-bit steps; 8-bit inputs need K a multiple "
+                                     f"of 16")
+        if self.split_k != 1:
+            raise ScheduleParamError(f"{name}: split_k must be 1 (the epilogue applies the scales to the whole sum), "
+                                     f"got {self.split_k}")
+        if not self.warp_specialized:
+            raise ScheduleParamError(f"{name}: the FP8 kernel is warp-specialized (warp_specialized=true)")
+        self.check_structure(wl, 1)  # the tile, consumers, registers, ring and cluster, as gemm 21-23's
+
+    def describe(self) -> str:
+        return "fp8 " + TmaConfig.describe(self)
+
+
+class Fp8Geometry(Geometry):
+    """gemm 21-23's geometry for 8-bit operands, both K-major (the nt layout): one byte per
+    element, so a K tile of 128 elements is the 16-bit kernel's 128-byte rows; the A tile is one
+    TMA box, B comes in 64-row pieces (8 KiB each); the wgmma is m64nNk32 with the operands' FP8
+    types."""
+
+    def __init__(self, wl: Gemm, cfg: Fp8TmaConfig):
+        M, N, K = wl.M, wl.N, wl.K
+        self.M, self.N, self.K, self.DT, self.cfg = M, N, K, wl.dtype, cfg
+        self.item = 1
+        self.BM, self.BN, self.BK, self.S = cfg.block_m, cfg.block_n, cfg.block_k, cfg.stages
+        self.TA, self.TB = False, True  # nt: A M×K, B N×K, both K-major
+        self.BATCH = 0
+        self.A_BYTES = self.BM * self.BK
+        self.PANEL_BYTES = 64 * self.BK  # 64 rows of B: one 8 KiB piece
+        self.A_PIECES = 1
+        self.PANELS = self.BN // 64
+        self.STAGE_BYTES = cfg.stage_bytes(1)
+        self.RING_BYTES = self.S * self.STAGE_BYTES
+        self.KT = ceil_div(K, self.BK)
+        self.KTS, self.SPLIT = self.KT, 1
+        self.TM, self.TN = cfg.tiles(M, N)
+        self.GRID = cfg.grid(M, N, K, 1)
+        self.ACC = cfg.acc_regs
+        self.rows_padded = False
+        self.NACC = self.BN // 2
+        self.SBO = 8 * ROW_BYTES // 16
+        self.mma = T.ptx[f"wgmma.mma_async.sync.aligned.m64n{self.BN}k{K_STEP}.f32."
+                         f"{FP8_PTX[wl.dtype]}.{FP8_PTX[wl.dtype_b]}"]
+
+
+def make_fp8_mma(g: Fp8Geometry):
+    """A macro: one K tile's wgmmas of one consumer warpgroup (rows ``row0``.. of the block tile)
+    on descriptors of ring slot ``slot``: block_k / 32 k32 steps, each 32 bytes further along the
+    128-byte rows of both operands (K-major, no transpose immediates); scale-d = 0 on the unit's
+    first step (no zeroing)."""
+    MT = g.cfg.m_subtiles
+    assert g.BK * g.item == ROW_BYTES and DESC_SWIZZLE_128B == 1
+
+    @T.macro
+    def mma(acc, ring, slot, row0, kt):
+        T.ptx.wgmma.fence.sync.aligned()
+        for kk in T.unroll(g.BK // K_STEP):
+            for mt in T.unroll(MT):
+                g.mma(*[acc[mt * g.NACC + j] for j in range(g.NACC)],
+                      g.desc(ring + T.cast(slot * g.STAGE_BYTES + row0 * ROW_BYTES, "uint32")
+                             + T.uint32(mt * 64 * ROW_BYTES + kk * K_STEP), 1),
+                      g.desc(ring + T.cast(slot * g.STAGE_BYTES, "uint32") + T.uint32(g.A_BYTES + kk * K_STEP), 1),
+                      T.Or(kt > 0, kk > 0), 1, 1)  # scale-d, scale-a, scale-b
+        T.ptx.wgmma.commit_group.sync.aligned()
+
+    return mma
+
+
+def output_value(wl: Gemm, x, scale, bias, R, row, col):
+    """The epilogue on one fp32 accumulator ``x`` at (row, col), as a TIR expression, in the
+    order of the workload's definition (:meth:`Gemm._epilogue_block`): x·(scale_a·scale_b), alpha,
+    + bias, the activation, + beta·R, rounded to the output type last. ``scale``: the product of
+    the two scales: per tensor, one value; per row, a (scale_a, scale_b) pair of buffers read at
+    (row, 0) and (0, col); None where the sum is scaled already (block scales)."""
+    ep = wl.epilogue or Epilogue()
+    f32 = lambda v: tvm.tirx.const(v, "float32")  # noqa: E731
+    if scale is not None:
+        x = x * (scale[0][row, 0] * scale[1][0, col] if isinstance(scale, tuple) else scale)
+    if ep.alpha != 1.0:
+        x = x * f32(ep.alpha)
+    if ep.bias:
+        x = x + bias[col].astype("float32")
+    x = activation_expr(ep.activation, x, "float32")
+    if ep.residual:
+        r = R[row, col].astype("float32")
+        x = x + (r if ep.beta == 1.0 else r * f32(ep.beta))
+    return x if wl.out_dtype == "float32" else x.astype(wl.out_dtype)
+
+
+def make_fp8_epilogue(g: Fp8Geometry, wl: Gemm):
+    """A macro storing one consumer warpgroup's accumulators (rows ``row0``.. of the tile) as
+    outputs (:func:`output_value`), bounds-checked where the shape needs it; with ``vector_store``
+    and N even, each thread's adjacent pair (columns 2·(lane % 4) + {0, 1} of an 8-column group)
+    is computed into two registers and stored as one 4-byte (16-bit output) or 8-byte (fp32)
+    store."""
+    M, N, NACC = g.M, g.N, g.NACC
+    VEC = g.cfg.vector_store and N % 2 == 0
+    MT, JN = g.cfg.m_subtiles, g.BN // 8
+    ROW_CHECK = M % g.BM != 0 or g.rows_padded
+    COL_CHECK = N % g.BN != 0
+    ROWWISE = wl.scaling == "row"
+    BLOCK = wl.scaling == "block"  # applied in the sum (make_promotion)
+
+    def row_ok(tile_m, row0, lane, mt, h):
+        return g.out_row(tile_m, row0, lane, mt, h) < M if ROW_CHECK else T.bool(True)
+
+    def col_ok(tile_n, lane, j, e):
+        return g.out_col(tile_n, lane, j) + e < N if COL_CHECK else T.bool(True)
+
+    def value(acc, SA, SB, sab, bias, R, mt, j, h, e, row, col):
+        scale = (SA, SB) if ROWWISE else None if BLOCK else sab[0]
+        return output_value(wl, acc[mt * NACC + j * 4 + h * 2 + e], scale, bias, R, row, col)
+
+    @T.macro
+    def epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, row0, lane):
+        for mt in T.unroll(MT):
+            for j in T.unroll(JN):
+                for h in T.unroll(2):
+                    if VEC:
+                        if T.And(row_ok(tile_m, row0, lane, mt, h), col_ok(tile_n, lane, j, 0)):
+                            for e in T.unroll(2):
+                                pair[e] = value(acc, SA, SB, sab, bias, R, mt, j, h, e,
+                                                g.out_row(tile_m, row0, lane, mt, h), g.out_col(tile_n, lane, j) + e)
+                            for e in T.vectorized(2):
+                                D[g.out_row(tile_m, row0, lane, mt, h), g.out_col(tile_n, lane, j) + e] = pair[e]
+                    else:
+                        for e in T.unroll(2):
+                            if T.And(row_ok(tile_m, row0, lane, mt, h), col_ok(tile_n, lane, j, e)):
+                                D[g.out_row(tile_m, row0, lane, mt, h), g.out_col(tile_n, lane, j) + e] = value(
+                                    acc, SA, SB, sab, bias, R, mt, j, h, e,
+                                    g.out_row(tile_m, row0, lane, mt, h), g.out_col(tile_n, lane, j) + e)
+
+    return epilogue
+
+
+def make_promotion(g: Fp8Geometry, wl: Gemm, mma):
+    """A macro: one K tile of a consumer warpgroup under block scaling. The K tile (128 of K: one
+    block of both operands' scales) is multiplied into a fresh set of accumulators, ``part``
+    (scale-d 0 at its first k32 step); once its wgmmas are done (``wait_group 0``; the slot is
+    released at once) each partial sum is added to the running sum in fp32 registers, multiplied by
+    the scale of its row's 1×128 piece of A and of its column's 128×128 block of B (read from global
+    memory while the tile arrives; indices past M or N clamped, their outputs never stored). The
+    tensor cores' limited-precision accumulation then spans 128 products, not K."""
+    M, N, NACC, S = g.M, g.N, g.NACC, g.S
+    MT, JN, CL = g.cfg.m_subtiles, g.BN // 8, g.cfg.cluster_m
+    NCB = g.BN // SCALE_BLOCK  # 128-column blocks of B's scales per tile
+    NB = ceil_div(N, SCALE_BLOCK)
+    JB = SCALE_BLOCK // 8  # 8-column groups per block
+
+    @T.macro
+    def promote(acc, part, sa_r, sb_r, SA, SB, ring, bars, it, kt, tile_m, tile_n, row0, lane):
+        for mt in T.unroll(MT):
+            for h in T.unroll(2):
+                sa_r[mt * 2 + h] = SA[T.min(g.out_row(tile_m, row0, lane, mt, h), M - 1), kt]
+        for cb in T.unroll(NCB):
+            sb_r[cb] = SB[T.min(tile_n * NCB + cb, NB - 1), kt]
+        T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
+        mma(part, ring, it % S, row0, 0)  # kt = 0: scale-d 0 on the first k32 step, a fresh partial sum
+        T.ptx.wgmma.wait_group.sync.aligned(0)
+        if lane == 0:
+            release_slot(bars, S + it % S, CL)
+        fence_acc(part, g.ACC)  # no read of the partial sums above the wait
+        for mt in T.unroll(MT):
+            for j in T.unroll(JN):
+                for h in T.unroll(2):
+                    for e in T.unroll(2):
+                        acc[mt * NACC + j * 4 + h * 2 + e] = acc[mt * NACC + j * 4 + h * 2 + e] + part[
+                            mt * NACC + j * 4 + h * 2 + e] * (sa_r[mt * 2 + h] * sb_r[j // JB])
+
+    return promote
+
+
+def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
+    """The TIR PrimFunc ``main(A, B, scale_a, scale_b, [bias], [R], D)``: gemm 21-23's
+    warp-specialized ring (tma_common.py) with FP8 tiles, wgmmas and epilogue."""
+    g = Fp8Geometry(wl, cfg)
+    M, N, K = wl.M, wl.N, wl.K
+    S, KT = g.S, g.KT
+    NC, CL = cfg.consumers, cfg.cluster_m
+    TM_CL = ceil_div(g.TM, CL) * CL  # tile rows rounded up to whole clusters
+    CL_TILES = TM_CL * g.TN // CL
+    GRID = g.GRID
+    g.rows_padded = TM_CL != g.TM
+    load = make_loader(g, CL)
+    mma = make_fp8_mma(g)
+    epilogue = make_fp8_epilogue(g, wl)
+    ROW0 = cfg.wg_rows
+    OUT = wl.out_dtype
+    L2 = cfg.l2_promotion
+
+    def block_tile(c, rank):  # the grouped order over cluster rows; the block's row in its cluster
+        cm, cn = grouped_tile(c, cfg.group_m, TM_CL // CL, g.TN)
+        return cm * CL + rank, cn
+
+    units = WorkUnits(CL_TILES, GRID // CL, KT, KT, 1, 0, block_tile)
+    init_ring = ring_barriers(S, NC * CL, CL)
+    produce = ring_producer(units, S, cfg.producer_regs, load)
+    unit_done = ring_unit_done(units, S, CL, g.ACC)
+    ROWWISE, BLOCK = wl.scaling == "row", wl.scaling == "block"
+    promote = make_promotion(g, wl, mma) if BLOCK else None
+
+    @T.macro
+    def body(A, B, SA, SB, bias, R, D):
+        A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        # UINT8 maps (TMA moves bytes): A (K, M) in boxes (128, block_m), B (K, N) in boxes (128, 64)
+        T.evaluate(encode_map(A_map, A.data, (K, M), (g.BK, g.BM), 1, "uint8", L2))
+        T.evaluate(encode_map(B_map, B.data, (K, N), (g.BK, 64), 1, "uint8", L2))
+        with T.launch_thread("blockIdx.x", GRID) as bid:
+            if CL > 1:
+                crank = T.launch_thread("clusterCtaIdx.x", CL)
+            tid = T.launch_thread("threadIdx.x", cfg.threads)
+            T.attr(0, "tirx.max_registers", cfg.launch_regs)  # setmaxnreg needs a known count at entry
+            smem = T.alloc_buffer((g.RING_BYTES + 1024,), "uint8", scope="shared.dyn")
+            bars = T.alloc_buffer((2 * S,), "uint64", scope="shared", align=8)  # full[0:S], empty[S:2S]
+            acc = T.alloc_buffer((g.ACC,), "float32", scope="local")
+            pair = T.alloc_buffer((2,), OUT, scope="local")  # an adjacent pair of outputs, stored together
+            sab = T.alloc_buffer((1,), "float32", scope="local")  # scale_a·scale_b (per tensor)
+            if BLOCK:  # a K tile's partial sums, and its scales for this thread's rows and column blocks
+                part = T.alloc_buffer((g.ACC,), "float32", scope="local")
+                sa_r = T.alloc_buffer((2 * cfg.m_subtiles,), "float32", scope="local")
+                sb_r = T.alloc_buffer((g.BN // SCALE_BLOCK,), "float32", scope="local")
+            ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
+                                                  T.uint32(0xFFFFFC00))
+            wg = T.meta_var(tid // WARPGROUP)
+            lane = T.meta_var(tid % WARPGROUP)
+            if CL > 1:
+                rank = T.meta_var(crank)
+                cid = T.meta_var(bid // CL)
+            else:
+                rank = T.meta_var(0)
+                cid = T.meta_var(bid)
+            n_tiles: T.let[T.int32] = units.count(cid)
+            init_ring(bars, tid)
+            if wg == 0:
+                produce(A_map, B_map, ring, bars, lane, n_tiles, cid, rank)
+            else:
+                T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
+                w = T.meta_var(wg - 1)
+                if not (ROWWISE or BLOCK):
+                    sab[0] = SA[0] * SB[0]
+                for i in T.serial(n_tiles):
+                    tm_, tn_ = T.meta_var(units.tile(cid, i, rank))
+                    tile_m: T.let[T.int32] = tm_
+                    tile_n: T.let[T.int32] = tn_
+                    if BLOCK:
+                        for r in T.unroll(g.ACC):
+                            acc[r] = T.float32(0)
+                        for kt in T.serial(KT):
+                            promote(acc, part, sa_r, sb_r, SA, SB, ring, bars, i * KT + kt, kt, tile_m, tile_n,
+                                    w * ROW0, lane)
+                    else:
+                        for kt in T.serial(KT):
+                            it: T.let[T.int32] = i * KT + kt
+                            T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
+                            mma(acc, ring, it % S, w * ROW0, kt)
+                            T.ptx.wgmma.wait_group.sync.aligned(1)  # K tile kt-1's wgmmas are done: free its slot
+                            if T.And(kt > 0, lane == 0):
+                                release_slot(bars, S + (it - 1) % S, CL)
+                        unit_done(acc, bars, i, KT, lane)
+                    epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, w * ROW0, lane)
+            if CL > 1:
+                T.cuda.cluster_sync()  # no block leaves while a peer may still multicast into it
+
+    return _signature(wl, body)
+
+
+def _signature(wl: Gemm, body):
+    """``main`` with the workload's arguments (:meth:`Gemm.arg_names`): A, B, scale_a, scale_b,
+    then the bias and R where the epilogue has them, then D. TVMScript has no variable argument
+    lists, so one definition per combination."""
+    M, N, OUT = wl.M, wl.N, wl.out_dtype
+    DA, DB = wl.dtype, wl.dtype_b
+    SA, SB = wl.scale_shapes
+    if wl.bias and wl.residual:
+        @T.prim_func
+        def main(A: T.Buffer((M, wl.K), DA), B: T.Buffer((N, wl.K), DB), scale_a: T.Buffer(SA, "float32"),
+                 scale_b: T.Buffer(SB, "float32"), bias: T.Buffer((N,), OUT), R: T.Buffer((M, N), OUT),
+                 D: T.Buffer((M, N), OUT)):
+            T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+            body(A, B, scale_a, scale_b, bias, R, D)
+    elif wl.bias:
+        @T.prim_func
+        def main(A: T.Buffer((M, wl.K), DA), B: T.Buffer((N, wl.K), DB), scale_a: T.Buffer(SA, "float32"),
+                 scale_b: T.Buffer(SB, "float32"), bias: T.Buffer((N,), OUT), D: T.Buffer((M, N), OUT)):
+            T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+            body(A, B, scale_a, scale_b, bias, None, D)
+    elif wl.residual:
+        @T.prim_func
+        def main(A: T.Buffer((M, wl.K), DA), B: T.Buffer((N, wl.K), DB), scale_a: T.Buffer(SA, "float32"),
+                 scale_b: T.Buffer(SB, "float32"), R: T.Buffer((M, N), OUT), D: T.Buffer((M, N), OUT)):
+            T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+            body(A, B, scale_a, scale_b, None, R, D)
+    else:
+        @T.prim_func
+        def main(A: T.Buffer((M, wl.K), DA), B: T.Buffer((N, wl.K), DB), scale_a: T.Buffer(SA, "float32"),
+                 scale_b: T.Buffer(SB, "float32"), D: T.Buffer((M, N), OUT)):
+            T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+            body(A, B, scale_a, scale_b, None, None, D)
+    return main
+
+
+@register("fp8_tma_gemm", "gemm", Fp8TmaConfig, aliases=("fp8_tma", "fp8"), tags=("fp8",))
+def fp8_tma_gemm(wl: Gemm, cfg: Fp8TmaConfig = Fp8TmaConfig()):
+    """FP8 on the persistent, warp-specialized structure: e4m3/e5m2 inputs, wgmma m64nNk32 from
+    128-byte-swizzled tiles, fp32 accumulators, per-tensor or row-wise scales applied in the
+    epilogue (``D = scale_a·scale_b·(A·Bᵀ)``, then bias, activation, residual, the output type).
+
+    8-bit inputs halve the bytes per multiply-add: a K tile of 128 elements is the 16-bit kernel's
+    128-byte rows, so the same 4-stage, 192 KiB ring of 128 × 256 tiles carries twice the K per
+    stage, and the tensor cores run FP8 at twice their 16-bit rate. FP8 wgmma reads both operands
+    K-major (no transpose immediates): the nt layout, A M×K and B N×K as stored, as
+    torch._scaled_mm takes them. The scales are kernel arguments (float32, shape (1,) per tensor,
+    (M, 1) and (1, N) per row) multiplied into the accumulators once, where they are stored.
+    """
+    cfg.check(wl)
+    return s_tir.Schedule(fp8_kernel(wl, cfg))
+
+
+
+@dataclass(frozen=True)
+class Fp8BlockConfig(Fp8TmaConfig):
+    """Fp8TmaConfig with a 128 × 128 tile and 6 stages: each consumer thread holds two accumulator
+    sets, the running sum and a K tile's partial sums (2 × 64 registers at 128 × 128), and
+    ``block_n`` is a whole number of B's 128-column scale blocks."""
+
+    block_n: int = 128
+    stages: int = 6
+    scalings = ("block",)  # promoted into fp32 registers every K tile (make_promotion)
+    step_name = "fp8_block_scaled_gemm"
+
+    def check(self, wl: Gemm):
+        name = self.step_name
+        if self.block_n % SCALE_BLOCK:
+            raise ScheduleParamError(f"{name}: block_n must be a multiple of {SCALE_BLOCK} (whole 128-column blocks "
+                                     f"of B's scales), got {self.block_n}")
+        if 2 * self.acc_regs > self.consumer_budget - 40:
+            raise ScheduleParamError(f"{name}: two accumulator sets of {self.acc_regs} registers (the running sum "
+                                     f"and a K tile's) leave too few of the {self.consumer_budget} a consumer gets: "
+                                     f"lower block_n or block_m")
+        Fp8TmaConfig.check(self, wl)
+
+    def describe(self) -> str:
+        return "block-scaled " + Fp8TmaConfig.describe(self)
+
+
+@register("fp8_block_scaled_gemm", "gemm", Fp8BlockConfig, aliases=("fp8_block",), tags=("fp8",))
+def fp8_block_scaled_gemm(wl: Gemm, cfg: Fp8BlockConfig = Fp8BlockConfig()):
+    """FP8 with block scales (DeepSeek-V3's): a scale per 1×128 piece of A and per 128×128 block
+    of B, applied inside the sum: each K tile's wgmmas start a fresh partial sum that is promoted
+    into fp32 registers, scaled, once the tile is done.
+
+    Per-tensor and row-wise scales factor out of the sum; block scales change every 128 of K, so
+    they cannot wait for the epilogue. Promoting every K tile also bounds what the FP8 tensor cores'
+    limited-precision accumulation (about 14 bits) can lose to 128 products instead of K: the
+    error no longer grows with K. The price: a ``wait_group 0`` per K tile (the two consumer
+    warpgroups overlap each other's promotion), an FMA per accumulator per K tile, and twice the
+    accumulator registers, hence a 128 × 128 tile. Workload ``gemm:MxNxK:float8_e4m3fn:nt:scale=block``.
+    """
+    cfg.check(wl)
+    return s_tir.Schedule(fp8_kernel(wl, cfg))

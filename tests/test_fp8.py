@@ -1,0 +1,324 @@
+"""8-bit float inputs (float8_e4m3fn, float8_e5m2), fp8_tma_gemm and fp8_block_scaled_gemm: the
+workload grammar (a mixed pair, the scales per tensor, row or block) and its one-line refusals, the arguments in torch._scaled_mm's order, the float64
+reference of the dequantized inputs and its tolerance, the workload's own definition on the CPU,
+the kernel compiled for sm_90a without spills with the instructions it is about (FP8 wgmma on
+TMA tiles, mbarrier waits, setmaxnreg), refusals of what the TMA path cannot take, the benchmark's
+jobs, and on a GPU the products against float64 at several shapes (ragged ones included) and
+torch._scaled_mm with the same scales."""
+
+import math
+
+import numpy as np
+import pytest
+
+from schedules import Gemm, ScheduleParamError, get, parse_workload
+from schedules.reference import FP8_SUM_BITS, epilogue_inputs, fp8_sum_tolerance, output_tolerance, reference
+from tests.helpers import build_spec, run_on_gpu
+
+STEP = "fp8_tma_gemm"
+BLOCK_STEP = "fp8_block_scaled_gemm"
+BIG = "gemm:4096x4096x4096:float8_e4m3fn:nt"
+# a mixed pair, row-wise scales, the whole epilogue, a bf16 output, ragged M, N and K tiles, 2×1 clusters
+MIXED = "gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=row:out=bfloat16:bias:gelu_tanh:residual"
+
+
+@pytest.fixture(scope="module")
+def built():
+    cache = {}
+
+    def get_built(workload, step=STEP, **params):
+        key = (step, workload, tuple(sorted(params.items())))
+        if key not in cache:
+            cache[key] = build_spec(get(step), workload, **params)
+        return cache[key]
+
+    return get_built
+
+
+# --- the workload ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, canonical", [
+    ("gemm:64x64x64:float8_e4m3fn:nt", "gemm:64x64x64:float8_e4m3fn:nt"),
+    ("gemm:64x64x64:float8_e4m3fn:b=float8_e4m3fn:nt:scale=tensor", "gemm:64x64x64:float8_e4m3fn:nt"),
+    ("gemm:64x64x64:float8_e4m3fn:b=float8_e5m2:nt:out=bfloat16:scale=row:bias",
+     "gemm:64x64x64:float8_e4m3fn:b=float8_e5m2:nt:scale=row:out=bfloat16:bias"),
+    ("gemm:64x64x64:float8_e5m2", "gemm:64x64x64:float8_e5m2"),
+    ("gemm:300x200x1000:float8_e4m3fn:scale=block:nt", "gemm:300x200x1000:float8_e4m3fn:nt:scale=block"),
+])
+def test_fp8_workloads_round_trip(text, canonical):
+    wl = parse_workload(text)
+    assert str(wl) == canonical and parse_workload(str(wl)) == wl
+    assert wl.fp8 and wl.scaled and wl.has_epilogue and wl.scaling in ("tensor", "row", "block")
+    assert parse_workload("gemm:64x64x64:float16").scaling is None
+
+
+@pytest.mark.parametrize("text, word", [
+    ("gemm:8x8x8:float16:b=float8_e5m2", "b=TYPE names B's type right after an 8-bit float A's"),
+    ("gemm:8x8x8:float8_e4m3fn:nt:b=float8_e5m2", "right after"),
+    ("gemm:8x8x8:float8_e4m3fn:b=float16", "B's type 'float16' is not one of float8_e4m3fn, float8_e5m2"),
+    ("gemm:8x8x8:float8_e4m3fn:scale=col", "scale='col' is not one of tensor, row, block"),
+    ("gemm:8x8x8:float8_e4m3fn:scale=row:scale=row", "scale= is given twice"),
+    ("gemm:8x8x8:scale=row", "scale= is for 8-bit float inputs"),
+    ("gemv:8x8:float8_e4m3fn", "8-bit float inputs are for gemm workloads, not gemv"),
+    ("bmm:2x8x8x8:float8_e5m2:nt", "8-bit float inputs are for gemm workloads, not bmm"),
+])
+def test_fp8_nonsense_is_a_one_line_error(text, word):
+    with pytest.raises(ScheduleParamError, match=word.replace("(", r"\(")) as e:
+        parse_workload(text)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ScheduleParamError, match="a mixed pair is two 8-bit floats"):
+        Gemm(8, 8, 8, "bfloat16", b_dtype="float8_e5m2")
+
+
+def test_the_arguments_are_scaled_mms_and_the_kernels():
+    """A, B, scale_a, scale_b, [bias], [R], D: the scales float32, (1,) per tensor, (M, 1) and (1, N)
+    per row (torch._scaled_mm's shapes); the kernel's PrimFunc takes exactly these."""
+    from schedules.gemm_fp8 import Fp8TmaConfig, fp8_kernel
+
+    wl = parse_workload("gemm:96x80x64:float8_e4m3fn:nt:out=float16")
+    assert wl.arg_names() == ["A", "B", "scale_a", "scale_b", "D"]
+    assert wl.arg_shapes() == [((96, 64), "float8_e4m3fn"), ((80, 64), "float8_e4m3fn"), ((1,), "float32"),
+                               ((1,), "float32"), ((96, 80), "float16")]
+    assert wl.operand_count == 4 and wl.min_bytes == 96 * 64 + 80 * 64 + 2 * 96 * 80
+    for text in (MIXED, "gemm:96x80x64:float8_e5m2:nt:scale=row:bias"):
+        wl = parse_workload(text)
+        func = fp8_kernel(wl, Fp8TmaConfig())
+        params = [(p.name, tuple(int(x) for x in p.shape), str(p.dtype)) for p in func.params]
+        assert params == [(n, tuple(s), d) for n, (s, d) in zip(wl.arg_names(), wl.arg_shapes())]
+        assert params[2][1:] == ((wl.M, 1), "float32") and params[3][1:] == ((1, wl.N), "float32")
+    # block scales: per 1×128 of A (M, ⌈K/128⌉) and per 128×128 of B (⌈N/128⌉, ⌈K/128⌉)
+    wl = parse_workload("gemm:300x200x1000:float8_e4m3fn:nt:scale=block")
+    assert wl.scale_shapes == ((300, 8), (2, 8))
+    func = fp8_kernel(wl, get(BLOCK_STEP).config())
+    assert [tuple(int(x) for x in p.shape) for p in func.params] == [s for s, _ in wl.arg_shapes()]
+
+
+# --- the reference and the tolerance ------------------------------------------------------------------
+def _inputs(wl, seed=0, low=0.0):
+    """Host inputs of ``wl`` in ±[low, 1) (8-bit floats through ml_dtypes)."""
+    from reports.engine.measure import numpy_dtype
+
+    rng = np.random.default_rng(seed)
+    return [(np.sign(rng.uniform(-1, 1, size=s)) * rng.uniform(low, 1, size=s)).astype(numpy_dtype(d))
+            for s, d in wl.arg_shapes()[:-1]]
+
+
+def test_the_reference_is_the_scaled_product_of_the_dequantized_inputs():
+    wl = parse_workload("gemm:24x40x64:float8_e4m3fn:b=float8_e5m2:nt:scale=row:bias:relu")
+    a, b, sa, sb, bias = _inputs(wl)
+    assert a.dtype.itemsize == 1 and b.dtype.itemsize == 1
+    exact = a.astype(np.float64) @ b.astype(np.float64).T
+    want = np.maximum(exact * (sa.astype(np.float64) * sb.astype(np.float64)) + bias.astype(np.float64), 0)
+    np.testing.assert_array_equal(reference(wl, [a, b, sa, sb, bias]), want.astype(np.float32).astype(np.float64))
+    assert epilogue_inputs(wl, [a, b, sa, sb, bias])[0] is not None  # the bias, not a scale
+    per_tensor = parse_workload("gemm:24x40x64:float8_e4m3fn:nt")
+    a, b, sa, sb = _inputs(per_tensor, seed=1)
+    want = (a.astype(np.float64) @ b.astype(np.float64).T) * (float(sa[0]) * float(sb[0]))
+    np.testing.assert_array_equal(reference(per_tensor, [a, b, sa, sb]), want.astype(np.float32))  # as stored
+
+
+def test_block_scales_multiply_each_128_of_k_inside_the_sum():
+    wl = parse_workload("gemm:5x130x300:float8_e5m2:b=float8_e4m3fn:nt:scale=block")
+    a, b, sa, sb = (x.astype(np.float64) for x in _inputs(wl, seed=4))
+    want = np.array([[sum(a[i, k] * b[j, k] * sa[i, k // 128] * sb[j // 128, k // 128] for k in range(300))
+                      for j in range(130)] for i in range(5)])
+    got = reference(wl, _inputs(wl, seed=4))
+    np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-6, atol=1e-7)
+
+
+def test_the_tolerance_grows_with_k_from_the_tensor_cores_fp8_sums():
+    """2^-13·√K (+ fp32's 1e-5): the FP8 tensor cores keep ~13 fraction bits of each k32 sum; a 16-bit
+    output adds its rounding on top, as for every other step."""
+    assert FP8_SUM_BITS == 13
+    assert fp8_sum_tolerance(4096) == pytest.approx(2 ** -13 * 64 + 1e-5)
+    assert fp8_sum_tolerance(16384) == pytest.approx(2 * fp8_sum_tolerance(4096) - 1e-5)
+    spec = get(STEP)
+    f32, bf16 = parse_workload(BIG), parse_workload(BIG + ":out=bfloat16")
+    assert spec.tolerance_for(f32) == pytest.approx(fp8_sum_tolerance(4096))
+    assert spec.tolerance_for(bf16) == pytest.approx(output_tolerance(bf16, fp8_sum_tolerance(4096)))
+    assert 1e-2 < spec.tolerance_for(bf16) < 2e-2
+    # promoted to fp32 registers every 128 of K (block scales): the bound stops growing
+    block = get(BLOCK_STEP)
+    for K in (4096, 16384):
+        wl = parse_workload(f"gemm:256x256x{K}:float8_e4m3fn:nt:scale=block")
+        assert block.tolerance_for(wl) == pytest.approx(2 ** -13 * math.sqrt(128) + 1e-5)
+
+
+@pytest.mark.parametrize("text", ["gemm:48x40x96:float8_e4m3fn:b=float8_e5m2:nt:scale=row:out=float32:bias:silu:residual",
+                                  "gemm:40x136x300:float8_e4m3fn:nt:scale=block:out=float16:bias"])
+def test_the_workloads_definition_computes_the_reference_on_the_cpu(text):
+    """The TE definition (A, B, the scales, the epilogue block D) built for the CPU matches the
+    float64 reference. Inputs in ±[1/8, 1): TVM 0.27's LLVM conversion of e4m3 reads the
+    subnormals (and zero) wrong (0x00 → 0.0078125), which CUDA's __nv_fp8_e4m3 does not."""
+    import tvm
+
+    wl = parse_workload(text)
+    ins = _inputs(wl, seed=2, low=0.125)
+    out = tvm.runtime.empty(wl.arg_shapes()[-1][0], wl.out_dtype, tvm.cpu())
+    tvm.compile(wl.prim_func(), target="llvm")(*[tvm.runtime.tensor(x) for x in ins], out)
+    ref = reference(wl, ins)
+    assert np.linalg.norm(out.numpy().astype(np.float64) - ref) / np.linalg.norm(ref) < 1e-3 * (wl.out_dtype != "float32") + 1e-6
+
+
+# --- the kernel ---------------------------------------------------------------------------------------
+def test_compiles_for_sm90a_without_spills_with_fp8_wgmma_on_tma_tiles(built):
+    b = built(BIG)
+    assert "for 'sm_90a'" in b.device.ptxas_log
+    assert len(b.device.kernels) == 1 and b.device.kernels[0].spills == 0
+    ptx = b.device.ptx
+    for mark in ("wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3", "cp.async.bulk.tensor.2d", "mbarrier.try_wait",
+                 "setmaxnreg.dec", "setmaxnreg.inc", "wgmma.wait_group"):
+        assert mark in ptx, mark
+    assert ".e5m2" not in ptx and ".multicast::cluster" not in ptx
+    # both descriptors K-major with the 128-byte swizzle: layout 1 << 62, SBO 1024 B (64 << 32), LBO 1 << 16
+    assert f"{(1 << 62) | (64 << 32) | (1 << 16)}ULL" in b.device.cuda
+    # per K tile: four k32 steps, each 32 bytes further along the 128-byte rows of A and of B (at 16 KiB)
+    for offset in (16384, 16416, 16448, 16480):
+        assert f"+ (uint){offset})" in b.device.cuda
+    # UINT8 tensor maps of 128-byte boxes: A (128 K, 128 rows), B (128 K, 64 rows)
+    assert 'A_map, A.data, 4096, 4096, 4096, 128, 128, 1, 1, descriptor_dtype="uint8"' in b.scheduled
+    assert 'B_map, B.data, 4096, 4096, 4096, 128, 64, 1, 1, descriptor_dtype="uint8"' in b.scheduled
+    launch = get(STEP).validate(parse_workload(BIG))
+    assert launch.grid == (132, 1, 1) and launch.block == (384, 1, 1)
+    assert launch.shared_bytes == 4 * (128 + 256) * 128 + 1024  # 4 stages of 48 KiB: 2x the K of fp16's ring
+
+
+def test_a_mixed_pair_with_row_scales_an_epilogue_and_clusters_compiles(built):
+    b = built(MIXED, cluster_m=2)
+    assert all(k.spills == 0 for k in b.device.kernels) and len(b.device.kernels) == 1
+    ptx = b.device.ptx
+    assert "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e5m2" in ptx and ".multicast::cluster" in ptx
+    cuda = b.device.cuda
+    assert "*(nv_bfloat162*)(D_ptr" in cuda  # adjacent outputs stored as one 4-byte pair
+    assert "scale_a_ptr[" in cuda and "scale_b_ptr[" in cuda and "bias_ptr[" in cuda and "R_ptr[" in cuda
+    assert "tanhf" in cuda or "tanh(" in cuda
+
+
+def test_block_scales_are_promoted_every_k_tile(built):
+    """fp8_block_scaled_gemm: each K tile's wgmmas into fresh partial sums (m64n128k32: a 128 × 128
+    tile leaves room for two accumulator sets), waited for (wait_group 0) and added to the running
+    sum times the scales of the thread's rows and column block, then the epilogue; 2×1 clusters."""
+    b = built(MIXED.replace("scale=row", "scale=block"), BLOCK_STEP, cluster_m=2)
+    assert all(k.spills == 0 for k in b.device.kernels) and len(b.device.kernels) == 1
+    ptx = b.device.ptx
+    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2" in ptx and ".multicast::cluster" in ptx
+    assert "wgmma.wait_group.sync.aligned 0" in ptx and "wgmma.wait_group.sync.aligned 1" not in ptx
+    cuda = b.device.cuda
+    assert "acc_ptr[0] = (acc_ptr[0] + (part_ptr[0] * (sa_r_ptr[0] * sb_r_ptr[0])));" in cuda
+    assert "acc_ptr[3] = (acc_ptr[3] + (part_ptr[3] * (sa_r_ptr[1] * sb_r_ptr[0])));" in cuda  # row + 8: its own scale
+    assert "sab_ptr" not in cuda  # nothing scales the stored outputs again
+    launch = get(BLOCK_STEP).validate(parse_workload("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block"))
+    assert launch.shared_bytes == 6 * (128 + 128) * 128 + 1024
+
+
+@pytest.mark.parametrize("workload, params, word", [
+    ("gemm:256x256x200:float8_e4m3fn:nt", {}, r"row pitch of A and B \(K\) is 200 bytes; TMA needs a multiple of 16"),
+    ("gemm:256x256x256:float8_e4m3fn", {}, "takes the nt layout only, not nn .*FP8 wgmma reads both operands K-major"),
+    ("gemm:256x256x256:float8_e4m3fn:tn", {}, "not tn .*no transpose immediates"),
+    ("gemm:256x256x256:float16:nt", {}, "fp8_tma_gemm takes float8_e4m3fn, float8_e5m2 inputs, not float16"),
+    ("gemm:256x256x256:float8_e4m3fn:nt", dict(block_k=64), "block_k must be 128"),
+    ("gemm:256x256x256:float8_e4m3fn:nt", dict(split_k=2), "split_k must be 1"),
+    ("gemm:256x256x256:float8_e4m3fn:nt", dict(pad_operands=True), "pad_operands is for the 16-bit steps"),
+    ("gemm:256x256x256:float8_e4m3fn:nt", dict(stages=5), "shared memory"),
+    ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", {}, "applies tensor or row scales, not scale=block"),
+    ("gemm:256x256x256:float8_e4m3fn:nt", dict(step=BLOCK_STEP), "applies block scales, not scale=tensor"),
+    ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, block_n=192), "multiple of 128"),
+    ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, block_n=256), "two accumulator sets"),
+])
+def test_what_the_tma_path_cannot_take_is_refused_in_one_line(workload, params, word):
+    params = dict(params)
+    spec = get(params.pop("step", STEP))
+    with pytest.raises(ScheduleParamError, match=word) as e:
+        spec.validate(parse_workload(workload), spec.config(**params))
+    assert "\n" not in str(e.value)
+
+
+def test_the_16_bit_steps_refuse_fp8_by_its_type():
+    wl = parse_workload("gemm:256x256x256:float8_e4m3fn:nt")
+    for name in ("persistent_gemm", "best_fp16_gemm", "naive_gemm"):
+        assert not get(name).accepts(wl)
+        with pytest.raises(ScheduleParamError, match=f"{name} takes .* inputs, not float8_e4m3fn"):
+            get(name).validate(wl)
+    assert get(STEP).accepts(wl) and not get(STEP).accepts(parse_workload("gemm:256x256x256:float8_e4m3fn"))
+
+
+def test_the_benchmark_runs_both_scalings_beside_scaled_mm_and_show_defaults_to_nt(capsys):
+    from reports.experiments import bench_gemm
+    from scripts.schedlab import _workload_for, main
+
+    jobs = bench_gemm.make_jobs(["4096x4096x4096"], ["fp8"])
+    assert {(j["workload"], j["name"]) for j in jobs} == {
+        (f"gemm:4096x4096x4096:float8_e4m3fn:nt{s}:out=bfloat16", n)
+        for s in ("", ":scale=row") for n in ("cublas", STEP)} | {
+        ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", n) for n in ("cublas", BLOCK_STEP)}
+    assert sum(j["params"] == {"cluster_m": 2} for j in jobs) == 2
+    assert "fp8" not in bench_gemm.PRECISIONS  # by name only: the default benchmark is unchanged
+    assert main(["bench-gemm", "--precisions", "fp8", "--random", "3"]) == 2
+    assert "for the fixed shapes only" in capsys.readouterr().err
+    assert str(_workload_for(get(STEP), None)) == "gemm:1024x512x2048:float8_e4m3fn:nt"
+    assert str(_workload_for(get(STEP), "64x64x64:out=bfloat16")) == "gemm:64x64x64:float8_e4m3fn:nt:out=bfloat16"
+    assert str(_workload_for(get(BLOCK_STEP), None)) == "gemm:1024x512x2048:float8_e4m3fn:nt:scale=block"
+
+
+# --- on the GPU ----------------------------------------------------------------------------------------
+GPU_CASES = [
+    (BIG, {}),
+    ("gemm:1000x520x2000:float8_e4m3fn:nt", {}),  # ragged M, N and last K tile (2000 = 15·128 + 80)
+    ("gemm:64x64x64:float8_e4m3fn:nt:out=bfloat16", {}),  # one partial tile
+    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=row:out=bfloat16", {}),
+    ("gemm:2048x1536x1008:float8_e5m2:b=float8_e4m3fn:nt:scale=row:out=float16:bias:gelu_tanh:residual", {}),
+    (MIXED, {"cluster_m": 2}),
+]
+BLOCK_GPU_CASES = [
+    ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", {}),
+    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", {}),  # ragged: clamped scale indices
+    (MIXED.replace("scale=row", "scale=block"), {"cluster_m": 2}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload, params", GPU_CASES + [(w, dict(p, step=BLOCK_STEP)) for w, p in BLOCK_GPU_CASES])
+def test_correct_against_the_dequantized_float64_product(harness, workload, params):
+    params = dict(params)
+    spec = get(params.pop("step", STEP))
+    tol = spec.tolerance_for(parse_workload(workload))
+    err = run_on_gpu(harness, spec, workload, **params)
+    print(f"{spec.name}{params or ''} on {workload}: relative error {err:.3g} (tolerance {tol:.3g})")
+    assert err <= tol
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float8_e4m3fn:nt:out=bfloat16",
+                                      "gemm:1024x512x2048:float8_e4m3fn:nt:scale=row:out=bfloat16",
+                                      "gemm:1024x512x2048:float8_e4m3fn:nt:scale=block:out=bfloat16"])
+def test_scaled_mm_with_the_same_scales_is_right(workload):
+    """The benchmark's baseline: torch._scaled_mm through the same measurement path (checked to the
+    same FP8 bound: it is asked for fast accumulation where cuBLASLt takes it)."""
+    from reports.engine.baselines import Unavailable
+    from reports.engine.harness import check_in_process
+
+    try:
+        row = check_in_process("cublas", workload, time=True, budget_s=0.02)
+    except Unavailable as e:
+        pytest.skip(str(e))
+    print(f"cublas on {workload}: {row.get('cublas_call')}, relative error {row.get('rel_error'):.3g}")
+    assert row["status"] == "ok", row.get("error")
+    assert "torch._scaled_mm" in row["cublas_call"] and row["precision"] == "fp8"
+    assert math.isfinite(row["time_ms"]) and row["time_ms"] > 0
+
+
+@pytest.mark.gpu
+def test_the_kernel_taken_out_of_the_lab_runs_on_torch_fp8_tensors():
+    """compile_kernel: A, B as torch.float8 tensors, the scales as torch._scaled_mm takes them."""
+    torch = pytest.importorskip("torch")
+    from reports.engine.kernel import compile_kernel
+
+    k = compile_kernel(STEP, "gemm:1024x512x2048:float8_e4m3fn:nt:scale=row:out=bfloat16")
+    a = torch.empty(1024, 2048, device="cuda").uniform_(-1, 1).to(torch.float8_e4m3fn)
+    b = torch.empty(512, 2048, device="cuda").uniform_(-1, 1).to(torch.float8_e4m3fn)
+    sa = torch.rand(1024, 1, device="cuda") + 0.5
+    sb = torch.rand(1, 512, device="cuda") + 0.5
+    d = k(a, b, sa, sb)
+    ref = ((a.double() @ b.double().t()) * (sa.double() * sb.double())).to(torch.bfloat16).double()
+    err = float((d.double() - ref).norm() / ref.norm())
+    print(f"compile_kernel({STEP}) on torch tensors: relative error {err:.3g} (tolerance {k.tolerance:.3g})")
+    assert d.dtype == torch.bfloat16 and err <= k.tolerance
