@@ -142,3 +142,26 @@ def test_right_on_the_gpu(harness, workload, params):
     err = run_on_gpu(harness, get("decode_gemm"), workload, **params)
     tol = get("decode_gemm").tolerance_for(parse_workload(workload))  # 1e-5 and, for a 16-bit output, its rounding
     assert err < max(tol, 1e-5), f"{workload} {params}: relative error {err:.3g}"
+
+
+def test_the_model_counts_a_grid_smaller_than_the_gpu():
+    """61 rows against a 3584 × 3584 weight: 28 row blocks × 2 K slices on an H200's 132 SMs stream at
+    56/132 of the bandwidth (measured: 33 µs, cuBLAS 12.7); the model says so, and best_fp16_gemm
+    takes a tiled kernel that fills the GPU instead. A grid that fills it is not scaled."""
+    from schedules.common import use_gpu
+    from schedules.gpus import profile
+
+    before = dispatch.current_gpu()
+    try:
+        gpu = use_gpu(profile("H200"))
+        small = parse_workload("gemm:61x3584x3584:bfloat16:nt:out=bfloat16:residual")
+        cand = dispatch.decode_candidates(small)[0]
+        p = cand.config.plan(small, gpu)
+        est = dispatch.estimate(small, cand, gpu)
+        assert p.row_blocks * p.splits < gpu.sms and est.terms["fill"] == pytest.approx(p.row_blocks * p.splits / gpu.sms)
+        assert dispatch.rank(small, "bf16")[0].step != "decode_gemm"
+        full = parse_workload("gemm:16x6144x4096:bfloat16:nt:out=bfloat16")
+        assert dispatch.estimate(full, dispatch.decode_candidates(full)[0], gpu).terms["fill"] == 1.0
+        assert dispatch.rank(full, "bf16")[0].step == "decode_gemm"
+    finally:
+        use_gpu(before)
