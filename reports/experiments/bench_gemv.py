@@ -23,6 +23,7 @@ from schedules import parse_workload
 from schedules.gemv import aligned_vector, widest_vector
 
 from ..engine import results as R
+from ..views import charts
 from ..views import tables as T
 from .bench import label, run_bench, write_bench
 
@@ -135,37 +136,11 @@ def markdown(df: pd.DataFrame) -> str:
 
 
 def chart(df: pd.DataFrame, path: str):
-    import matplotlib  # heavy: only where the chart is drawn
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """The bandwidth of each variant on the M = 16384 shapes against N (views.charts.gemv_chart)."""
     d = derive(df)
     d = d[d["workload"].isin(BENCH_SHAPES) & d["workload"].str.startswith("gemv:16384x") & d["gbps_read"].notna()
           & ~d["label"].str.contains(r"\[", regex=True)]
-    if d.empty:
-        return None
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=90)
-    d = d.assign(n=d["workload"].str.split("x").str[1].astype(int))
-    for lab, g in d.groupby("label", sort=False):
-        g = g.sort_values("n")
-        ax.plot(g["n"], g["gbps_read"], marker="o", label=lab, lw=2.2 if lab in ("gemv_dispatch", "cublas") else 1.2)
-    disp = d[d["label"] == "gemv_dispatch"].sort_values("n")
-    if len(disp):
-        ax.plot(disp["n"], disp["gbps_write"], ls=":", color="gray", marker=".", label="gemv_dispatch, write flush")
-    copy = (df.attrs.get("ceilings") or {}).get("copy_gbps")
-    if copy:
-        ax.axhline(copy, color="k", ls="--", lw=1, label="copy bandwidth")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("N (M = 16384, fp32)")
-    ax.set_ylabel("GB/s (L2 emptied by reading)")
-    ax.set_title(f"GEMV bandwidth, {df.attrs['provenance']['gpu']}", fontsize=10)
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return charts.gemv_chart(d, (df.attrs.get("ceilings") or {}).get("copy_gbps"), df.attrs["provenance"]["gpu"], path)
 
 
 def command(args) -> int:

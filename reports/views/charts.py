@@ -198,6 +198,11 @@ def llm_chart(df: pd.DataFrame, choice: str, path: str):
     ax.set_ylabel("% of cuBLAS (same types)", fontsize=8)
     ax.set_title(f"linear layers, bf16, the lab's choice: {caption(df.attrs)}", fontsize=7)
     ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    return _save(fig, ax, path)
+
+
+def _save(fig, ax, path: str):
+    """A benchmark chart's last strokes: a light grid, the layout tightened, written at 90 dpi."""
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -211,7 +216,7 @@ def random_chart(df: pd.DataFrame, path: str):
     choices = df[df["name"].str.startswith("best_") & df["pct_cublas"].notna()]
     if choices.empty:
         return None
-    fig, ax = plt.subplots(figsize=(6.8, 4.2), dpi=90)
+    fig, ax = plt.subplots(figsize=(6.8, 4.2))
     for prec, g in choices.groupby("precision", sort=False):
         x = [parse_workload(w).flops / 2 for w in g["workload"]]
         ax.scatter(x, g["pct_cublas"], s=18, alpha=0.8, label=prec)
@@ -223,8 +228,28 @@ def random_chart(df: pd.DataFrame, path: str):
     p = df.attrs.get("provenance", {})
     ax.set_title(f"random shapes (seed {df.attrs.get('seed')}), {p.get('gpu')} · {p.get('commit')}", fontsize=8)
     ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path)
+
+
+def gemv_chart(d: pd.DataFrame, copy_gbps, gpu: str, path: str):
+    """``bench-gemv``'s chart: GB/s (L2 emptied by reading) of each variant against N for the M = 16384
+    shapes (``d``: bench_gemv's derived rows), gemv_dispatch's write-flush figure dotted, the copy
+    bandwidth as a line; None where nothing was timed."""
+    if d.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    d = d.assign(n=d["workload"].str.split("x").str[1].astype(int))
+    for lab, g in d.groupby("label", sort=False):
+        g = g.sort_values("n")
+        ax.plot(g["n"], g["gbps_read"], marker="o", label=lab, lw=2.2 if lab in ("gemv_dispatch", "cublas") else 1.2)
+    disp = d[d["label"] == "gemv_dispatch"].sort_values("n")
+    if len(disp):
+        ax.plot(disp["n"], disp["gbps_write"], ls=":", color="gray", marker=".", label="gemv_dispatch, write flush")
+    if copy_gbps:
+        ax.axhline(copy_gbps, color="k", ls="--", lw=1, label="copy bandwidth")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("N (M = 16384, fp32)")
+    ax.set_ylabel("GB/s (L2 emptied by reading)")
+    ax.set_title(f"GEMV bandwidth, {gpu}", fontsize=10)
+    ax.legend(fontsize=7)
+    return _save(fig, ax, path)
