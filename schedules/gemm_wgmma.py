@@ -429,7 +429,6 @@ class Tf32WgmmaConfig(WgmmaConfig):
     block_m: int = 256
     block_n: int = 128
     dtypes = ("float32",)
-    epilogues = False  # a tf32 product with an epilogue goes to the SIMT kernels (best_tf32_gemm), in fp32
     step_name = "wgmma_tf32_gemm"
     tolerance = 2e-3  # tf32 keeps 10 of fp32's 23 mantissa bits: errors near 3e-4 against float64
 

@@ -180,8 +180,8 @@ HOPPER = ("wgmma_gemm", "tma_gemm", "warp_specialized_gemm", "persistent_gemm", 
 TAKERS = ("vectorized_shared_gemm", "warp_tiled_gemm", "async_pipeline_gemm", "split_k_gemm", "rasterized_gemm",
           "skinny_gemm", "best_gemm", "tensor_core_gemm", "best_fp16_gemm", "best_tf32_gemm",
           "unfused_epilogue_gemm", "fused_epilogue_gemm", "tuned_gemm", "decode_gemm", "fp8_tma_gemm",
-          "fp8_block_scaled_gemm") + HOPPER
-REFUSERS = ("naive_gemm", "double_buffer_gemm", "wgmma_tf32_gemm", "tma_tf32_gemm", "gemv_dispatch", "column_gemv_t")
+          "fp8_block_scaled_gemm", "wgmma_tf32_gemm") + HOPPER
+REFUSERS = ("naive_gemm", "double_buffer_gemm", "tma_tf32_gemm", "gemv_dispatch", "column_gemv_t")
 
 
 def test_the_fast_steps_and_best_take_epilogues_and_the_others_refuse_in_one_line():
@@ -453,7 +453,21 @@ HOPPER_GPU = [("wgmma_gemm", RAGGED, {}), ("tma_gemm", RAGGED, {}), ("warp_speci
               ("persistent_gemm", f"gemm:256x504x4096:bfloat16:{FULL}", {"split_k": 4}),
               ("warp_specialized_gemm", "gemm:250x250x20000:float16:out=float16:bias:silu:residual",
                {"split_k": 8, "pad_operands": True}),
-              ("persistent_gemm", "gemm:1001x777x3001:float16:out=float16:bias:relu:residual", {"pad_operands": True})]
+              ("persistent_gemm", "gemm:1001x777x3001:float16:out=float16:bias:relu:residual", {"pad_operands": True}),
+              ("wgmma_tf32_gemm", f"gemm:1000x504x2000:{FULL}", {}), ("wgmma_tf32_gemm", "gemm:700x384x1000:bias:silu", {}),
+              ("best_tf32_gemm", "gemm:4096x4096x4096:out=bfloat16:bias:gelu_tanh", {})]
+
+
+def test_the_tf32_wgmma_kernel_takes_the_epilogue():
+    """wgmma_gemm's kernel with tf32 inputs: the same epilogue on the accumulators, a bf16 output,
+    no spills; best_tf32_gemm can now choose it for a large layer with an epilogue."""
+    from schedules import dispatch
+
+    b = build_spec(get("wgmma_tf32_gemm"), "gemm:512x256x512:out=bfloat16:bias:gelu_tanh")
+    assert all(k.spills == 0 for k in b.device.kernels) and "tf32" in b.device.ptx
+    assert "tanhf" in b.device.cuda and "nv_bfloat16" in b.device.cuda
+    assert any(c.step == "wgmma_tf32_gemm"
+               for c in dispatch.candidates(parse_workload("gemm:4096x4096x4096:out=bfloat16:bias:gelu_tanh"), "tf32"))
 
 
 @pytest.mark.gpu
