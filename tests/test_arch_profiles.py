@@ -208,7 +208,8 @@ def test_the_dispatcher_says_when_its_calibration_is_another_gpus(on_gpu):
 def test_the_command_line_names_a_gpu(on_gpu, monkeypatch, capsys):
     from scripts.schedlab import main
 
-    monkeypatch.delenv(B.GPU_ENV, raising=False)
+    monkeypatch.setenv(B.GPU_ENV, "")  # recorded: the variable the commands below set is put back afterwards
+    monkeypatch.delenv(B.GPU_ENV)
     assert main(["show", "wgmma_gemm", "--gpu", "RTX 4090", "--shape", "256x256x256"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "schedlab: error: wgmma_gemm needs sm_90a (wgmma), not sm_89 (NVIDIA GeForce RTX 4090)"
@@ -306,3 +307,12 @@ def test_the_hopper_kernels_do_not_assemble_for_blackwell(compiled):
     for arch in ("sm_100a", "sm_120", "sm_80"):
         with pytest.raises(RuntimeError, match="ptxas failed"):
             assemble(ptx, arch)
+
+
+def test_naming_a_gpu_leaves_no_trace_on_the_tests_after_it():
+    """Runs after test_the_command_line_names_a_gpu (file order): the GPU the lab builds for is this
+    machine's (sm_90 where there is none) again, in this process and in the processes it starts."""
+    import os
+
+    assert not os.environ.get(B.GPU_ENV) and B.device_arch() == B.DEFAULT_ARCH
+    assert B.cuda_target().arch == "sm_90a" or B.cuda_target().arch.startswith("sm_90")
