@@ -471,3 +471,24 @@ def test_ctrl_c_under_a_terminal_while_tuning_then_resume(tmp_path):
     checks = [r for r in rows if r["status"] == "verify"]
     assert len(checks) == 1 and checks[0]["passed"] and checks[0]["rel_error"] < 1e-5
     assert "rel. error vs float64" in done.stdout
+
+
+def test_a_pool_whose_worker_is_gone_still_shuts_down_and_frees_its_lock():
+    """TVM's process pool kills its workers under its lock: a worker Ctrl-C already ended (its process
+    reaped) made the kill raise, the lock stayed held, and the pool's next shutdown (its __del__ at
+    garbage collection) waited forever: the tuner hung after Ctrl-C once in three tries."""
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    from tuning.measure import guard_pool_lock
+
+    guard_pool_lock()
+    pool = PopenPoolExecutor(max_workers=1)
+
+    class Gone:
+        def kill(self):
+            raise ChildProcessError("No child processes")
+
+    pool._worker_map[0] = Gone()
+    pool.shutdown()
+    assert not pool._lock.locked() and pool._shutdown
+    pool.shutdown()  # again, as __del__ would: returns

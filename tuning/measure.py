@@ -257,6 +257,35 @@ def build_and_export(mod, target) -> str:
     return default_export(build_in_target_scope(mod, target, None))
 
 
+def guard_pool_lock():
+    """Make TVM's process pools release their lock however their shutdown goes.
+
+    ``PopenPoolExecutor.shutdown`` (TVM 0.27) takes the executor's lock and kills each worker process
+    before releasing it; a kill that raises (a worker Ctrl-C already ended: its process reaped, or
+    gone) leaves the lock held and the executor not marked shut down, so the next shutdown, the one
+    its ``__del__`` makes at garbage collection included, waits for the lock forever: ``schedlab
+    tune`` hung after Ctrl-C once in three tries (in MetaSchedule's runner's pools and the builder's).
+    The same method, each kill's error dropped (its process is gone) and the lock released in a
+    ``with``, replaces it once per process."""
+    from tvm.support.popen_pool import PopenPoolExecutor
+
+    if getattr(PopenPoolExecutor.shutdown, "releases_its_lock", False):
+        return
+
+    def shutdown(self, wait=True):
+        with self._lock:
+            for worker in self._worker_map.values():
+                try:
+                    worker.kill()
+                except Exception:  # noqa: BLE001 - a worker whose process is gone already
+                    pass
+        self._threadpool.shutdown(wait=wait)
+        self._shutdown = True
+
+    shutdown.releases_its_lock = True
+    PopenPoolExecutor.shutdown = shutdown
+
+
 def make_parallel_builder(max_workers: int, timeout_sec: float, stop=None):
     """A MetaSchedule builder over a pool of build processes that stays up for the whole run
     (MetaSchedule's LocalBuilder starts a fresh pool for every batch, paying TVM's start-up again).
@@ -265,6 +294,8 @@ def make_parallel_builder(max_workers: int, timeout_sec: float, stop=None):
     builds still queued, each paying TVM's start-up, only for them to be dropped)."""
     from tvm.support.popen_pool import PopenPoolExecutor
     from tvm.ir.utils import derived_object
+
+    guard_pool_lock()
     from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 
     def result_of(fut):
@@ -301,8 +332,8 @@ def make_parallel_builder(max_workers: int, timeout_sec: float, stop=None):
             return results
 
         def shutdown(self):
-            if self.pool is not None:
-                self.pool.shutdown()
-                self.pool = None
+            pool, self.pool = self.pool, None
+            if pool is not None:
+                pool.shutdown()
 
     return ParallelBuilder()
