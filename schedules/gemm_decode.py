@@ -53,9 +53,9 @@ from .common import ceil_div, current_gpu
 from .errors import ScheduleParamError
 from .registry import Launch, register
 from .step_config import StepConfig
-from .tir_epilogue import epilogue_value, split_sum_epilogue, workload_params
 from .tma_common import split_sum_kernel
-from .workloads import Gemm
+from .wgmma_epilogue import kernel_entry, split_sum_epilogue
+from .workloads import Gemm, epilogue_value
 
 MAX_TOKENS = 64          # the few rows: at most 8 token groups of 8 (the mma's n = 8)
 PTX_TYPE = {"float16": "fp16", "bfloat16": "bf16"}
@@ -272,9 +272,12 @@ def make_store(wl: Gemm, form: str, tokens: int, rows: int):
     """A macro: the single write of one output, C[t, r] (rows form) or C[r, t] (columns form),
     masked past the edges; ``C`` is the output, or with split-K the partials and ``part`` the
     block's slice. Into the output, the workload's epilogue is applied there (bias, activation,
-    residual, scaling, the rounding to its output type: :func:`schedules.tir_epilogue.epilogue_value`;
-    ``bias``, ``R``: its buffers)."""
-    EPI = wl.has_epilogue
+    residual, scaling, the rounding to its output type: :func:`schedules.workloads.epilogue_value`;
+    ``bias``, ``R``: its buffers, None where the workload has none)."""
+    EPI, BIAS, RES = wl.has_epilogue, wl.bias, wl.residual
+
+    def finished(value, bias, R, row, col):
+        return epilogue_value(wl, value, bias[col] if BIAS else None, R[row, col] if RES else None)
 
     @T.macro
     def store(C, value, t, r, part, split, bias, R):
@@ -286,11 +289,11 @@ def make_store(wl: Gemm, form: str, tokens: int, rows: int):
                     C[part, r, t] = value
             elif form == "rows":
                 if EPI:
-                    C[t, r] = epilogue_value(wl, value, bias, R, t, r)
+                    C[t, r] = finished(value, bias, R, t, r)
                 else:
                     C[t, r] = value
             elif EPI:
-                C[r, t] = epilogue_value(wl, value, bias, R, r, t)
+                C[r, t] = finished(value, bias, R, r, t)
             else:
                 C[r, t] = value
 
@@ -326,8 +329,6 @@ def decode_kernel(wl: Gemm, p: DecodePlan):
     if SPLIT > 1:
         sum_kernel = split_sum_epilogue(wl, SPLIT)[0] if EPI else split_sum_kernel(wl.M, wl.N, SPLIT)[0]
     store = make_store(wl, FORM, TOK, ROWS)
-    OUT = wl.out_dtype
-    BIAS_SHAPE = (wl.N,)
 
     def copy(dst, src, ok):
         """One 16-byte cp.async, zero-filled where ``ok`` is false (past K, past the few rows)."""
@@ -383,10 +384,8 @@ def decode_kernel(wl: Gemm, p: DecodePlan):
     W_SHAPE, X_SHAPE = (ROWS, K2), (TOK, K2)
     W_ARG = "B" if FORM == "rows" else "A"
 
-    @T.prim_func
-    def main(A: T.Buffer(wl.a_shape, DT), B: T.Buffer(wl.b_shape, DT), bias: T.Buffer(BIAS_SHAPE, OUT),
-             R: T.Buffer(wl.c_shape, OUT), C: T.Buffer(wl.c_shape, OUT)):
-        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+    @T.macro
+    def body(A, B, bias, R, C):
         if SPLIT > 1:
             # the partial products: a global buffer of the host part (the device's workspace pool)
             P = T.alloc_buffer((SPLIT, wl.M, wl.N), "float32", scope="global")
@@ -444,11 +443,11 @@ def decode_kernel(wl: Gemm, p: DecodePlan):
                                           row0 + 16 * i + 8 * h + lane // 4, part, False, bias, R)
         if SPLIT > 1:
             if EPI:
-                sum_kernel(P, C, bias, R)
+                sum_kernel(P, bias, R, C)
             else:
                 sum_kernel(P, C)
 
-    return workload_params(main, wl)
+    return kernel_entry(wl, body)
 
 
 @register("decode_gemm", "gemm", DecodeConfig, aliases=("decode", "gemm_decode"), tags=("float16",))
