@@ -168,7 +168,7 @@ def per_layer(df: pd.DataFrame) -> pd.DataFrame:
         by = {r["name"]: r for r in g.to_dict("records")}
         lab, cub = by.get(CHOICE, {}), by.get("cublas", {})
         w = parse_workload(wl)
-        decode = min(w.M, w.N) <= DECODE_ROWS
+        decode = decode_sized(w)
 
         def us(r):
             return T.fmt(r.get("time_ms", np.nan) * 1e3 if r.get("status") == "ok" else np.nan, ".1f")
@@ -186,6 +186,11 @@ def per_layer(df: pd.DataFrame) -> pd.DataFrame:
             "lab's choice": _choice(lab),
         })
     return pd.DataFrame(rows)
+
+
+def decode_sized(wl) -> bool:
+    """A few rows (or columns) against the weight: reading it is the bound (:data:`DECODE_ROWS`)."""
+    return min(wl.M, wl.N) <= DECODE_ROWS
 
 
 def _choice(row: dict) -> str:
@@ -208,7 +213,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     the geometric mean share of the copy bandwidth, the lab's and cuBLAS's."""
     lab = df[df["name"] == CHOICE].copy()
     cub = df[df["name"] == "cublas"].set_index("workload")
-    lab["_decode"] = lab["workload"].map(lambda w: min(parse_workload(w).M, parse_workload(w).N) <= DECODE_ROWS)
+    lab["_decode"] = lab["workload"].map(lambda w: decode_sized(parse_workload(w)))
     out = []
     for decode, g in lab.groupby("_decode", sort=False):
         ok = g[g["status"] == "ok"]
