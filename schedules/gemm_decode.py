@@ -157,12 +157,15 @@ def _plan(cfg: "DecodeConfig", wl, gpu) -> DecodePlan:
     # K slices: at most so many that their fp32 partials (written and read once) stay under a
     # quarter of the weight's bytes: 4·S·T / K ≤ 1/4
     most = cfg.split_k or max(1, wl.K // (16 * tokens))
-    # rows per block: T rows (up to 16 tokens) or 2·T rows share each copy of X, so that its
-    # traffic (from L2) stays at most the weight's, or half of it once the mmas per step grow
-    share = 1 if nt <= 2 else 2
-    rw = cfg.row_warps or min(_pow2_at_least(ceil_div(share * tokens, 16 * mt)), _pow2_at_least(groups), 8)
-    block_warps = cfg.block_warps or (8 if nt == 1 else 4)
-    kw = cfg.k_warps or max(1, block_warps // rw)
+    # rows per block: 128 share each copy of X (its L2 traffic then 8·⌈T/8⌉ / 128 of the weight's, and
+    # a block step moves 128 rows × its K of weight), 64 where 128-row blocks would not occupy half
+    # the SMs (the weights of 4096-8191 rows on an H200's 132 SMs)
+    block_rows = 128 if rows >= 64 * gpu.sms else 64
+    rw = cfg.row_warps or max(1, min(block_rows // (16 * mt), _pow2_at_least(groups), 8))
+    if cfg.block_warps:
+        kw = cfg.k_warps or max(1, cfg.block_warps // rw)
+    else:  # two K warps: the two halves of a block step's K (one from 64 tokens: its accumulators)
+        kw = cfg.k_warps or (2 if nt <= 4 else 1)
     while not cfg.k_warps and kw > 1 and (K_STEP * unroll * kw * 2 > wl.K
                                           or kw // 2 * rw * 32 * 4 * mt * nt * 4 > SHARED_STATIC):
         kw //= 2
@@ -204,7 +207,7 @@ class DecodeConfig(StepConfig):
     unroll: int = 0
     stages: int = 0
     split_k: int = 0
-    block_warps: int = 0        # warps per block the automatic choice aims for; 0: 8 for one token group, else 4
+    block_warps: int = 0        # warps per block the automatic K warps fill; 0: two K warps (one from 64 tokens)
     ring_bytes: int = 0         # shared memory the automatic choice of stages fills; 0: half the SM's
 
     @property
@@ -250,14 +253,16 @@ class DecodeConfig(StepConfig):
         """Resolve the automatic parameters for ``wl`` on ``gpu`` (the current one by default).
 
         m16 tiles per warp: 2 from 32 tokens up (each X fragment then feeds two tiles), else 1;
-        two 32-element pieces per warp and block step. Rows per block: enough row warps that T
-        weight rows (up to 16 tokens) or 2·T (beyond) share each copy of X; K warps fill the block
-        to ``block_warps`` (8 for one token group, else 4). Stages: as many slots as half the SM's
-        shared memory holds (2 to 8; two blocks per SM). Split-K: doubled while the blocks stay
-        within one wave of what the SMs hold and the partials (written and read once) under a
-        quarter of the weight's bytes. Measured on an H100 against the neighbouring choices
-        (twice or half the row warps, 8 warps per block, 1 or 4 pieces, 4 stages, twice or half
-        the slices) on weights of 4096-28672 × 4096-14336 rows and 1-64 tokens."""
+        two 32-element pieces per warp and block step. Rows per block: 128 (64 where 128-row
+        blocks would number fewer than half the SMs), each copy of X shared by all of them; two K
+        warps (one from 64 tokens, whose accumulators fill the registers), or with ``block_warps``
+        as many as fill the block to it. Stages: as many slots as half the SM's shared memory
+        holds (2 to 8; two blocks per SM). Split-K: doubled while the blocks stay within one wave
+        of what the SMs hold and the partials (written and read once) under a quarter of the
+        weight's bytes. Measured on an H200 over every warp_rows × row_warps × k_warps (16, 32 ×
+        1-8 × 1-4) on weights of 4096-28672 × 4096-14336 and 1-64 tokens: the choice is within 5%
+        of the grid's best on each, where the earlier T-rows-per-block rule (X read from L2 once
+        per 16 rows at 16 tokens) was up to 27% slower (reports/results/NVIDIA_H200/decode_blocks)."""
         return _plan(self, wl, gpu or current_gpu())
 
     def launch(self, wl) -> Launch:

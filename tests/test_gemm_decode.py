@@ -23,7 +23,7 @@ def built(workload, **params):
 
 
 @pytest.mark.parametrize("workload, split", [
-    ("gemm:8x4096x4096:bfloat16:nt", False),  # one kernel: the blocks fill the GPU without split-K
+    ("gemm:8x28672x4096:bfloat16:nt", False),  # one kernel: the blocks fill the GPU without split-K
     ("gemm:64x4096x4096:float16:nt", True),   # split-K: the partials' sum is a second kernel
     ("gemm:4095x24x1000:bfloat16:nt", True),  # the mirror (N is the few), ragged rows and K
 ])
