@@ -236,11 +236,14 @@ def gemv_candidates(wl):
 
 
 # decode_gemm's bandwidth on the scale of the model's DRAM term (memory_gbps, which the H200
-# calibration fits the tiled kernels to), by its token groups of 8 (the few rows, rounded up):
-# measured on an H100 on weights of 4096-28672 rows × 4096-14336, its time set against the
-# persistent TMA kernel's on the same 28672-row weights (where both only stream the weight: that
-# kernel measured 1.46× its estimate). More groups: more X traffic per weight byte, more mmas.
-DECODE_EFFICIENCY = {1: 1.05, 2: 1.03, 4: 0.97, 8: 0.92}
+# calibration fits the tiled kernels to), by its token groups of 8 (the few rows, rounded up),
+# fitted by the choice's regret against the tensor-core kernels' estimates on 80 layers of four
+# models at 4-56 rows (H200, reports/results/NVIDIA_H200/decode_vs_tma: regret 1.048 geometric
+# mean, 1.067 with the earlier constants): up to 32 tokens it streams the weight at 1.1 on that
+# scale (the model's 4000 GB/s is under the H200's measured copy rate, and the tensor-core
+# estimates are 10-25% optimistic at a few rows); from 33 tokens, with one K warp and 64
+# accumulators per lane, at 0.6.
+DECODE_EFFICIENCY = {1: 1.1, 2: 1.1, 4: 1.1, 8: 0.6}
 
 
 def decode_candidates(wl, limits=None):
@@ -587,10 +590,27 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal,
                                      _store_bytes(wl) * bm * bn, _store_factor(wl, cal) * scalar_store)
     dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal)
+    spread = stream_spread(tiles * splits, gpu, persistent=fam in ("tma", "tma_tf32") and getattr(cfg, "persistent", True))
+    dram *= spread
     reduce = _reduce_us(wl, splits, gpu, cal) + _pad_us(wl, cfg, gpu, cal)  # the extra kernels
     terms.update(blocks=tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp, dram_us=dram, l2_us=l2,
-                 reduce_us=reduce, splits=splits)
+                 reduce_us=reduce, splits=splits, spread=spread)
     return Estimate(cand, cal["launch_us"] + max(comp, dram, l2) + reduce, terms)
+
+
+def stream_spread(units: int, gpu: GpuSpec, persistent: bool) -> float:
+    """How much longer than bytes / bandwidth the SMs take to stream a grid's bytes: an SM pulls
+    about its share of the bandwidth (bandwidth / SMs), so a grid of fewer units than SMs streams
+    at units / SMs of it, and a persistent kernel's SMs (one block each, walking units i, i + SMs,
+    ...) take as long as the ones with ⌈units / SMs⌉ of them. Non-persistent blocks are handed to
+    SMs as others finish, which evens out the rest. Matters where the weight's read is the bound
+    (a few rows against a large weight: 24 rows × 28672×4096 on an H200, 112 tiles of 128 × 256 on
+    132 SMs took 77 µs where 224 tiles of 64 × 128 took 64, reports/results/NVIDIA_H200/decode_blocks)."""
+    if units <= 0:
+        return 1.0
+    if persistent:
+        return ceil_div(units, gpu.sms) * gpu.sms / units
+    return max(1.0, gpu.sms / units)
 
 
 def wmma_efficiency(cfg, cal) -> float:

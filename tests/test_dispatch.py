@@ -476,3 +476,20 @@ def test_a_users_calibration_file_replaces_the_packaged_one_whole(tmp_path, monk
     assert main(["calibrate", "reports/results/NVIDIA_H200/calibration", "--write", str(tmp_path)]) == 2
     assert "--write" in capsys.readouterr().err and sorted(os.listdir(tmp_path)) == sorted(
         ["mine.json", "bad.json", "list.json", "partial.json"])
+
+
+def test_a_grid_streams_at_the_share_of_the_bandwidth_its_sms_pull():
+    """An SM pulls about its share of the bandwidth: fewer tiles than SMs stream at tiles / SMs of it,
+    a persistent kernel as slowly as its SMs with the most tiles; other grids are evened out. At 24
+    rows against a 28672 × 4096 weight this is what ranks 112 persistent 128 × 256 tiles behind
+    smaller ones (measured 77 µs against 64)."""
+    gpu = GpuSpec()
+    assert dispatch.stream_spread(66, gpu, persistent=False) == pytest.approx(2.0)
+    assert dispatch.stream_spread(264, gpu, persistent=True) == 1.0
+    assert dispatch.stream_spread(224, gpu, persistent=True) == pytest.approx(264 / 224)
+    assert dispatch.stream_spread(224, gpu, persistent=False) == 1.0
+    wl = parse_workload("gemm:24x28672x4096:bfloat16:nt:out=bfloat16")
+    ests = [e for e in dispatch.rank(wl, "bf16", gpu) if e.step == "persistent_gemm"]
+    wide = [e for e in ests if (e.config.block_m, e.config.block_n, e.config.split_k) == (128, 256, 1)]
+    assert wide and wide[0].terms["spread"] == pytest.approx(132 / 112)
+    assert dispatch.rank(wl, "bf16", gpu)[0].terms.get("blocks", 0) >= gpu.sms

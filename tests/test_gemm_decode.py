@@ -67,9 +67,9 @@ def test_the_forms_and_what_is_refused():
 
 
 EPILOGUES = [  # (workload, split-K): where each output is stored, or in split-K's sum
-    ("gemm:16x4096x4096:bfloat16:nt:out=bfloat16:bias:gelu_tanh:residual:alpha=0.5:beta=2", False),
+    ("gemm:16x28672x4096:bfloat16:nt:out=bfloat16:bias:gelu_tanh:residual:alpha=0.5:beta=2", False),
     ("gemm:16x1000x4104:float16:nt:out=float16:bias:silu", True),
-    ("gemm:4000x7x4096:bfloat16:nt:out=bfloat16:residual", False),  # the mirror: R and D indexed [r, t]
+    ("gemm:28672x7x4096:bfloat16:nt:out=bfloat16:residual", False),  # the mirror: R and D indexed [r, t]
 ]
 
 
@@ -91,6 +91,10 @@ def test_takes_an_epilogue_and_a_16_bit_output(workload, split):
     assert act is None or {"gelu_tanh": "tanh", "silu": "exp"}[act] in writer
 
 
+def _pow2(n):
+    return 1 << (n - 1).bit_length()
+
+
 @pytest.mark.parametrize("workload", ["gemm:1x4096x4096:bfloat16:nt", "gemm:16x6144x4096:bfloat16:nt",
                                       "gemm:64x4096x14336:float16:nt", "gemm:28672x32x4096:bfloat16:nt"])
 def test_the_plan_fills_the_gpu_in_one_wave_within_shared_memory(workload):
@@ -102,8 +106,11 @@ def test_the_plan_fills_the_gpu_in_one_wave_within_shared_memory(workload):
     assert per_sm >= 1 and launch.shared_bytes <= gpu.smem_per_block
     assert blocks >= gpu.sms or p.splits * 2 > max(1, wl.K // (16 * p.tokens))  # else split-K would fill it
     assert p.splits == 1 or blocks <= gpu.sms * per_sm  # split-K stops at one wave
-    # the rows that share each copy of X: T of them up to 16 tokens, 2·T beyond
-    assert 2 <= p.stages <= 8 and 16 * p.m_tiles * p.row_warps >= min((1 if p.tokens <= 16 else 2) * p.tokens, 128)
+    # the rows that share each copy of X: 128, or 64 where 128-row blocks would fill under half the SMs
+    # (never more than the weight has)
+    block_rows = 16 * p.m_tiles * p.row_warps
+    want = 128 if p.rows >= 64 * gpu.sms else 64
+    assert 2 <= p.stages <= 8 and block_rows == min(want, 16 * p.m_tiles * _pow2(-(-p.rows // (16 * p.m_tiles))))
     # split-K's partials stay under a quarter of the weight's bytes
     assert 4 * p.splits * p.tokens <= max(wl.K // 4, 4 * p.tokens)
 
