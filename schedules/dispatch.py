@@ -671,14 +671,20 @@ def explanation(wl, precision: str, k: int = 5, gpu: GpuSpec | None = None, cal:
 
 def explain(wl, precision: str, k: int = 5, gpu: GpuSpec | None = None, cal: dict | None = None) -> str:
     """:func:`explanation` as text: the choice, the model, and a table of the candidates' figures."""
-    x = explanation(wl, precision, k, gpu, cal)
-    g, best = x["gpu"], x["candidates"][0]
+    return explain_text(explanation(wl, precision, k, gpu, cal))
+
+
+def explain_text(x: dict) -> str:
+    """An :func:`explanation` (or one of the same form: schedules.dispatch_fp8's) as text."""
+    g, best, precision = x["gpu"], x["candidates"][0], x["precision"]
     lines = [f"{x['workload']} ({precision}) on {g['name']} ({g['arch']}): {g['sms']} SMs, {g['regs_per_sm']} registers "
              f"and {g['smem_per_sm'] // 1024} KiB shared memory per SM",
              f"chosen: {best['description']}, estimated {best['time_us']:.1f} µs",
              f"  model: time = launch + max(compute, DRAM, L2) [+ extra kernels: split-K sum, padded copies]; calibration: "
              f"{x['calibration']}"]
-    if x["calibrated_elsewhere"]:
+    if x.get("calibration_note"):
+        lines.append(f"  {x['calibration_note']}")
+    elif x["calibrated_elsewhere"]:
         lines.append(f"  calibrated on another GPU: {x['calibrated_elsewhere']}; its per-SM rates, efficiencies and "
                      f"latencies are that GPU's, the SM count, registers and shared memory this one's: times are "
                      f"estimates for ranking")
