@@ -131,7 +131,7 @@ class BestFp8Config(BestConfig):
     batched = False
     scalings = SCALINGS
     archs = ("sm_90a",)  # every FP8 kernel is Hopper's (wgmma, TMA, setmaxnreg)
-    arch_features = "FP8 wgmma, TMA, setmaxnreg"
+    arch_features = "wgmma, TMA, setmaxnreg"
     precision_name = "fp8"
     step_name = "best_fp8_gemm"
 

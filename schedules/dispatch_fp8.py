@@ -65,14 +65,14 @@ PAD_TO = 16  # a tensor map's row pitch: a multiple of 16 bytes, i.e. of 16 one-
 #: 2×1 clusters at 4096³ (6% too fast: measured slower than without) and a short K (4096 × 16384 ×
 #: 1024: 28% too fast, 11% with block scales), which a calibration sweep's fill and store terms are
 #: for. The other tiles, unmeasured, scale as the calibrated 16-bit TMA kernel's efficiencies do
-#: between the same tiles (tma 128x128 and 256x128 against 128x256: 0.975, 0.961); the block-scaled
-#: kernel's efficiency is the 128 × 128 tensor-scaled kernel's, and ``block_promotion`` what its
-#: promotion every K tile leaves of it (0.618 at 8192³).
+#: between the same tiles (tma 128x128 and 256x128 against 128x256: 0.975, 0.961). The block-scaled
+#: kernel has no efficiency of its own: it is the tensor-scaled kernel's of the same tile and
+#: cluster (:func:`efficiency_key`) times ``block_promotion``, what its promotion every K tile
+#: leaves of it (0.618 at 8192³).
 FP8_DEFAULTS = {
     "efficiency": {"fp8 128x256": 0.943, "fp8 128x256 c2": 0.976, "fp8 128x128": 0.919, "fp8 128x128 c2": 0.951,
-                   "fp8 256x128": 0.906, "fp8 256x128 c2": 0.938, "fp8_block 128x128": 0.919,
-                   "fp8_block 128x128 c2": 0.951},
-    "default_efficiency": {"fp8": 0.85, "fp8_block": 0.85},
+                   "fp8 256x128": 0.906, "fp8 256x128 c2": 0.938},
+    "default_efficiency": 0.85,  # a tile neither measured nor named above
     "block_promotion": 0.618,
     "source": "defaults (no FP8 calibration sweep fitted): solved from the FP8 benchmark on an H200 "
               "(reports/results/NVIDIA_H200/bench_fp8)",
@@ -87,7 +87,6 @@ def constants(cal: dict | None = None) -> dict:
     fitted = (cal or CALIBRATION).get("fp8") or {}
     out = {**FP8_DEFAULTS, **fitted}
     out["efficiency"] = {**FP8_DEFAULTS["efficiency"], **fitted.get("efficiency", {})}
-    out["default_efficiency"] = {**FP8_DEFAULTS["default_efficiency"], **fitted.get("default_efficiency", {})}
     return out
 
 
@@ -106,8 +105,14 @@ def calibrated_elsewhere(gpu: GpuSpec | None = None, cal: dict | None = None) ->
 
 
 def key_of(family: str, cfg) -> str:
-    """The calibration's name for a configuration's efficiency: its family, block tile and cluster."""
+    """A configuration's name in the calibration sweep: its family, block tile and cluster."""
     return f"{family} {cfg.block_m}x{cfg.block_n}" + (f" c{cfg.cluster_m}" if cfg.cluster_m > 1 else "")
+
+
+def efficiency_key(cand: Candidate) -> str:
+    """The efficiency a candidate runs at: the tensor-scaled kernel's of its tile and cluster (the
+    block-scaled kernel runs the same ring and wgmmas; its promotion is ``block_promotion``)."""
+    return "fp8" + cand.key.removeprefix(cand.family)
 
 
 def candidates(wl, gpu: GpuSpec | None = None) -> list[Candidate]:
@@ -153,7 +158,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     c8 = constants(cal)
     cfg = cand.config
     M, N, K = wl.M, wl.N, wl.K
-    eff = c8["efficiency"].get(cand.key) or c8["default_efficiency"][cand.family]
+    eff = c8["efficiency"].get(efficiency_key(cand)) or c8["default_efficiency"]
     if cand.family == "fp8_block":
         eff *= c8["block_promotion"]
     peak = 2 * cal["tc16_sm_tflops"]  # FP8 tensor cores: twice the 16-bit rate
