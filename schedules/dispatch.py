@@ -52,6 +52,9 @@ take none, so a tf32 product with one goes to the SIMT tiles. The output bytes (
 and the epilogue's reads (the bias, R) are counted in the memory and store terms, and split-K's sum
 writes the output and reads them.
 
+8-bit float inputs (FP8) are chosen for by :mod:`schedules.dispatch_fp8`, this model for one-byte
+inputs at twice the 16-bit tensor-core rate, among the FP8 kernels alone.
+
 Degenerate shapes go to their own families: N = 1 or M = 1 is a matrix-vector product (the GEMV
 dispatcher, row form or transposed form); M or N of a few dozen get skinny block tiles (a few rows
 or columns per block, many K slices); few outputs with a long K get split-K; a short K gets no deep
