@@ -52,6 +52,9 @@ take none, so a tf32 product with one goes to the SIMT tiles. The output bytes (
 and the epilogue's reads (the bias, R) are counted in the memory and store terms, and split-K's sum
 writes the output and reads them.
 
+8-bit float inputs (FP8) are chosen for by :mod:`schedules.dispatch_fp8`, this model for one-byte
+inputs at twice the 16-bit tensor-core rate, among the FP8 kernels alone.
+
 Degenerate shapes go to their own families: N = 1 or M = 1 is a matrix-vector product (the GEMV
 dispatcher, row form or transposed form); M or N of a few dozen get skinny block tiles (a few rows
 or columns per block, many K slices); few outputs with a long K get split-K; a short K gets no deep
@@ -691,14 +694,20 @@ def explanation(wl, precision: str, k: int = 5, gpu: GpuSpec | None = None, cal:
 
 def explain(wl, precision: str, k: int = 5, gpu: GpuSpec | None = None, cal: dict | None = None) -> str:
     """:func:`explanation` as text: the choice, the model, and a table of the candidates' figures."""
-    x = explanation(wl, precision, k, gpu, cal)
-    g, best = x["gpu"], x["candidates"][0]
+    return explain_text(explanation(wl, precision, k, gpu, cal))
+
+
+def explain_text(x: dict) -> str:
+    """An :func:`explanation` (or one of the same form: schedules.dispatch_fp8's) as text."""
+    g, best, precision = x["gpu"], x["candidates"][0], x["precision"]
     lines = [f"{x['workload']} ({precision}) on {g['name']} ({g['arch']}): {g['sms']} SMs, {g['regs_per_sm']} registers "
              f"and {g['smem_per_sm'] // 1024} KiB shared memory per SM",
              f"chosen: {best['description']}, estimated {best['time_us']:.1f} µs",
              f"  model: time = launch + max(compute, DRAM, L2) [+ extra kernels: split-K sum, padded copies]; calibration: "
              f"{x['calibration']}"]
-    if x["calibrated_elsewhere"]:
+    if x.get("calibration_note"):
+        lines.append(f"  {x['calibration_note']}")
+    elif x["calibrated_elsewhere"]:
         lines.append(f"  calibrated on another GPU: {x['calibrated_elsewhere']}; its per-SM rates, efficiencies and "
                      f"latencies are that GPU's, the SM count, registers and shared memory this one's: times are "
                      f"estimates for ranking")

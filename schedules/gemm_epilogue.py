@@ -1,4 +1,4 @@
-"""The fusion lesson, gemm 31 and 32: a linear layer's epilogue (bias, activation, residual, scaling,
+"""The fusion lesson, gemm 32 and 33: a linear layer's epilogue (bias, activation, residual, scaling,
 a 16-bit output) computed after the product in a kernel of its own (what eager PyTorch does), then
 in the product's registers before its one write.
 

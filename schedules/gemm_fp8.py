@@ -43,7 +43,7 @@ from .common import ceil_div
 from .errors import ScheduleParamError
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
-                         release_slot, ring_barriers, ring_producer, ring_unit_done)
+                         pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done)
 from .tma_fp16 import Geometry, TmaConfig, make_loader
 from .workloads import FP8_DTYPES, SCALE_BLOCK, Epilogue, Gemm, activation_expr
 
@@ -56,10 +56,13 @@ class Fp8TmaConfig(TmaConfig):
     """TmaConfig's parameters with FP8's K tile: ``block_k`` = 128 elements (one 128-byte swizzle
     row, as 64 elements are for 16-bit inputs). The kernel is the warp-specialized one (producer
     warpgroup + 2 or 3 consumers, ``setmaxnreg``), persistent by default, with optional 2×1
-    clusters (``cluster_m=2``, B multicast). No split-K, no padded copies: a row pitch (K bytes)
-    that is not a multiple of 16 is refused."""
+    clusters (``cluster_m=2``, B multicast). No split-K. A row pitch (K bytes) that is not a
+    multiple of 16 is refused, unless ``pad_k``: the kernel then copies A and B first into buffers
+    whose rows are K rounded up to 16, the extra columns zero (:func:`fp8_kernel`; best_fp8_gemm
+    asks for it where K needs it)."""
 
     block_k: int = 128
+    pad_k: bool = False  # K not a multiple of 16: zero-padded copies of A and B (K pitch rounded up to 16) first
     dtypes = FP8_DTYPES
     layouts = ("nt",)  # FP8 wgmma reads both operands K-major: A M×K and B N×K as stored
     layout_note = ("FP8 wgmma reads both operands K-major (no transpose immediates): store A as M×K and B as "
@@ -73,16 +76,17 @@ class Fp8TmaConfig(TmaConfig):
         name = self.step_name
         if not wl.fp8:
             raise ScheduleParamError(f"{name} takes 8-bit float inputs ({', '.join(FP8_DTYPES)}), not {wl.dtype}")
-        if wl.K % 16:
+        if wl.K % 16 and not self.pad_k:
             raise ScheduleParamError(
                 f"{name}: the row pitch of A and B (K) is {wl.K} bytes; TMA needs a multiple of 16 (K must be a "
-                f"multiple of 16 for 8-bit inputs), got M,N,K = {wl.M},{wl.N},{wl.K}")
+                f"multiple of 16 for 8-bit inputs; pad_k=true copies A and B into zero-padded buffers first), "
+                f"got M,N,K = {wl.M},{wl.N},{wl.K}")
         if self.block_k != ROW_BYTES:
             raise ScheduleParamError(f"{name}: block_k must be {ROW_BYTES} (one 128-byte row of 8-bit elements), "
                                      f"got {self.block_k}")
         if self.pad_operands:
             raise ScheduleParamError(f"{name}: pad_operands is for the 16-bit steps; 8-bit inputs need K a multiple "
-                                     f"of 16")
+                                     f"of 16, or pad_k=true")
         if self.split_k != 1:
             raise ScheduleParamError(f"{name}: split_k must be 1 (the epilogue applies the scales to the whole sum), "
                                      f"got {self.split_k}")
@@ -90,8 +94,14 @@ class Fp8TmaConfig(TmaConfig):
             raise ScheduleParamError(f"{name}: the FP8 kernel is warp-specialized (warp_specialized=true)")
         self.check_structure(wl, 1)  # the tile, consumers, registers, ring and cluster, as gemm 21-23's
 
+    def copied(self, wl: Gemm) -> tuple[bool, bool]:
+        """(A, B): whether a copy kernel pads the operand's rows first: both where ``pad_k`` and K
+        is not a multiple of 16 (A M×K and B N×K are both K-major), neither otherwise."""
+        pad = self.pad_k and wl.K % 16 != 0
+        return pad, pad
+
     def describe(self) -> str:
-        return "fp8 " + TmaConfig.describe(self)
+        return "fp8 " + TmaConfig.describe(self) + (", K padded to 16" if self.pad_k else "")
 
 
 class Fp8Geometry(Geometry):
@@ -280,14 +290,25 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     unit_done = ring_unit_done(units, S, CL, g.ACC)
     ROWWISE, BLOCK = wl.scaling == "row", wl.scaling == "block"
     promote = make_promotion(g, wl, mma) if BLOCK else None
+    # K not a multiple of 16 (pad_k): A and B copied first into rows of KP = K rounded up to 16 bytes,
+    # the extra columns zero (they add nothing to the sum; K tiles, block scales and KT are K's)
+    PAD = cfg.copied(wl)[0]
+    pad_a, KP = pad_copy_kernel(M, K, 1, wl.dtype) if PAD else (None, K)
+    pad_b, _ = pad_copy_kernel(N, K, 1, wl.dtype_b) if PAD else (None, K)
 
     @T.macro
     def body(A, B, SA, SB, bias, R, D):
+        if PAD:  # workspaces from the device's pool, as the 16-bit steps' padded copies
+            A_pad = T.alloc_buffer((M, KP), wl.dtype, scope="global")
+            pad_a(A, A_pad)
+            B_pad = T.alloc_buffer((N, KP), wl.dtype_b, scope="global")
+            pad_b(B, B_pad)
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         # UINT8 maps (TMA moves bytes): A (K, M) in boxes (128, block_m), B (K, N) in boxes (128, 64)
-        T.evaluate(encode_map(A_map, A.data, (K, M), (g.BK, g.BM), 1, "uint8", L2))
-        T.evaluate(encode_map(B_map, B.data, (K, N), (g.BK, 64), 1, "uint8", L2))
+        a_data, b_data = T.meta_var(((A_pad if PAD else A).data, (B_pad if PAD else B).data))
+        T.evaluate(encode_map(A_map, a_data, (KP, M), (g.BK, g.BM), 1, "uint8", L2))
+        T.evaluate(encode_map(B_map, b_data, (KP, N), (g.BK, 64), 1, "uint8", L2))
         with T.launch_thread("blockIdx.x", GRID) as bid:
             if CL > 1:
                 crank = T.launch_thread("clusterCtaIdx.x", CL)

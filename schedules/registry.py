@@ -47,7 +47,7 @@ LADDERS = {
         # tensor cores: fp32 inputs read as tf32
         "wgmma_tf32_gemm", "tma_tf32_gemm", "best_tf32_gemm",
         # tensor cores: 8-bit float inputs (e4m3, e5m2) with their scales, on the same structure
-        "fp8_tma_gemm", "fp8_block_scaled_gemm",
+        "fp8_tma_gemm", "fp8_block_scaled_gemm", "best_fp8_gemm",
         # a linear layer's epilogue (bias, activation, residual, a 16-bit output): after the product, then in it
         "unfused_epilogue_gemm", "fused_epilogue_gemm",
     ),

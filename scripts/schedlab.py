@@ -265,8 +265,15 @@ def cmd_bench_gemv(args):
 
 
 def cmd_sweep(args):
-    from reports.experiments import sweep  # heavy (TVM, pandas): a command's module
+    from reports.experiments import calibrate, sweep  # heavy (TVM, pandas): a command's module
 
+    if args.precisions is not None and args.set != "calibration":
+        raise CliError(f"--precisions is for --set calibration, not --set {args.set}")
+    text = ",".join(calibrate.PRECISIONS) if args.precisions is None else args.precisions
+    args.precisions = tuple(p.strip() for p in text.split(",") if p.strip())
+    for p in args.precisions:
+        if p not in calibrate.SWEEP_PRECISIONS:
+            raise CliError(f"--precisions: {p!r} is not one of {', '.join(calibrate.SWEEP_PRECISIONS)}")
     return sweep.command(args)
 
 
@@ -433,6 +440,9 @@ def make_parser():
     s.add_argument("--part", default="all",
                    help="with --set calibration: the shape grid (grid), the shape classes (classes), both (all), "
                         "or the one class whose name starts with PART (reports.experiments.calibrate.CLASSES)")
+    s.add_argument("--precisions", default=None, metavar="LIST",
+                   help="with --set calibration: the precisions to measure, comma-separated, of fp32, tf32, fp16 "
+                        "(the default) and fp8 (e4m3 products with tensor and block scales, asked for by name)")
     s.add_argument("--where", nargs="+", default=[], metavar="PARAM=VALUE",
                    help="only the configurations whose parameters have these values (and cuBLAS beside them)")
     s.set_defaults(fn=cmd_sweep)

@@ -14,7 +14,8 @@ ODD_WORKLOADS = {"gemm": ["gemm:1000x500x2000", "gemm:3x5x7", "gemm:1x4097x1", "
 
 STEP_WORKLOADS = {"decode_gemm": "gemm:16x1024x2048:float16:nt",  # a step for one shape class: one of its own
                   "fp8_tma_gemm": "gemm:1024x512x2048:float8_e4m3fn:nt:out=bfloat16",  # FP8: K-major operands (nt)
-                  "fp8_block_scaled_gemm": "gemm:1024x512x2048:float8_e4m3fn:nt:scale=block:out=bfloat16"}
+                  "fp8_block_scaled_gemm": "gemm:1024x512x2048:float8_e4m3fn:nt:scale=block:out=bfloat16",
+                  "best_fp8_gemm": "gemm:1024x512x2048:float8_e4m3fn:nt:out=bfloat16"}
 # the epilogue steps' default: a linear layer's (bf16, bias, GELU tanh, a residual), not tile multiples
 EPILOGUE_WORKLOAD = "gemm:1000x500x2001:bfloat16:out=bfloat16:bias:gelu_tanh:residual"
 

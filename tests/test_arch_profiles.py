@@ -83,13 +83,14 @@ def test_every_step_builds_for_its_architectures_or_says_which_it_needs(on_gpu):
     from sm_80 on. Asked for below sm_90, a Hopper step is refused in one line naming sm_90a."""
     assert HOPPER_ONLY == {"wgmma_gemm", "tma_gemm", "warp_specialized_gemm", "persistent_gemm", "cluster_gemm",
                            "wgmma_tf32_gemm", "tma_tf32_gemm", "fp8_tma_gemm",
-                           "fp8_block_scaled_gemm"}
+                           "fp8_block_scaled_gemm", "best_fp8_gemm"}
     for name, spec in PROFILES.items():
         refused = set(not_built(spec))
         assert refused == (set() if arch_number(spec.arch) == 90 else HOPPER_ONLY), name
     on_gpu(PROFILES["B200"])
     wl = parse_workload("gemm:1024x512x2048:float16")
-    for step in sorted(HOPPER_ONLY - {"wgmma_tf32_gemm", "tma_tf32_gemm", "fp8_tma_gemm", "fp8_block_scaled_gemm"}):
+    for step in sorted(HOPPER_ONLY - {"wgmma_tf32_gemm", "tma_tf32_gemm", "fp8_tma_gemm", "fp8_block_scaled_gemm",
+                                      "best_fp8_gemm"}):
         with pytest.raises(ScheduleParamError) as e:
             get(step).validate(wl)
         assert "sm_90a" in str(e.value) and "sm_100" in str(e.value) and "\n" not in str(e.value)
@@ -116,7 +117,7 @@ def test_the_default_plan_takes_only_what_builds_for_the_gpu(on_gpu):
         names = {j["name"] for j in jobs}
         if spec.arch == "sm_90":
             assert jobs == everything and HOPPER_ONLY - {"wgmma_tf32_gemm", "tma_tf32_gemm", "fp8_tma_gemm",
-                                                         "fp8_block_scaled_gemm"} <= names
+                                                         "fp8_block_scaled_gemm", "best_fp8_gemm"} <= names
         else:
             assert not names & HOPPER_ONLY, name
             assert jobs == [j for j in everything if j["name"] not in HOPPER_ONLY]
@@ -127,7 +128,7 @@ def test_the_default_plan_takes_only_what_builds_for_the_gpu(on_gpu):
     line = not_built_line({"not_built": not_built(PROFILES["RTX 3090"]), "gpu_spec": PROFILES["RTX 3090"].__dict__})
     assert line == ("Left out (they do not build for sm_86): wgmma_gemm, wgmma_tf32_gemm need sm_90a (wgmma); "
                     "tma_gemm, warp_specialized_gemm, persistent_gemm, cluster_gemm, tma_tf32_gemm, fp8_tma_gemm, "
-                    "fp8_block_scaled_gemm need sm_90a (wgmma, TMA, setmaxnreg).")
+                    "fp8_block_scaled_gemm, best_fp8_gemm need sm_90a (wgmma, TMA, setmaxnreg).")
 
 
 def _choices(spec):

@@ -248,8 +248,8 @@ def test_the_benchmark_runs_both_scalings_beside_scaled_mm_and_show_defaults_to_
     jobs = bench_gemm.make_jobs(["4096x4096x4096"], ["fp8"])
     assert {(j["workload"], j["name"]) for j in jobs} == {
         (f"gemm:4096x4096x4096:float8_e4m3fn:nt{s}:out=bfloat16", n)
-        for s in ("", ":scale=row") for n in ("cublas", STEP)} | {
-        ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", n) for n in ("cublas", BLOCK_STEP)}
+        for s in ("", ":scale=row") for n in ("cublas", STEP, "best_fp8_gemm")} | {
+        ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", n) for n in ("cublas", BLOCK_STEP, "best_fp8_gemm")}
     assert sum(j["params"] == {"cluster_m": 2} for j in jobs) == 2
     assert "fp8" not in bench_gemm.PRECISIONS  # by name only: the default benchmark is unchanged
     assert main(["bench-gemm", "--precisions", "fp8", "--random", "3"]) == 2

@@ -141,7 +141,7 @@ def test_uncoalesced_differs_from_2d_only_in_the_thread_mapping(built):
 
 
 def test_the_fused_epilogue_is_one_kernel_storing_d_from_the_registers(built):
-    """gemm 32 on a bf16 linear layer with GELU tanh and a residual (helpers.EPILOGUE_WORKLOAD): the
+    """gemm 33 on a bf16 linear layer with GELU tanh and a residual (helpers.EPILOGUE_WORKLOAD): the
     elementwise block is inlined into the write-back of the accumulators; nothing writes C."""
     b = built("fused_epilogue_gemm")
     assert len(b.device.kernels) == 1 and len(launches_of(b.host)) == 1
@@ -152,7 +152,7 @@ def test_the_fused_epilogue_is_one_kernel_storing_d_from_the_registers(built):
 
 
 def test_the_unfused_epilogue_reads_c_back_in_a_second_kernel(built):
-    """gemm 31 on the same workload: the product stores C in fp32, a second kernel reads it back."""
+    """gemm 32 on the same workload: the product stores C in fp32, a second kernel reads it back."""
     b = built("unfused_epilogue_gemm")
     product, elementwise = launches_of(b.host)
     assert product.name == "main_kernel" and elementwise.block == (256, 1, 1)

@@ -13,8 +13,9 @@ mma.sync, wgmma, then the Hopper ladder: TMA loads, warp specialization, persist
 ``--steps`` adds the fast fp32 steps at their defaults. ``fp8`` (asked for by name, not in the
 default list): e4m3 inputs in the nt layout with a bf16 output, per-tensor, row-wise and block
 scales (three workloads per shape unless the shape names its layout, output or scales),
-fp8_tma_gemm (also with 2×1 clusters) and fp8_block_scaled_gemm beside ``torch._scaled_mm`` with
-the same scales (where its version takes them). Every result is checked against float64
+``best_fp8_gemm`` (the lab's choice), fp8_tma_gemm (also with 2×1 clusters) and
+fp8_block_scaled_gemm at their defaults beside ``torch._scaled_mm`` with the same scales (where its
+version takes them). Every result is checked against float64
 first, then timed (CUDA events, L2 emptied before each run, median). Writes results.json/.csv and
 table.md (ratios to cuBLAS of the same precision) into ``--out``.
 """
@@ -45,10 +46,10 @@ KERNELS = {
                          ("tensor_core_gemm", {"intrinsics": "mma"}), ("wgmma_gemm", {}), *HOPPER, ("best_fp16_gemm", {})]),
     "bf16": ("bfloat16", [("cublas", {}), ("wgmma_gemm", {}), *HOPPER, ("best_fp16_gemm", {})]),
     "fp8": ("float8_e4m3fn", [("cublas", {}), ("fp8_tma_gemm", {}), ("fp8_tma_gemm", {"cluster_m": 2}),
-                              ("fp8_block_scaled_gemm", {})]),
+                              ("fp8_block_scaled_gemm", {}), ("best_fp8_gemm", {})]),
 }
 CHOICE = {"fp32": "best_gemm", "tf32": "best_tf32_gemm", "fp16": "best_fp16_gemm", "bf16": "best_fp16_gemm",
-          "fp8": "fp8_tma_gemm"}
+          "fp8": "best_fp8_gemm"}
 FP8_SCALES = ("tensor", "row", "block")  # an FP8 linear layer: nt, a bf16 output, each scaling (fp8_shapes)
 # a shape with an epilogue (2048x8192x1024:nt:out=bfloat16:bias:gelu_tanh): cuBLASLt's fused epilogue and eager
 # PyTorch beside cuBLAS's product alone, and the fusion lesson's two steps
@@ -119,8 +120,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     """The lab's choice per shape and precision, its % of cuBLAS and dlight's."""
     rows = []
     for (wl, prec), g in df.groupby(["workload", "precision"], sort=False):
-        step = "fp8_block_scaled_gemm" if prec == "fp8" and ":scale=block" in wl else CHOICE.get(prec)
-        choice = g[g["name"] == step]  # the step at its defaults comes first
+        choice = g[g["name"] == CHOICE.get(prec)]  # the step at its defaults comes first
         dl = g[g["name"] == "tvm_dlight"]
         if choice.empty:
             continue

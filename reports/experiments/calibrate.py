@@ -20,6 +20,14 @@ measurements and, with ``--write FILE``, writes the constants :mod:`schedules.ca
   kernels with a cp.async ring, against their kind's efficiency;
 * ``copy_factor``: for cp.async copies narrower than 16 bytes, measured against predicted.
 
+FP8 (``schedlab sweep --set calibration --precisions fp8``): the same shapes, each as an e4m3 product
+in the nt layout with a bf16 output, with per-tensor and with block scales, every FP8 candidate of
+:mod:`schedules.dispatch_fp8` (a handful per shape), beside torch._scaled_mm. The fit then writes the
+calibration's ``fp8`` section: the efficiency per tile and cluster (solved on the tensor-scaled
+points as above), ``block_promotion`` (the block-scaled kernel against the tensor-scaled efficiency
+of its tile), the sweep and the GPU; a sweep of FP8 points alone leaves every other constant as it
+was (those of several precisions are fitted on the others' points, then FP8's on top).
+
 It also reports how well the model ranks: for each shape of the sweep, the measured time of the
 model's pick over the best measured time (the *regret*), before and after the fit.
 """
@@ -37,7 +45,7 @@ import pprint
 import numpy as np
 import pandas as pd
 
-from schedules import dispatch, get, parse_workload
+from schedules import ScheduleParamError, dispatch, dispatch_fp8, get, parse_workload
 from schedules.calibration import CALIBRATION, ENV, calibration_path
 from schedules.common import GpuSpec
 
@@ -49,7 +57,10 @@ SIZES = (128, 2048, 12288)
 K_SIZES = (128, 4096)
 IRREGULAR = ((1001, 777, 3001), (5000, 33, 4000), (33, 5000, 4000), (2999, 4001, 17), (250, 250, 20000),
              (4096, 1, 4096), (1, 4096, 4096), (8192, 4, 2048), (4, 8192, 2048), (12, 12, 12), (200, 3, 9000))
-PRECISIONS = ("fp32", "tf32", "fp16")
+PRECISIONS = ("fp32", "tf32", "fp16")  # the sweep's default precisions
+SWEEP_PRECISIONS = PRECISIONS + ("fp8",)  # fp8: asked for by name (--precisions fp8)
+FP8_SWEEP_SCALES = ("tensor", "block")  # row scales cost what per-tensor ones do (both in the epilogue)
+FP8_FAMILIES = ("fp8", "fp8_block")
 # an efficiency or factor is solved only on points where the term it scales is at least this share of
 # the compute term: where the fixed part (pipeline fill, storing C) is most of it, as with a short K,
 # a small error in that part moves the solved value a lot
@@ -87,6 +98,30 @@ def calibration_shapes(part: str = "all"):
     grid = [(m, n, k) for m in SIZES for n in SIZES for k in K_SIZES] + list(IRREGULAR)
     classes = [shape for shapes in CLASSES.values() for shape in shapes]
     return {"all": grid + classes, "grid": grid, "classes": classes}[part]
+
+
+def sweep_workloads(m: int, n: int, k: int, precision: str) -> list:
+    """The workloads a calibration sweep measures a shape as in ``precision``: fp32 inputs (fp32,
+    tf32), fp16 inputs (fp16), or e4m3 inputs in the nt layout with a bf16 output, per tensor and per
+    block scales (fp8: the FP8 kernels' form, torch._scaled_mm's)."""
+    if precision not in SWEEP_PRECISIONS:
+        raise ValueError(f"calibration precision {precision!r} is not one of {', '.join(SWEEP_PRECISIONS)}")
+    if precision == "fp8":
+        return [parse_workload(f"gemm:{m}x{n}x{k}:float8_e4m3fn:nt" + ("" if s == "tensor" else f":scale={s}")
+                               + ":out=bfloat16") for s in FP8_SWEEP_SCALES]
+    return [parse_workload(f"gemm:{m}x{n}x{k}" + ("" if precision in ("fp32", "tf32") else ":float16"))]
+
+
+def rank(wl, precision: str, gpu=None, cal=None):
+    """The model's ranking of ``wl``'s candidates in ``precision`` (FP8: schedules.dispatch_fp8's)."""
+    return dispatch_fp8.rank(wl, gpu, cal) if precision == "fp8" else dispatch.rank(wl, precision, gpu, cal)
+
+
+def estimate(wl, cand, gpu, cal):
+    """The model's estimate of one measured candidate (an FP8 one by schedules.dispatch_fp8)."""
+    if cand.family in FP8_FAMILIES:
+        return dispatch_fp8.estimate(wl, cand, gpu, cal)
+    return dispatch.estimate(wl, cand, gpu, cal)
 
 
 def params_of(step: str, cfg) -> dict:
@@ -127,10 +162,12 @@ def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min
     efficiency can be fitted."""
     picked: dict[tuple, list] = {}
     ranked_all: dict[tuple, list] = {}
-    for m, n, k in shapes or calibration_shapes(part):
-        for prec in precisions:
-            wl = parse_workload(f"gemm:{m}x{n}x{k}" + ("" if prec in ("fp32", "tf32") else ":float16"))
-            ranked = [e.candidate for e in dispatch.rank(wl, prec, gpu, cal)]
+    for m, n, k, prec in ((*shape, prec) for shape in shapes or calibration_shapes(part) for prec in precisions):
+        for wl in sweep_workloads(m, n, k, prec):
+            try:
+                ranked = [e.candidate for e in rank(wl, prec, gpu, cal)]
+            except ScheduleParamError:  # no FP8 kernel takes the shape (nor would best_fp8_gemm)
+                continue
             ranked_all[(str(wl), prec)] = ranked
             chosen, keys = [], []
             for c in ranked:
@@ -196,7 +233,7 @@ def points(df: pd.DataFrame):
 
 
 def _errors(pts, cal, gpu):
-    return np.array([abs(np.log(dispatch.estimate(wl, c, gpu, cal).time_us / t)) for wl, _, c, t in pts])
+    return np.array([abs(np.log(estimate(wl, c, gpu, cal).time_us / t)) for wl, _, c, t in pts])
 
 
 def _solve_unknown(wl, cand, t, gpu, cal, set_x):
@@ -209,12 +246,12 @@ def _solve_unknown(wl, cand, t, gpu, cal, set_x):
     probe = copy.deepcopy(cal)
     probe["k_step_us"] = 0.0  # the floor is not part of the linear form solved here
     set_x(probe, 1.0)
-    terms = dispatch.estimate(wl, cand, gpu, probe).terms
+    terms = estimate(wl, cand, gpu, probe).terms
     comp1 = terms.get("compute_us")
     if not comp1 or comp1 < 2 * max(terms.get("dram_us", 0), terms.get("l2_us", 0)) or comp1 < 3 * cal["launch_us"]:
         return None, terms
     set_x(probe, 1e9)
-    fixed = dispatch.estimate(wl, cand, gpu, probe).terms["compute_us"]
+    fixed = estimate(wl, cand, gpu, probe).terms["compute_us"]
     busy = t - cal["launch_us"] - terms.get("reduce_us", 0)
     if not (busy > fixed * 1.05 and comp1 > fixed):
         return None, terms
@@ -223,9 +260,9 @@ def _solve_unknown(wl, cand, t, gpu, cal, set_x):
     x = (comp1 - fixed) / (busy - fixed)
     if cal.get("k_step_us"):
         set_x(probe, x)
-        free = dispatch.estimate(wl, cand, gpu, probe).terms["compute_us"]
+        free = estimate(wl, cand, gpu, probe).terms["compute_us"]
         probe["k_step_us"] = cal["k_step_us"]
-        if dispatch.estimate(wl, cand, gpu, probe).terms["compute_us"] > free * 1.001:
+        if estimate(wl, cand, gpu, probe).terms["compute_us"] > free * 1.001:
             return None, terms
     return x, terms
 
@@ -322,9 +359,23 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     ceilings = df.attrs.get("ceilings") or {}
     if ceilings.get("copy_gbps"):
         gpu = dataclasses.replace(gpu, memory_gbps=float(ceilings["copy_gbps"]))
-    pts = points(df)
-    if not pts:
+    every = points(df)
+    if not every:
         raise ValueError("no measured kernels in these results: is it a calibration sweep (schedlab sweep --set calibration)?")
+    pts = [p for p in every if p[1] != "fp8"]
+    fp8 = [p for p in every if p[1] == "fp8"]
+    sweeps = df.attrs.get("sweeps") or [df.attrs.get("provenance", {})]
+    named = "; ".join(f"{p.get('date')} on {p.get('gpu')}, commit {p.get('commit')}" for p in sweeps)
+    what = f"{'the sweep' if len(sweeps) == 1 else f'{len(sweeps)} sweeps'} ({named}"
+    on = {"gpu": sweeps[-1].get("gpu") or gpu.name, "arch": gpu.arch, "sms": gpu.sms}
+    cal, report = _fit_all(pts, df, gpu, what, on) if pts else (copy.deepcopy(CALIBRATION), {})
+    if fp8:  # FP8's constants, on top of the others (as fitted here, or as they were)
+        report["fp8"] = _fit_fp8(fp8, cal, gpu, what, on)
+    return cal, report
+
+
+def _fit_all(pts, df, gpu, what: str, on: dict) -> tuple[dict, dict]:
+    """(calibration, report): every constant but FP8's, fitted to the points of the other precisions."""
     cal = copy.deepcopy(CALIBRATION)
     before = _errors(pts, cal, gpu)
     cal["regs"].update(_simt_registers(df))
@@ -366,12 +417,9 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
             break
     _fit_cp_copy_factor(pts, cal, gpu)
     after = _errors(pts, cal, gpu)
-    sweeps = df.attrs.get("sweeps") or [df.attrs.get("provenance", {})]
-    named = "; ".join(f"{p.get('date')} on {p.get('gpu')}, commit {p.get('commit')}" for p in sweeps)
-    cal["source"] = (f"fitted by schedlab calibrate to {'the sweep' if len(sweeps) == 1 else f'{len(sweeps)} sweeps'} "
-                     f"({named}; {len(pts)} measured kernels)")
+    cal["source"] = f"fitted by schedlab calibrate to {what}; {len(pts)} measured kernels)"
     # the GPU the constants describe: the dispatcher says so where it chooses for another one
-    cal["calibrated_on"] = {"gpu": sweeps[-1].get("gpu") or gpu.name, "arch": gpu.arch, "sms": gpu.sms}
+    cal["calibrated_on"] = dict(on)
     report = {"points": len(pts), "fitted_efficiencies": counts,
               "median_abs_log_error": {"before": float(np.median(before)), "after": float(np.median(after))},
               "p90_abs_log_error": {"before": float(np.percentile(before, 90)), "after": float(np.percentile(after, 90))},
@@ -379,11 +427,53 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     return cal, report
 
 
+def _set_fp8(probe: dict, name: str, value, key: str | None = None):
+    """Set an FP8 constant (``efficiency[key]`` or ``name``) in the calibration ``probe``'s ``fp8``
+    section, which starts as the constants the model reads now (dispatch_fp8.constants)."""
+    section = probe.setdefault("fp8", {k: copy.deepcopy(v) for k, v in dispatch_fp8.constants(probe).items()
+                                       if k in ("efficiency", "block_promotion")})
+    if key is None:
+        section[name] = value
+    else:
+        section.setdefault(name, {})[key] = value
+
+
+def _fit_fp8(pts, cal, gpu, what: str, on: dict) -> dict:
+    """Fit the calibration's ``fp8`` section to the FP8 points (in place) and report it: each tile
+    and cluster's efficiency (the median solved on the tensor-scaled points, as
+    :func:`_fit_efficiencies`), then ``block_promotion`` (the median solved on the block-scaled
+    points, at the efficiency of their tile); the constants no point could solve keep their value."""
+    before = _errors(pts, cal, gpu)
+    regret_before = regret(pts, cal, gpu)
+    _set_fp8(cal, "block_promotion", dispatch_fp8.constants(cal)["block_promotion"])
+    by_key: dict[str, list[float]] = {}
+    for wl, _, c, t in pts:
+        if c.family != "fp8":
+            continue
+        key = dispatch_fp8.efficiency_key(c)
+        value, _ = _solve_unknown(wl, c, t, gpu, cal, lambda probe, x, key=key: _set_fp8(probe, "efficiency", x, key))
+        if value is not None:
+            by_key.setdefault(key, []).append(value)
+    for key, vals in by_key.items():
+        _set_fp8(cal, "efficiency", round(float(np.clip(np.median(vals), 0.02, 1.1)), 3), key)
+    promotion = _solved_median(pts, cal, gpu, lambda wl, c: c.family == "fp8_block",
+                               lambda probe, x: _set_fp8(probe, "block_promotion", x), 0.05, 1.1)
+    if promotion is not None:
+        _set_fp8(cal, "block_promotion", promotion)
+    cal["fp8"].update(source=f"fitted by schedlab calibrate to {what}; {len(pts)} measured FP8 kernels)",
+                      calibrated_on=dict(on))
+    after = _errors(pts, cal, gpu)
+    return {"points": len(pts), "fitted_efficiencies": {k: len(v) for k, v in by_key.items()},
+            "block_promotion": {"fitted": promotion is not None, "value": cal["fp8"]["block_promotion"]},
+            "median_abs_log_error": {"before": float(np.median(before)), "after": float(np.median(after))},
+            "regret": {"before": regret_before, "after": regret(pts, cal, gpu)}}
+
+
 def regret(pts, cal, gpu) -> dict:
     """Over the sweep's shapes: measured time of the model's pick / best measured time."""
     groups: dict = {}
     for wl, prec, c, t in pts:
-        est = dispatch.estimate(wl, c, gpu, cal)
+        est = estimate(wl, c, gpu, cal)
         # a kernel the dispatcher would not offer (split-K partials beyond L2) is never its pick
         groups.setdefault((str(wl), prec), []).append((est.time_us if dispatch.partials_fit(wl, est, gpu) else math.inf, t))
     ratios = [min(g, key=lambda x: x[0])[1] / min(x[1] for x in g) for g in groups.values() if len(g) > 1]

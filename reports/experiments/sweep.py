@@ -1,10 +1,11 @@
 """``schedlab sweep``: configurations of the GEMM steps beside dlight and cuBLAS, on a GPU.
 
     schedlab sweep --out out/sweep [--set calibration|fp32|fp16|all|round2|wgmma|tf32] [--part all|grid|classes]
-                   [--where PARAM=VALUE ...]
+                   [--precisions fp32,tf32,fp16|fp8] [--where PARAM=VALUE ...]
 
 ``--set calibration`` (the default) is the dispatcher's calibration sweep
-(reports/experiments/calibrate.py): ``schedlab calibrate out/sweep --write`` fits the model to it. The other sets are the sweeps the
+(reports/experiments/calibrate.py): ``schedlab calibrate out/sweep --write`` fits the model to it;
+``--precisions fp8`` measures the FP8 kernels instead, on the same shapes. The other sets are the sweeps the
 steps' default configurations were chosen from. ``--where`` keeps the configurations whose
 parameters have those values (``--where async_copy=true``: the cp.async variants only, e.g. to add
 a new kind of kernel to a calibration measured before), with cuBLAS beside them.
@@ -21,7 +22,7 @@ import json
 
 from ..views import tables as T
 from .bench import label, run_bench, write_bench
-from .calibrate import calibration_jobs, config_of
+from .calibrate import PRECISIONS, calibration_jobs, config_of
 
 SHAPES = ("1024x512x2048", "2048x2048x2048", "4096x4096x4096", "3000x1000x2500")
 
@@ -118,9 +119,9 @@ def wgmma_configs():
 WGMMA_ODD = ("1000x520x2000", "8x8x8", "130x264x72")
 
 
-def make_jobs(shapes, which, part="all"):
+def make_jobs(shapes, which, part="all", precisions=PRECISIONS):
     if which == "calibration":  # the dispatcher's calibration grid (its own shapes; --shapes ignored)
-        return calibration_jobs(part=part)
+        return calibration_jobs(part=part, precisions=precisions)
     if which == "round2":
         jobs = []
         for shape in shapes:
@@ -198,7 +199,8 @@ def where(jobs, conditions):
 
 def command(args) -> int:
     """``schedlab sweep`` (``args``: the command's options)."""
-    jobs = make_jobs((",".join(SHAPES) if args.shapes is None else args.shapes).split(","), args.set, args.part)
+    jobs = make_jobs((",".join(SHAPES) if args.shapes is None else args.shapes).split(","), args.set, args.part,
+                     getattr(args, "precisions", None) or PRECISIONS)
     if args.where:
         jobs = where(jobs, args.where)
     df = run_bench(jobs, args.out, f"sweep-{args.set}", workers=args.workers,
