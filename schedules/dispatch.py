@@ -241,12 +241,12 @@ def gemv_candidates(wl):
 # decode_gemm's bandwidth on the scale of the model's DRAM term (memory_gbps, which the H200
 # calibration fits the tiled kernels to), by its token groups of 8 (the few rows, rounded up),
 # fitted by the choice's regret against the tensor-core kernels' estimates on 80 layers of four
-# models at 4-56 rows (H200, reports/results/NVIDIA_H200/decode_vs_tma: regret 1.048 geometric
-# mean, 1.067 with the earlier constants): up to 32 tokens it streams the weight at 1.1 on that
+# models at 4-56 rows (H200, reports/results/NVIDIA_H200/decode_vs_tma: regret 1.063 geometric
+# mean, 1.110 with the earlier constants): up to 32 tokens it streams the weight at 1.2 on that
 # scale (the model's 4000 GB/s is under the H200's measured copy rate, and the tensor-core
 # estimates are 10-25% optimistic at a few rows); from 33 tokens, with one K warp and 64
-# accumulators per lane, at 0.6.
-DECODE_EFFICIENCY = {1: 1.1, 2: 1.1, 4: 1.1, 8: 0.6}
+# accumulators per lane, at 0.5.
+DECODE_EFFICIENCY = {1: 1.2, 2: 1.2, 4: 1.2, 8: 0.5}
 
 
 def decode_candidates(wl, limits=None):
@@ -602,18 +602,16 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
 
 
 def stream_spread(units: int, gpu: GpuSpec, persistent: bool) -> float:
-    """How much longer than bytes / bandwidth the SMs take to stream a grid's bytes: an SM pulls
-    about its share of the bandwidth (bandwidth / SMs), so a grid of fewer units than SMs streams
-    at units / SMs of it, and a persistent kernel's SMs (one block each, walking units i, i + SMs,
-    ...) take as long as the ones with ⌈units / SMs⌉ of them. Non-persistent blocks are handed to
-    SMs as others finish, which evens out the rest. Matters where the weight's read is the bound
-    (a few rows against a large weight: 24 rows × 28672×4096 on an H200, 112 tiles of 128 × 256 on
-    132 SMs took 77 µs where 224 tiles of 64 × 128 took 64, reports/results/NVIDIA_H200/decode_blocks)."""
-    if units <= 0:
+    """How much longer than bytes / bandwidth a persistent kernel's SMs take to stream its bytes:
+    its SMs (one block each, walking units i, i + SMs, ...) take as long as the ones with
+    ⌈units / SMs⌉ units, the last round on fewer SMs than the first. Non-persistent blocks are
+    handed to SMs as others finish, which evens it out; a grid of fewer units than SMs is not
+    charged (an SM pulls more than its share: 96 tiles of 128 × 128 took 48 µs where 128 of
+    128 × 64 took 59, 61 rows × 4096×14336 on an H200). Matters where the weight's read is the
+    bound (a few rows against a large weight: reports/results/NVIDIA_H200/decode_vs_tma)."""
+    if not persistent or units <= gpu.sms:
         return 1.0
-    if persistent:
-        return ceil_div(units, gpu.sms) * gpu.sms / units
-    return max(1.0, gpu.sms / units)
+    return ceil_div(units, gpu.sms) * gpu.sms / units
 
 
 def wmma_efficiency(cfg, cal) -> float:

@@ -478,18 +478,19 @@ def test_a_users_calibration_file_replaces_the_packaged_one_whole(tmp_path, monk
         ["mine.json", "bad.json", "list.json", "partial.json"])
 
 
-def test_a_grid_streams_at_the_share_of_the_bandwidth_its_sms_pull():
-    """An SM pulls about its share of the bandwidth: fewer tiles than SMs stream at tiles / SMs of it,
-    a persistent kernel as slowly as its SMs with the most tiles; other grids are evened out. At 24
-    rows against a 28672 × 4096 weight this is what ranks 112 persistent 128 × 256 tiles behind
-    smaller ones (measured 77 µs against 64)."""
+def test_a_persistent_grid_streams_as_slowly_as_its_busiest_sms():
+    """A persistent kernel's SMs walk units i, i + SMs, ...: the ones with ⌈units / SMs⌉ set the
+    time of a bandwidth-bound product; handed-out blocks and grids smaller than the GPU are not
+    charged. At 61 rows against a 4096 × 14336 weight this keeps 96 tiles of 128 × 128 (measured
+    48 µs) ahead of 128 of 128 × 64 (59 µs)."""
     gpu = GpuSpec()
-    assert dispatch.stream_spread(66, gpu, persistent=False) == pytest.approx(2.0)
     assert dispatch.stream_spread(264, gpu, persistent=True) == 1.0
     assert dispatch.stream_spread(224, gpu, persistent=True) == pytest.approx(264 / 224)
     assert dispatch.stream_spread(224, gpu, persistent=False) == 1.0
-    wl = parse_workload("gemm:24x28672x4096:bfloat16:nt:out=bfloat16")
-    ests = [e for e in dispatch.rank(wl, "bf16", gpu) if e.step == "persistent_gemm"]
-    wide = [e for e in ests if (e.config.block_m, e.config.block_n, e.config.split_k) == (128, 256, 1)]
-    assert wide and wide[0].terms["spread"] == pytest.approx(132 / 112)
-    assert dispatch.rank(wl, "bf16", gpu)[0].terms.get("blocks", 0) >= gpu.sms
+    assert dispatch.stream_spread(96, gpu, persistent=True) == 1.0
+    wl = parse_workload("gemm:24x57344x8192:bfloat16:nt:out=bfloat16")
+    wide = [e for e in dispatch.rank(wl, "bf16", gpu) if e.step == "persistent_gemm"
+            and (e.config.block_m, e.config.block_n, e.config.split_k) == (128, 256, 1)]
+    assert wide and wide[0].terms["spread"] == pytest.approx(264 / 224)
+    top = dispatch.rank(parse_workload("gemm:61x4096x14336:bfloat16:nt:out=bfloat16:residual"), "bf16", gpu)[0]
+    assert top.step == "persistent_gemm" and top.config.block_n == 128
