@@ -55,7 +55,8 @@ writes the output and reads them.
 Degenerate shapes go to their own families: N = 1 or M = 1 is a matrix-vector product (the GEMV
 dispatcher, row form or transposed form); M or N of a few dozen get skinny block tiles (a few rows
 or columns per block, many K slices); few outputs with a long K get split-K; a short K gets no deep
-pipeline (one K tile or a few); rows whose length is not a multiple of 16 bytes get the widest
+pipeline (one K tile or a few), and for K ≤ 64 short_k_gemm, whose time is storing C
+(:mod:`schedules.dispatch_short_k`); rows whose length is not a multiple of 16 bytes get the widest
 copies they allow.
 """
 
@@ -67,7 +68,7 @@ from dataclasses import asdict, dataclass, field
 
 from .calibration import CALIBRATION
 from .common import GpuSpec, ceil_div, current_gpu, limits_of
-from .dispatch_short_k import short_k_configs, short_k_us
+from .dispatch_short_k import SHORT_K_TILES, short_k_configs, short_k_us  # noqa: F401  (SHORT_K_TILES: re-exported)
 from .errors import ScheduleParamError
 from .gemm_decode import DecodeConfig, decode_form
 from .gemm_fast import SkinnyConfig, WarpTileConfig

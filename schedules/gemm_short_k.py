@@ -75,6 +75,10 @@ class ShortKConfig(StepConfig):
     def threads(self) -> int:
         return self.threads_m * self.threads_n
 
+    def splits(self, wl) -> int:
+        """K slices (the tiled steps' split-K): one, the whole K in every block."""
+        return 1
+
     @property
     def pass_config(self) -> dict:
         """LoopPartition splits the block-row index (hinted) into interior and edge code; the

@@ -95,3 +95,24 @@ def test_the_dispatcher_chooses_it_for_a_short_k_only():
 ])
 def test_matches_float64(harness, workload, params):
     assert run_on_gpu(harness, get("short_k_gemm"), workload, **params) < 1e-4
+
+
+def test_the_calibration_fits_its_store_efficiency():
+    """The sweep measures every short_k_gemm tile on its short-K shapes, and the fit recovers the
+    store efficiency from times the model would give at another one."""
+    import copy
+
+    from reports.experiments import calibrate
+    from schedules.common import GpuSpec
+
+    jobs = calibrate.calibration_jobs(shapes=[(8192, 8192, 16)], precisions=("fp32",))
+    assert {j["extra"]["key"] for j in jobs if j["name"] == "short_k_gemm"} == {
+        f"short_k {bm}x{bn} t{tm}x{tn}" for bm, bn, tm, tn in dispatch.SHORT_K_TILES}
+    gpu, true = GpuSpec(), copy.deepcopy(dispatch.CALIBRATION)
+    true["short_k_store_efficiency"] = 0.7
+    pts = [(wl, "fp32", c, dispatch.estimate(wl, c, gpu, true).time_us)
+           for wl in (parse_workload("gemm:8192x8192x16"), parse_workload("gemm:6000x3000x8"))
+           for c in dispatch.short_k_candidates(wl)]
+    cal = copy.deepcopy(dispatch.CALIBRATION)
+    calibrate._fit_short_k_store(pts, cal, gpu)
+    assert cal["short_k_store_efficiency"] == pytest.approx(0.7, abs=0.005)
