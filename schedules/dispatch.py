@@ -68,7 +68,7 @@ from dataclasses import asdict, dataclass, field
 
 from .calibration import CALIBRATION
 from .common import GpuSpec, ceil_div, current_gpu, limits_of
-from .dispatch_short_k import SHORT_K_TILES, short_k_configs, short_k_us  # noqa: F401  (SHORT_K_TILES: re-exported)
+from .dispatch_short_k import short_k_configs, short_k_us
 from .errors import ScheduleParamError
 from .gemm_decode import DecodeConfig, decode_form
 from .gemm_fast import SkinnyConfig, WarpTileConfig

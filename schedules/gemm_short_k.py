@@ -93,8 +93,13 @@ class ShortKConfig(StepConfig):
 
     def store_vector(self, wl) -> int:
         """Outputs per store: thread_n, at most 16 bytes of the output type, and no wider than a
-        row of C allows (a row starts at a multiple of N outputs)."""
+        row of C allows (a row starts at a multiple of N outputs). An epilogue with a constant (an
+        activation, alpha or beta) is computed on at most 4 outputs at a time: TVM 0.27 writes an
+        8-lane fp32 constant as a ``make_ulonglong4`` of 8 floats, which nvcc rejects."""
         widest = max(1, STORE_BYTES // itemsize(getattr(wl, "out_dtype", "float32")))
+        epilogue = getattr(wl, "epilogue", None)
+        if epilogue is not None and (epilogue.activation or epilogue.alpha != 1 or epilogue.beta != 1):
+            widest = min(widest, 4)
         return aligned_vector(wl.N, min(self.thread_n, widest))
 
     def check(self, wl):
@@ -172,9 +177,11 @@ def short_k_gemm(wl: Gemm, cfg: ShortKConfig = ShortKConfig()):
     write_back = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(write_back, tj, preserve_unit_loops=True)
     # fragments of A (thread_m rows × K_STEP) and B (K_STEP × vec columns) per K step, each loaded
-    # along its stored rows as wide as they allow: A's rows are K long (M where stored K×M), B's N (K)
-    a_width = aligned_vector(wl.M, cfg.thread_m) if wl.trans_a else aligned_vector(wl.K, K_STEP)
-    b_width = aligned_vector(wl.K, K_STEP) if wl.trans_b else vec
+    # along its stored rows as wide as they allow (A's rows are K long, M where stored K×M; B's N,
+    # K where stored N×K), at most 4 elements: the fragments hold the widened fp32 values, and TVM
+    # 0.27 writes an 8-wide fp32 vector as a ulonglong4 that nvcc rejects
+    a_width = aligned_vector(wl.M, min(cfg.thread_m, 4)) if wl.trans_a else aligned_vector(wl.K, K_STEP)
+    b_width = aligned_vector(wl.K, K_STEP) if wl.trans_b else min(vec, 4)
     for index, width in ((0, a_width), (1, b_width)):
         frag = sch.cache_read(block, index, "local")
         sch.compute_at(frag, ko, preserve_unit_loops=True)

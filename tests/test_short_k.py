@@ -8,6 +8,7 @@ import re
 import pytest
 
 from schedules import dispatch, get, parse_workload
+from schedules.dispatch_short_k import SHORT_K_TILES
 from schedules.errors import ScheduleParamError
 
 from tests.helpers import build_spec, run_on_gpu
@@ -107,7 +108,7 @@ def test_the_calibration_fits_its_store_efficiency():
 
     jobs = calibrate.calibration_jobs(shapes=[(8192, 8192, 16)], precisions=("fp32",))
     assert {j["extra"]["key"] for j in jobs if j["name"] == "short_k_gemm"} == {
-        f"short_k {bm}x{bn} t{tm}x{tn}" for bm, bn, tm, tn in dispatch.SHORT_K_TILES}
+        f"short_k {bm}x{bn} t{tm}x{tn}" for bm, bn, tm, tn in SHORT_K_TILES}
     gpu, true = GpuSpec(), copy.deepcopy(dispatch.CALIBRATION)
     true["short_k_store_efficiency"] = 0.7
     pts = [(wl, "fp32", c, dispatch.estimate(wl, c, gpu, true).time_us)
