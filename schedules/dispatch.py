@@ -58,7 +58,8 @@ inputs at twice the 16-bit tensor-core rate, among the FP8 kernels alone.
 Degenerate shapes go to their own families: N = 1 or M = 1 is a matrix-vector product (the GEMV
 dispatcher, row form or transposed form); M or N of a few dozen get skinny block tiles (a few rows
 or columns per block, many K slices); few outputs with a long K get split-K; a short K gets no deep
-pipeline (one K tile or a few); rows whose length is not a multiple of 16 bytes get the widest
+pipeline (one K tile or a few), and for K ≤ 64 short_k_gemm, whose time is storing C
+(:mod:`schedules.dispatch_short_k`); rows whose length is not a multiple of 16 bytes get the widest
 copies they allow.
 """
 
@@ -70,6 +71,7 @@ from dataclasses import asdict, dataclass, field
 
 from .calibration import CALIBRATION
 from .common import GpuSpec, ceil_div, current_gpu, limits_of
+from .dispatch_short_k import short_k_configs, short_k_us
 from .errors import ScheduleParamError
 from .gemm_decode import DecodeConfig, decode_form
 from .gemm_fast import SkinnyConfig, WarpTileConfig
@@ -221,6 +223,12 @@ def tiles_in_flight(cfg) -> int:
     return max(cfg.stages - 1, 1) if cfg.async_copy else 1
 
 
+def short_k_candidates(wl, limits=None):
+    """A short K (≤ 64): short_k_gemm's tiles (:mod:`schedules.dispatch_short_k`), any input type
+    (16-bit inputs widened to fp32), where storing C is most of the work."""
+    return [Candidate("short_k_gemm", cfg, "short_k", key) for cfg, key in short_k_configs(wl, limits)]
+
+
 def gemv_candidates(wl):
     """A matrix-vector product (N = 1 or M = 1, no batch): the GEMV kernel of its form, which the
     layout decides (:func:`schedules.gemv.vector_form`: the stored matrix read along its rows or
@@ -323,9 +331,10 @@ def fp16_candidates(wl, limits=None):
     if not hopper_kernels(limits):  # no wgmma, no TMA kernels here
         wmma = wmma_candidates(wl, limits) if wl.dtype == "float16" else []
         if not wmma:  # bf16 (WMMA here takes fp16), or no WMMA tile builds here: every SIMT tile
-            return simt_candidates(wl, general=True, limits=limits) + gemv_candidates(wl) + decode_candidates(wl, limits)
+            return (simt_candidates(wl, general=True, limits=limits) + short_k_candidates(wl, limits) + gemv_candidates(wl)
+                    + decode_candidates(wl, limits))
         skinny = simt_candidates(wl, general=False, limits=limits) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
-        return wmma + skinny + gemv_candidates(wl) + decode_candidates(wl, limits)
+        return wmma + skinny + short_k_candidates(wl, limits) + gemv_candidates(wl) + decode_candidates(wl, limits)
     out = []
     pad = _misaligned(wl)  # rows a tensor map cannot take: the TMA kernel copies them into padded buffers
     for bm, bn, st in TMA_TILES:
@@ -342,7 +351,7 @@ def fp16_candidates(wl, limits=None):
     out = [c for c in out if _valid(c.step, wl, c.config, limits)]
     # a few output rows or columns: the skinny SIMT tiles (16-bit inputs widened to fp32)
     skinny = simt_candidates(wl, general=False, limits=limits) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
-    return out + skinny + gemv_candidates(wl) + decode_candidates(wl, limits)
+    return out + skinny + short_k_candidates(wl, limits) + gemv_candidates(wl) + decode_candidates(wl, limits)
 
 
 def tf32_candidates(wl, limits=None):
@@ -360,7 +369,7 @@ def tf32_candidates(wl, limits=None):
     out = [c for c in out if _valid(c.step, wl, c.config, limits)]
     # fp32 SIMT and GEMV kernels compute the same product more exactly: where they are faster (a
     # matrix-vector product, a very short K), the tf32 choice may take them
-    return out + simt_candidates(wl, limits=limits) + gemv_candidates(wl)
+    return out + simt_candidates(wl, limits=limits) + short_k_candidates(wl, limits) + gemv_candidates(wl)
 
 
 def candidates(wl, precision: str, gpu: GpuSpec | None = None):
@@ -374,7 +383,7 @@ def candidates(wl, precision: str, gpu: GpuSpec | None = None):
         raise ScheduleParamError(f"{precision} takes {DTYPE_OF[precision]} inputs, not {wl.dtype}")
     limits = limits_of(gpu or current_gpu())
     if precision == "fp32":
-        return gemv_candidates(wl) or simt_candidates(wl, limits=limits)
+        return gemv_candidates(wl) or simt_candidates(wl, limits=limits) + short_k_candidates(wl, limits)
     if precision == "tf32":
         return tf32_candidates(wl, limits)
     return fp16_candidates(wl, limits)
@@ -526,6 +535,9 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     fam = cand.family
     if fam == "decode":
         time_us, terms = _decode_us(wl, cand, gpu, cal)
+        return Estimate(cand, time_us, terms)
+    if fam == "short_k":
+        time_us, terms = short_k_us(wl, cand, gpu, cal, _store_bytes(wl), _epilogue_bytes(wl), _batches(wl))
         return Estimate(cand, time_us, terms)
     eff = cal["efficiency"].get(cand.key) or (wmma_efficiency(cand.config, cal) if fam == "wmma"
                                               else cal["default_efficiency"][fam])

@@ -50,6 +50,8 @@ LADDERS = {
         "fp8_tma_gemm", "fp8_block_scaled_gemm", "best_fp8_gemm",
         # a linear layer's epilogue (bias, activation, residual, a 16-bit output): after the product, then in it
         "unfused_epilogue_gemm", "fused_epilogue_gemm",
+        # short K (≤ 64), large output: storing C is the work
+        "short_k_gemm",
     ),
     "gemv": ("warp_gemv", "vectorized_gemv", "multi_row_gemv", "multi_warp_gemv", "split_k_gemv", "gemv_dispatch",
              "column_gemv_t"),

@@ -18,7 +18,9 @@ measurements and, with ``--write FILE``, writes the constants :mod:`schedules.ca
   regret (below);
 * ``simt_copy_factor``, ``simt_async_factor``: SIMT loads narrower than configured, and SIMT
   kernels with a cp.async ring, against their kind's efficiency;
-* ``copy_factor``: for cp.async copies narrower than 16 bytes, measured against predicted.
+* ``copy_factor``: for cp.async copies narrower than 16 bytes, measured against predicted;
+* ``short_k_store_efficiency``: short_k_gemm's share of the DRAM bandwidth on its stores, on
+  the short-K shapes where its stores set the time (every short_k_gemm tile is measured there).
 
 FP8 (``schedlab sweep --set calibration --precisions fp8``): the same shapes, each as an e4m3 product
 in the nt layout with a bf16 output, with per-tensor and with block scales, every FP8 candidate of
@@ -71,7 +73,9 @@ SOLVE_SHARE = 0.5
 CLASSES = {
     "short K, large output (storing C is the work)": ((6000, 3000, 8), (400, 16000, 3), (9000, 1500, 27),
                                                       # rows of C not 16-byte aligned: stores narrower still
-                                                      (2000, 3001, 12), (150, 9001, 5)),
+                                                      (2000, 3001, 12), (150, 9001, 5),
+                                                      # whole tiles, and K up to short_k_gemm's limit
+                                                      (8192, 8192, 16), (4096, 4096, 32), (3000, 5000, 64)),
     "misaligned rows, large (narrow loads or padded copies)": ((3001, 1999, 5003), (2500, 501, 9001),
                                                                (7001, 1203, 1201), (1500, 2500, 3333)),
     "few outputs, long K (deep split-K)": ((9, 7, 15000), (40, 70, 16000), (120, 100, 4000), (300, 30, 12000)),
@@ -181,6 +185,8 @@ def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min
                     other = next((c for c in of_key if test(c)), None)
                     if other is not None and other not in chosen:
                         chosen.append(other)
+            # a short K: each of short_k_gemm's tiles too (its store efficiency is fitted on them)
+            chosen += [c for c in ranked if c.family == "short_k" and c not in chosen]
             picked[(str(wl), prec)] = chosen
     counts: dict[str, int] = {}
     for chosen in picked.values():
@@ -338,6 +344,23 @@ def _fit_simt_async_factor(pts, cal, gpu):
         cal["simt_async_factor"] = value
 
 
+def _fit_short_k_store(pts, cal, gpu):
+    """short_k_gemm's share of the DRAM bandwidth on its stores (``short_k_store_efficiency``): the
+    median, over its points where the store term is at least twice the compute and L2 terms, of
+    (its bytes at the full bandwidth) / (measured time − launch − fill)."""
+    ratios = []
+    for wl, _, c, t in pts:
+        if c.family != "short_k":
+            continue
+        terms = dispatch.estimate(wl, c, gpu, cal).terms
+        store = terms["store_us"] * terms["store_efficiency"]  # at the full bandwidth
+        busy = t - cal["launch_us"] - cal["fill_us"]
+        if busy > 0 and terms["store_us"] >= 2 * max(terms["compute_us"], terms["l2_us"]):
+            ratios.append(store / busy)
+    if ratios:
+        cal["short_k_store_efficiency"] = round(float(np.clip(np.median(ratios), 0.2, 1.2)), 3)
+
+
 def _fit_cp_copy_factor(pts, cal, gpu):
     """Narrow cp.async copies (the wgmma steps), per width in bytes."""
     def applies(width):
@@ -394,6 +417,7 @@ def _fit_all(pts, df, gpu, what: str, on: dict) -> tuple[dict, dict]:
         _fit_efficiencies(pts, trial, gpu)
         _fit_simt_copy_factor(pts, trial, gpu)
         _fit_simt_async_factor(pts, trial, gpu)
+        _fit_short_k_store(pts, trial, gpu)
         counts = _fit_efficiencies(pts, trial, gpu)
         return float(np.mean(_errors(pts, trial, gpu) ** 2)), regret(pts, trial, gpu)["geomean"], counts
 

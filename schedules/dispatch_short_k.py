@@ -1,0 +1,85 @@
+"""The dispatcher's family for short K (:func:`schedules.gemm_short_k.short_k_gemm`): its candidates
+and its term of the model.
+
+A short-K product's time is its output leaving the SMs: short_k_gemm has no K pipeline and
+small blocks that fill the SMs with warps, so its stores, its loads and its FMAs overlap, and
+
+    time = launch + fill + max(store, compute, L2)
+
+* **store**: the output (in its type; R read beside it) and the inputs once from DRAM, at the
+  measured DRAM bandwidth (``memory_gbps``) times ``short_k_store_efficiency``, the share of it
+  a stream of 16-byte stores from every SM reaches (stores narrower than 16 bytes, on rows of C
+  that are not a whole number of vectors, are charged nothing more: a warp's store is still 32
+  consecutive outputs, whole sectors);
+* **compute**: 2·M·N·K flops (K rounded up to the kernel's K step) at the SIMT rate of every SM
+  (``fp32_sm_tflops``) times the tile's efficiency (``efficiency["short_k ..."]``, else
+  ``default_efficiency["short_k"]``, else :data:`SHORT_K_EFFICIENCY`);
+* **L2**: each block reads its rows of A and its columns of B (A once per block-column, B once
+  per block-row) at ``l2_factor`` times the DRAM bandwidth.
+
+``schedlab calibrate`` fits ``short_k_store_efficiency`` (and the tiles' efficiencies where the
+FMAs, not the stores, set the time) to the sweep's short_k_gemm points; until a sweep has
+measured the kernel, the defaults below stand.
+"""
+
+from __future__ import annotations
+
+from .common import ceil_div, current_gpu, limits_of
+from .gemm_short_k import K_STEP, ShortKConfig
+from .errors import ScheduleParamError
+from .registry import get
+from .workloads import itemsize
+
+# (block_m, block_n, thread_m, thread_n): 256 threads of 4 × 4 outputs (a warp's 32 lanes along
+# one row of 128 columns), twice as many rows per thread, and 8 outputs per thread along N for a
+# 16-bit output (one 16-byte store of 8 halves)
+SHORT_K_TILES = ((32, 128, 4, 4), (64, 128, 8, 4), (32, 256, 4, 8))
+# The share of the DRAM bandwidth (``memory_gbps``, which the calibration sets to the copy bandwidth
+# the sweep measured) that short_k_gemm's stream of 16-byte stores reaches, until a sweep fits it:
+# 0.9, the GEMV kernels' share of it on a stream of 16-byte loads (DECODE_EFFICIENCY, 0.92-1.05;
+# "gemv" 0.8 with its reduction), a little under a copy's since writes to DRAM turn the bus around
+SHORT_K_STORE_EFFICIENCY = 0.9
+# The 4 × 4 thread tile's share of the SIMT peak where its FMAs set the time, until a sweep fits
+# it: the calibrated efficiency of the tiled kernels' 4 × 4 thread tiles (simt 64x64 t4x4: 0.63;
+# 16x128 t4x4: 0.54), here with no shared-memory loads but two L1 loads per 4 k steps
+SHORT_K_EFFICIENCY = 0.6
+
+
+def short_k_configs(wl, limits=None):
+    """``(configuration, calibration key)`` of short_k_gemm's tiles for ``wl`` (K ≤
+    ShortKConfig.max_k), those valid on the GPU of ``limits``."""
+    if wl.K > ShortKConfig.max_k:
+        return []
+    limits = limits or limits_of(current_gpu())
+    out = []
+    for bm, bn, tm, tn in SHORT_K_TILES:
+        cfg = ShortKConfig(block_m=bm, block_n=bn, thread_m=tm, thread_n=tn)
+        try:
+            get("short_k_gemm").validate(wl, cfg, limits)
+        except ScheduleParamError:
+            continue
+        out.append((cfg, f"short_k {bm}x{bn} t{tm}x{tn}"))
+    return out
+
+
+def short_k_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, batches: int) -> tuple[float, dict]:
+    """(µs, terms) of a short_k_gemm candidate (the module docstring's model). ``out_bytes``:
+    bytes a block moves per output as it stores (the output, R beside it); ``epilogue_bytes``:
+    the epilogue's reads of one product (bias, R)."""
+    cfg = cand.config
+    M, N, K = wl.M, wl.N, wl.K
+    eff = (cal["efficiency"].get(cand.key) or cal.get("default_efficiency", {}).get("short_k")
+           or SHORT_K_EFFICIENCY)
+    store_eff = cal.get("short_k_store_efficiency", SHORT_K_STORE_EFFICIENCY)
+    bw = gpu.memory_gbps * 1e3  # bytes per µs
+    item = itemsize(wl.dtype)
+    moved = out_bytes * M * N + item * (M * K + K * N) + epilogue_bytes
+    store = batches * moved / (bw * store_eff)
+    flops = 2 * M * N * ceil_div(K, K_STEP) * K_STEP * batches
+    compute = flops / (cal["fp32_sm_tflops"] * 1e6 * gpu.sms * eff)
+    blocks = ceil_div(M, cfg.block_m) * ceil_div(N, cfg.block_n) * batches
+    l2 = batches * item * (M * K * ceil_div(N, cfg.block_n) + K * N * ceil_div(M, cfg.block_m)) / (bw * cal["l2_factor"])
+    terms = {"family": "short_k", "efficiency": eff, "store_efficiency": store_eff, "store_us": store,
+             "compute_us": compute, "dram_us": store, "l2_us": l2, "reduce_us": 0.0, "blocks": blocks,
+             "per_sm": 0, "waves": 1, "splits": 1}
+    return cal["launch_us"] + cal["fill_us"] + max(store, compute, l2), terms

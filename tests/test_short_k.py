@@ -1,0 +1,119 @@
+"""short_k_gemm (gemm 34): a short K with a large output, where storing C is the work. Its interior
+blocks store C as unguarded 16-byte vectors, its CUDA compiles for sm_90, it matches float64 on the
+GPU, the dispatcher chooses it for a short K and not for a long one, and a K over its limit is
+refused in one line."""
+
+import re
+
+import pytest
+
+from schedules import dispatch, get, parse_workload
+from schedules.dispatch_short_k import SHORT_K_TILES
+from schedules.errors import ScheduleParamError
+
+from tests.helpers import build_spec, run_on_gpu
+
+# M = 1000 is not a multiple of the blocks' 32 or 128 rows; N = 512 is one of their 128 columns
+WORKLOAD = "gemm:1000x512x16"
+
+
+def _cuda(name, workload, **params):
+    return build_spec(get(name), workload, **params).device.cuda
+
+
+@pytest.fixture(scope="module")
+def short_k_built():
+    """Built as every kernel of the lab is: TVM's CUDA, compiled by nvcc for sm_90 with ptxas's report."""
+    return build_spec(get("short_k_gemm"), WORKLOAD)
+
+
+@pytest.fixture(scope="module")
+def short_k_cuda(short_k_built):
+    return short_k_built.device.cuda
+
+
+def unguarded_stores(cuda: str, out: str = "C") -> list[str]:
+    """The stores into ``out`` that no per-thread bounds test encloses: no enclosing ``if`` of the
+    kernel (found by the generated code's 2-space nesting) tests a threadIdx (a test of blockIdx
+    alone, the partition into interior and edge blocks, is no per-element test)."""
+    lines = cuda[cuda.index("main_kernel("):].splitlines()
+    found = []
+    for n, line in enumerate(lines):
+        if not re.match(rf"\s*\*?\(?\w*\*?\)?\(?{out}_ptr", line.strip()) and f"({out}_ptr +" not in line.split("=")[0]:
+            continue
+        depth, tests = len(line) - len(line.lstrip()), []
+        for above in reversed(lines[:n]):
+            indent = len(above) - len(above.lstrip())
+            if above.strip() and indent < depth:
+                depth = indent
+                tests.append(above.strip())
+        if not any(t.startswith(("if (", "} else")) and "threadIdx" in t for t in tests):
+            found.append(line.strip())
+    return found
+
+
+def test_interior_blocks_store_unguarded_vectors(short_k_cuda):
+    """The blocks of whole block-rows store C as float4s under no bounds test; warp_tiled_gemm on
+    the same product tests every row it stores, in every block."""
+    stores = unguarded_stores(short_k_cuda)
+    assert stores and all(s.startswith("*(float4*)(C_ptr") for s in stores)
+    assert "if (((int)blockIdx.y) < 31) {" in short_k_cuda  # 1000 rows: 31 whole blocks of 32
+    assert "__syncthreads" not in short_k_cuda and "__shared__" not in short_k_cuda
+    assert unguarded_stores(_cuda("warp_tiled_gemm", WORKLOAD)) == []
+
+
+def test_a_16_bit_output_leaves_as_16_byte_vectors():
+    cuda = _cuda("short_k_gemm", "gemm:1000x512x16:float16:out=float16:bias", thread_n=8, block_n=256)
+    stores = unguarded_stores(cuda, "D")
+    assert stores and all(s.startswith("*(uint4*)(D_ptr") or s.startswith("*(half8*)(D_ptr") for s in stores), stores
+
+
+def test_compiles_for_sm_90(short_k_built):
+    kernel = short_k_built.kernel
+    assert short_k_built.device.cubin and kernel.registers > 0
+    assert kernel.spill_store_bytes == 0 and kernel.shared_bytes == 0 and kernel.barriers == 0
+
+
+def test_a_k_over_the_limit_is_refused_in_one_line():
+    with pytest.raises(ScheduleParamError) as err:
+        get("short_k_gemm").validate(parse_workload("gemm:1024x1024x65"))
+    assert "K ≤ 64" in str(err.value) and "\n" not in str(err.value)
+    assert get("short_k_gemm").config_cls.scope_refusal(parse_workload("gemm:1024x1024x65"))
+
+
+def test_the_dispatcher_chooses_it_for_a_short_k_only():
+    assert dispatch.choose(parse_workload("gemm:8192x8192x16"), "fp32")[0] == "short_k_gemm"
+    assert dispatch.choose(parse_workload("gemm:4096x4096x4096"), "fp32")[0] != "short_k_gemm"
+    assert not dispatch.short_k_candidates(parse_workload("gemm:4096x4096x65"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload,params", [
+    (WORKLOAD, {}),
+    ("gemm:1001x777x13:tn", {}),  # a row of C not 16-byte aligned: narrower stores, a partial block-column
+    ("bmm:3x100x60x64:nt", dict(block_m=64, thread_m=8)),
+    ("gemm:1000x512x16:float16:out=float16:bias:relu", dict(thread_n=8, block_n=256)),
+])
+def test_matches_float64(harness, workload, params):
+    assert run_on_gpu(harness, get("short_k_gemm"), workload, **params) < 1e-4
+
+
+def test_the_calibration_fits_its_store_efficiency():
+    """The sweep measures every short_k_gemm tile on its short-K shapes, and the fit recovers the
+    store efficiency from times the model would give at another one."""
+    import copy
+
+    from reports.experiments import calibrate
+    from schedules.common import GpuSpec
+
+    jobs = calibrate.calibration_jobs(shapes=[(8192, 8192, 16)], precisions=("fp32",))
+    assert {j["extra"]["key"] for j in jobs if j["name"] == "short_k_gemm"} == {
+        f"short_k {bm}x{bn} t{tm}x{tn}" for bm, bn, tm, tn in SHORT_K_TILES}
+    gpu, true = GpuSpec(), copy.deepcopy(dispatch.CALIBRATION)
+    true["short_k_store_efficiency"] = 0.7
+    pts = [(wl, "fp32", c, dispatch.estimate(wl, c, gpu, true).time_us)
+           for wl in (parse_workload("gemm:8192x8192x16"), parse_workload("gemm:6000x3000x8"))
+           for c in dispatch.short_k_candidates(wl)]
+    cal = copy.deepcopy(dispatch.CALIBRATION)
+    calibrate._fit_short_k_store(pts, cal, gpu)
+    assert cal["short_k_store_efficiency"] == pytest.approx(0.7, abs=0.005)
