@@ -126,6 +126,8 @@ def _print_summary(s):
     print(line)
     if s.get("stopped"):
         print(f"  stopped: {s['stopped']}")
+    if s.get("check"):
+        print(f"  {s['check']}")
     if best:
         err = best.get("rel_error")
         print(f"  best: {best['time_ms']:.4g} ms, {best['gflops']:.0f} GFLOP/s, rel. error vs float64 "

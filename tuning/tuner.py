@@ -48,7 +48,7 @@ from . import database as DB
 from . import records as R
 from .cost_models import make_cost_model
 from .cuda_compile import cuda_available, cuda_target, setup_cuda_env
-from .deadline import Cutoff, check_seconds, runner_cut
+from .deadline import Background, Cutoff, check_seconds, runner_cut
 from .measure import (make_parallel_builder, checked_evaluator_local, checked_evaluator_rpc, cold_evaluator_local,
                       cold_evaluator_rpc, classify_error, verify_evaluator_local, verify_evaluator_rpc, FULL_TOLERANCE,
                       TIMERS)
@@ -272,7 +272,28 @@ def tune(opts: TuneOptions, on_trial=None) -> dict:
         if r.get("status") == "ok" and r["gflops"] > state.best_gflops:
             state.best_gflops, state.best_ms = r["gflops"], r["time_ms"]
     prior_elapsed = max((r.get("elapsed_s", 0.0) for r in mine), default=0.0)
+    remaining = opts.trials - state.done
+    cut = Cutoff(INTERRUPTED, opts.search_end)
+    builder = runner = None
+    if remaining > 0:  # the build and run processes start up (TVM's import in each) while the search is prepared
+        builder = make_builder(opts, cut)
+        builder.start()
+        runner = Background(lambda: make_runner(opts))
+    try:
+        return _prepare(opts, wl, mod, func, target, space, run, database, mine, cache, state, prior_elapsed,
+                        remaining, cut, builder, runner, on_trial)
+    finally:
+        if builder is not None:
+            builder.shutdown()
+        if runner is not None:
+            runner.join()
 
+
+def _prepare(opts, wl, mod, func, target, space, run, database, mine, cache, state, prior_elapsed, remaining, cut,
+             builder, runner, on_trial):
+    """The search's context and design spaces, MetaSchedule's databases, then the search (or, with
+    nothing left to do, only the final check)."""
+    wl_text = str(wl)
     import_tensor_intrinsics()  # what TuneContext imports, at a tenth of the cost
     ctx = ms.TuneContext(mod, target=target, space_generator=space.generator(target),
                          search_strategy=_strategy(opts), task_name=run,
@@ -295,32 +316,26 @@ def tune(opts: TuneOptions, on_trial=None) -> dict:
                 pass
 
     _write_provenance(opts, target)
-    remaining = opts.trials - state.done
     summary = {"run": run, "workload": wl_text, "space": opts.space, "strategy": opts.strategy,
                "cost_model": opts.cost_model if opts.strategy == "evolutionary" else None,
                "target": str(target.kind.name), "options": asdict(opts)}
-    cut = Cutoff(INTERRUPTED, opts.search_end)
     summary["costs"] = {}
     if remaining <= 0:
         return _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start=time.time(), new_elapsed=0,
                        cut=cut)
-    builder = make_builder(opts, cut)
-    builder.start()  # the build processes start up while the runner's does
-    try:
-        return _search(opts, wl, mod, func, target, space, run, database, memory, workload_entry, mem_workload,
-                       cache, state, summary, prior_elapsed, ctx, design_spaces, cost_model, remaining, builder, on_trial,
-                       cut)
-    finally:
-        builder.shutdown()
+    return _search(opts, wl, mod, func, target, space, run, database, memory, workload_entry, mem_workload,
+                   cache, state, summary, prior_elapsed, ctx, design_spaces, cost_model, remaining, builder, on_trial,
+                   cut, runner)
 
 
 def _search(opts, wl, mod, func, target, space, run, database, memory, workload_entry, mem_workload, cache,
-            state, summary, prior_elapsed, ctx, design_spaces, cost_model, remaining, builder, on_trial, cut):
+            state, summary, prior_elapsed, ctx, design_spaces, cost_model, remaining, builder, on_trial, cut, started):
     wl_text = str(wl)
     costs = {"builds": [], "runs": []}  # (seconds, candidates) per batch built; seconds per candidate timed
     trials_path = os.path.join(opts.db, R.TRIALS_FILE)
 
-    runner, servers = make_runner(opts)
+    runner, servers = started.get()
+    costs["start_s"] = time.time() - started.started  # a worker process's start-up: the check's runner pays it again
     summary["rpc_servers"] = servers if opts.rpc_tracker else 0
     if opts.strategy == "exhaustive":
         search = ExhaustiveSearch(ctx, design_spaces, mod)
@@ -411,7 +426,7 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
         if opts.verify_by and opts.search_end and costs["builds"] and costs["runs"]:
             # the check after the search, at this run's measured costs: the search may run up to it
             check = check_seconds(measured_costs(costs, opts.builders or os.cpu_count() or 1))
-            cut.until = max(opts.search_end, opts.verify_by - check - 1.0)
+            cut.until = max(opts.search_end, opts.verify_by - check)
         if hasattr(search, "notify"):
             search.notify(cands, [cache[k]["time_ms"] / 1e3 if cache.get(k, {}).get("status") == "ok" else None
                                   for k in keys])
@@ -467,6 +482,8 @@ def measured_costs(costs: dict, builders: int) -> dict:
         out["build_s"] = sum(s for s, _ in costs["builds"]) / rounds
     if costs["runs"]:
         out["run_s"] = float(np.median(costs["runs"]))
+    if costs.get("start_s"):
+        out["start_s"] = costs["start_s"]
     return out
 
 
@@ -672,8 +689,7 @@ def _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start, new_e
     wl_text = str(wl)
     cut = cut or Cutoff(INTERRUPTED)
     cut.until = opts.verify_by  # the check's own moment (the search's has passed)
-    costs = summary.get("costs") or {}
-    check_s = costs.get("build_s", 10.0) + costs.get("run_s", 3.0)  # at least a build and a run: else no check
+    check_s = check_seconds(summary.get("costs") or {})
     rows = [r for r in R.trials(opts.db, wl_text, state.run)]
     verified_bad = {r["key"] for r in R.trials(opts.db, wl_text) if r.get("status") == "verify"
                     and not r.get("passed")}
