@@ -723,3 +723,34 @@ def test_tune_random_tables_the_worst_shapes_from_their_tuning_directories(tmp_p
     assert TR.parse_ranks("2", 5) == {2} and TR.parse_ranks(None, 3) == {1, 2, 3}
     with pytest.raises(ValueError, match="between 1 and --worst 5"):
         TR.parse_ranks("6", 5)
+
+
+@pytest.mark.gpu
+def test_tune_with_a_time_limit_on_the_gpu_says_how_far_it_moved_the_dispatchers_choice(tmp_path):
+    """On a GPU: ``schedlab tune --time-limit 120 --reselect 2`` on a shape of a weak class (short K,
+    a thin block tile chosen) ends within its limit, starts from the dispatcher's choice, and times
+    best_gemm, the tuned best and cuBLAS side by side in the harness; the tuned best is never slower
+    there than best_gemm's own configuration (it is among the reselected), and the report and the
+    command's last lines say how far tuning moved the choice."""
+    wl, db = "gemm:346x2154x357", tmp_path / "db"
+    t0 = time.time()
+    done = subprocess.run([sys.executable, "-m", "scripts.schedlab", "tune", "--workload", wl, "--time-limit", "120",
+                           "--reselect", "2", "--db", str(db), "--quiet"], cwd=ROOT, env=_env(), capture_output=True,
+                          text=True, timeout=300)
+    wall = time.time() - t0
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert wall < 120 + 6, (wall, done.stderr[-3000:])
+    compared = json.loads((db / "dispatcher_gemm_346x2154x357.json").read_text())
+    assert all(compared[k]["status"] == "ok" for k in ("best_gemm", "tuned_gemm", "cublas")), compared
+    assert compared["tuned_gemm"]["time_ms"] <= compared["best_gemm"]["time_ms"] * 1.05  # timing noise only
+    assert compared["tuned_gemm"]["pct_cublas"] > 0 and compared["tuned_gemm"]["rel_error"] < 1e-5
+    from tuning import records as R
+
+    first = R.trials(str(db), wl, "dispatch/ordered")[0]
+    from schedules import dispatch, parse_workload
+
+    chosen = dispatch.rank(parse_workload(wl), "fp32")[0].config
+    assert first["seed"] and first["knobs"]["block"] == f"{chosen.block_m}x{chosen.block_n}"
+    report = (db / "report" / "tuning_gemm_346x2154x357.md").read_text()
+    assert "## How far tuning moved the dispatcher's choice" in report and "% of cuBLAS" in report
+    assert "in schedlab run's harness: best_gemm" in done.stdout, done.stdout

@@ -33,7 +33,7 @@ from .measure import kill_workers
 COSTS_FILE = "costs.json"
 # what a step after the search costs before this directory has measured it (seconds): the harness's
 # worker processes start (TVM and the lab imported), a kernel is built there, timed there; the report
-DEFAULTS = {"harness_start_s": 20.0, "harness_build_s": 20.0, "harness_time_s": 3.0, "report_s": 6.0,
+DEFAULTS = {"harness_start_s": 10.0, "harness_build_s": 12.0, "harness_time_s": 2.0, "report_s": 6.0,
             "build_s": 10.0, "run_s": 3.0, "start_s": 5.0}
 CPU_DEFAULTS = {"build_s": 2.0, "run_s": 1.0}  # a CPU build has no nvcc in it
 MARGIN_S = 2.0  # kept back at the end (and 2% of the limit): the interpreter's exit, a step that runs over

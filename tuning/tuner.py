@@ -275,10 +275,14 @@ def tune(opts: TuneOptions, on_trial=None) -> dict:
     remaining = opts.trials - state.done
     cut = Cutoff(INTERRUPTED, opts.search_end)
     builder = runner = None
-    if remaining > 0:  # the build and run processes start up (TVM's import in each) while the search is prepared
+    if remaining > 0 and opts.search_end:
+        # under a time limit the build and run processes start up (TVM's import in each) while the search is
+        # prepared; else one after the other, as before (a Ctrl-C then never lands in two start-ups at once)
         builder = make_builder(opts, cut)
         builder.start()
         runner = Background(lambda: make_runner(opts))
+    elif remaining > 0:
+        builder = make_builder(opts, cut)
     try:
         return _prepare(opts, wl, mod, func, target, space, run, database, mine, cache, state, prior_elapsed,
                         remaining, cut, builder, runner, on_trial)
@@ -334,8 +338,10 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
     costs = {"builds": [], "runs": []}  # (seconds, candidates) per batch built; seconds per candidate timed
     trials_path = os.path.join(opts.db, R.TRIALS_FILE)
 
-    runner, servers = started.get()
-    costs["start_s"] = time.time() - started.started  # a worker process's start-up: the check's runner pays it again
+    t_runner = time.time()
+    runner, servers = started.get() if started is not None else make_runner(opts)
+    # a worker process's start-up: the check's runner pays it again
+    costs["start_s"] = time.time() - (started.started if started is not None else t_runner)
     summary["rpc_servers"] = servers if opts.rpc_tracker else 0
     if opts.strategy == "exhaustive":
         search = ExhaustiveSearch(ctx, design_spaces, mod)

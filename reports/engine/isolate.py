@@ -170,18 +170,25 @@ class Pool:
             if on_row is not None:
                 on_row(index, rows[index])
 
-        if jobs and self._left() <= 0:
-            for index in range(len(jobs)):
+        def out_of_time(indices):
+            for index in indices:
                 finish(index, {"status": "skipped", "error": "not run: the command's time limit"})
             return rows
+
+        if jobs and self._left() <= 0:
+            return out_of_time(range(len(jobs)))
         if len(self.workers) < want:
-            self._start(want - len(self.workers))
+            try:
+                self._start(want - len(self.workers))
+            except RuntimeError:
+                if self._left() > 0:
+                    raise
+                return out_of_time(range(len(jobs)))  # the workers were still starting at the time limit
 
         try:
             while pending or busy:
                 if pending and self._left() <= 0:  # the time limit: nothing more starts
-                    for index in pending[::-1]:
-                        finish(index, {"status": "skipped", "error": "not run: the command's time limit"})
+                    out_of_time(pending[::-1])
                     pending = []
                     continue
                 if pending and len(self.workers) < want:  # replace the workers that died or were killed

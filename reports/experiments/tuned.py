@@ -18,7 +18,7 @@ from tuning.tuner import make_target, save_best
 from ..engine.build import cuda_available
 from ..engine.harness import run_jobs
 from ..engine.provenance import provenance, slug
-from ..engine.results import frame, missing
+from ..engine.results import frame, missing, write_results
 from ..views import tuning_report
 from .bench import applies
 from .run import run
@@ -40,7 +40,8 @@ def hand_comparison(db: str, workload: str, out_dir: str, timeout: float = 300.0
         jobs = [{"workload": workload, "name": "tuned_gemm", "params": {"source": os.path.abspath(db)}},
                 *({"workload": workload, "name": n} for n in HAND_SCHEDULES if applies(n, workload)),
                 {"workload": workload, "name": "cublas"}, {"workload": workload, "name": "tvm_dlight"}]
-        df = frame(run_jobs(jobs, timeout=timeout, until=until), {"provenance": provenance()})
+        df = frame(run_jobs(jobs, timeout=timeout, until=until), {"provenance": provenance(), "complete": True})
+        write_results(df, os.path.join(out_dir, "hand"))  # where the run's own folder would be
     return {"provenance": df.attrs["provenance"], "rows": [{k: v for k, v in r.items() if not missing(v)}
                                                            for r in df.to_dict("records")]}
 
@@ -183,5 +184,12 @@ def write_report(db: str, workload: str, out_dir: str, hand: bool = False, until
     """The tuning report of ``db`` (:func:`reports.views.tuning_report.write_report`); ``hand``: with
     tuned_gemm timed beside the hand schedules first (:func:`hand_comparison`, needs a GPU; ``until``:
     over by then). ``command``: what the tuning command spent and skipped (its time limit)."""
-    timed = hand_comparison(db, workload, out_dir, until=until) if hand else None
+    timed = None
+    if hand:
+        try:
+            timed = hand_comparison(db, workload, out_dir, until=until)
+        except RuntimeError as e:  # the harness's workers did not start before the time limit: the report without it
+            if until is None:
+                raise
+            command = dict(command or {}, steps={**(command or {}).get("steps", {}), "hand": f"failed: {e}"})
     return tuning_report.write_report(db, workload, out_dir, hand=timed, command=command)
