@@ -340,11 +340,11 @@ def _search_then_tail(args, wl, compare, runs, plan, record_costs):
             else:
                 plan.steps["harness"] = "done"
             jobs = 2 + (args.reselect * len(runs) + len(runs) if args.reselect else 1)
-            spent = time.time() - t0
+            spent, builders = time.time() - t0, max(1, (os.cpu_count() or 2) - 1)
             if compared and all(compared[k].get("status") == "ok" for k in ("best_gemm", "tuned_gemm", "cublas")):
-                # what one more job costs, for the next command in this directory (a start, a build, a timing)
-                plan.learn({"harness_build_s": max(spent - plan.costs["harness_start_s"] - jobs * plan.costs[
-                    "harness_time_s"], 5.0)})
+                # the builds' share of what it took (a round of builds), for the next command in this directory
+                left = spent - plan.costs["harness_start_s"] - jobs * plan.costs["harness_time_s"]
+                plan.learn({"harness_build_s": max(left / -(-jobs // builders), 5.0)})
         else:
             plan.steps["harness"] = "skipped: no time left for it within the time limit"
     path = best_path(args.db, str(wl))
@@ -393,8 +393,9 @@ def _print_move(db: str, workload: str):
     if h and h.get("speedup"):
         pct = (f", {h['dispatcher_pct_cublas']:.1f}% -> {h['tuned_pct_cublas']:.1f}% of cuBLAS"
                if h.get("dispatcher_pct_cublas") and h.get("tuned_pct_cublas") else "")
-        print(f"  in schedlab run's harness: best_gemm {h['dispatcher_ms']:.4g} ms -> tuned_gemm {h['tuned_ms']:.4g} ms "
+        print(f"  in schedlab run's harness: {h['dispatcher_step']} {h['dispatcher_ms']:.4g} ms -> tuned_gemm {h['tuned_ms']:.4g} ms "
               f"({h['speedup']:.2f}x{pct})")
     elif h:
-        print(f"  in schedlab run's harness: best_gemm {h.get('dispatcher_status')}, tuned_gemm {h.get('tuned_status')}, "
+        print(f"  in schedlab run's harness: {h['dispatcher_step']} {h.get('dispatcher_status')}, tuned_gemm "
+              f"{h.get('tuned_status')}, "
               f"cuBLAS {h.get('cublas_status')}")

@@ -680,6 +680,10 @@ def test_the_report_says_how_far_tuning_moved_the_dispatchers_choice(tmp_path):
     assert cells[1:7] == ["0.04", "0.025", "1.60×", "3", "4", "40"], cells  # from, to, ratio, at, trials, seconds
     assert "60.0% of cuBLAS" in section and "96.8% of cuBLAS" in section and "1.61× (0.05 ms → 0.031 ms)" in section
     assert "287 s of wall time" in section and "time limit 300 s" in section and "hand: skipped: no time" in section
+    from reports.views.page import tuning_page
+
+    page = next(t for t in tuning_page(db, wl, os.path.join(db, "report"))["tables"] if t["id"] == "dispatcher")
+    assert [r[6] for r in page["rows"]] == ["1.60×", "1.61×"] and page["rows"][1][5] == 96.8
     saved = json.load(open(paths["markdown"].replace(".md", ".json")))
     move = saved["dispatcher_move"]
     assert move["tuner"][0]["speedup"] == pytest.approx(1.6) and move["tuner"][0]["trials"] == 4

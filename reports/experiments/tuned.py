@@ -139,9 +139,14 @@ def _time_candidates(db, workload, top, k, extra, timeout, until):
 DISPATCHER_FILE = "dispatcher_{}.json"
 
 
+DISPATCHER_STEP = {"float32": "best_gemm", "float16": "best_fp16_gemm", "bfloat16": "best_fp16_gemm"}
+
+
 def dispatcher_jobs(workload: str) -> list[dict]:
-    """The dispatcher's choice and cuBLAS of the workload's precision (TF32 off), as harness jobs."""
-    return [{"workload": workload, "name": "best_gemm"}, {"workload": workload, "name": "cublas"}]
+    """The dispatcher's choice (best_gemm; best_fp16_gemm for 16-bit inputs) and cuBLAS of the same
+    input type (fp32: TF32 off), as harness jobs."""
+    step = DISPATCHER_STEP.get(parse_workload(workload).dtype, "best_gemm")
+    return [{"workload": workload, "name": step}, {"workload": workload, "name": "cublas"}]
 
 
 def dispatcher_comparison(db: str, workload: str, k: int = 0, until: float | None = None,
@@ -167,7 +172,7 @@ def dispatcher_comparison(db: str, workload: str, k: int = 0, until: float | Non
     else:
         jobs = extra + [{"workload": workload, "name": "tuned_gemm", "params": {"source": os.path.abspath(db)}}]
         best, cublas, tuned = run_jobs(jobs, timeout=timeout, until=until)
-    keep = ("status", "time_ms", "rel_error", "error", "chosen", "run", "key", "knobs", "gpu")
+    keep = ("name", "status", "time_ms", "rel_error", "error", "chosen", "run", "key", "knobs", "gpu")
     rows = {name: {key: row.get(key) for key in keep if not missing(row.get(key))}
             for name, row in (("best_gemm", best), ("cublas", cublas), ("tuned_gemm", tuned))}
     cub = rows["cublas"].get("time_ms") if rows["cublas"].get("status") == "ok" else None

@@ -154,6 +154,7 @@ def dispatcher_move(db: str, workload: str, runs: dict) -> dict:
         best_gemm, tuned, cublas = (saved.get(k) or {} for k in ("best_gemm", "tuned_gemm", "cublas"))
         harness = {"dispatcher_ms": best_gemm.get("time_ms"), "dispatcher_pct_cublas": best_gemm.get("pct_cublas"),
                    "dispatcher_status": best_gemm.get("status"), "chosen": best_gemm.get("chosen"),
+                   "dispatcher_step": best_gemm.get("name") or "best_gemm",
                    "tuned_ms": tuned.get("time_ms"), "tuned_pct_cublas": tuned.get("pct_cublas"),
                    "tuned_status": tuned.get("status"), "cublas_ms": cublas.get("time_ms"),
                    "cublas_status": cublas.get("status"), "selected_from": saved.get("selected_from"),
@@ -189,7 +190,8 @@ def dispatcher_lines(move: dict, command: dict | None = None) -> list[str]:
         chosen = f" ({h['chosen']})" if h.get("chosen") else ""
         out += ["", f"In schedlab run's harness (isolated builds, float64 check, L2 emptied before each timed run; "
                 f"{h.get('gpu') or '?'}, {h.get('date') or '?'}):", "",
-                f"- the dispatcher's choice, best_gemm{chosen}: {cell(h['dispatcher_ms'], h['dispatcher_pct_cublas'], h['dispatcher_status'])}",
+                f"- the dispatcher's choice, {h['dispatcher_step']}{chosen}: "
+                f"{cell(h['dispatcher_ms'], h['dispatcher_pct_cublas'], h['dispatcher_status'])}",
                 f"- the tuned best, tuned_gemm" + (f" (the fastest there of the runs' top {h['selected_from']} and the "
                                                     "dispatcher's choice)" if h.get("selected_from") else "")
                 + f": {cell(h['tuned_ms'], h['tuned_pct_cublas'], h['tuned_status'])}",
