@@ -160,6 +160,14 @@ def check_space_fits(args, wl):
     if args.space == "dispatch" and wl.dtype != "float32":
         raise ValueError(f"space 'dispatch' tunes fp32 products (the dispatcher's SIMT kernels), not {wl.dtype}: "
                          "use --space default")
+    if args.space == "dispatch":
+        from schedules.errors import ScheduleParamError
+        from tuning.spaces import dispatch_candidates
+
+        try:
+            dispatch_candidates(wl)
+        except ScheduleParamError as e:  # a matrix-vector product: the dispatcher has no SIMT tile for it
+            raise ValueError(f"{e}: use --space default") from None
 
 
 def cmd_tune(args):
