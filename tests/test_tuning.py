@@ -573,7 +573,7 @@ def test_the_time_limit_bounds_the_whole_command_and_keeps_what_was_measured(tmp
     seeded = {"build_s": 0.5, "run_s": 0.5, "report_s": 3.0, "start_s": 3.0}
     (db / "costs.json").write_text(json.dumps(seeded))
     cmd = [sys.executable, "-m", "scripts.schedlab", "tune", "--target", "llvm", "--space", "classic", "--workload",
-           "gemm:256x256x256", "--trials", "36", "--batch", "2", "--builders", "1", "--db", str(db), "--time-limit",
+           "gemm:384x384x384", "--trials", "36", "--batch", "2", "--builders", "1", "--db", str(db), "--time-limit",
            "40", "--quiet"]
     t0 = time.time()
     done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
