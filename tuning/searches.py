@@ -93,8 +93,9 @@ def _pname(p) -> str:
 class OrderedSearch:
     """Candidates in order (see the module's docstring). ``first(index, trace, insts)`` gives design
     space ``index``'s first decision list; ``choices(trace)`` all its decision lists;
-    ``make(mod, postprocs, trace, insts, combo)`` the candidate (tuner.candidate_from_decisions:
-    (candidate or None, trace, rejection reason)). :meth:`notify` is told the measured times."""
+    ``make(mod, postprocs, trace, insts, combo)`` the candidate (:func:`candidate_from_decisions`:
+    (candidate or None, trace, rejection reason)); ``sample_insts(trace)`` its knobs.
+    :meth:`notify` is told the measured times."""
 
     def __init__(self, design_spaces, mod, postprocs, first, choices, make, sample_insts):
         self.mod, self.postprocs, self.make = mod, postprocs, make
