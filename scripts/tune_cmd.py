@@ -91,7 +91,7 @@ def _options(args, **over):
     base = dict(workload=args.workload, space=args.space, strategy=strategy, cost_model=args.cost_model,
                 trials=args.trials, db=args.db, target=args.target, arch=args.arch, batch=args.batch, timer=args.timer,
                 builders=args.builders, rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key, seed=args.seed,
-                time_limit_s=args.time_limit, population=args.population, verify=not args.no_verify)
+                population=args.population, verify=not args.no_verify)  # --time-limit: the command's (search_end)
     base.update(over)
     return TuneOptions(**base)
 
