@@ -29,7 +29,7 @@ case $PHASE in
   bench-gemv)  $S bench-gemv --extra --out "$OUT" ;;
   llm)         $S bench-gemm --llm --out "$OUT" ;;
   calibration) $S sweep --set calibration --out "$OUT" && $S calibrate "$OUT" --write "$OUT/calibration.json" --report "$OUT/fit.json" ;;
-  tune)        $S tune --workload gemm:1024x512x2048 --space fast --trials 256 --db "$OUT" &&
+  tune)        $S tune --workload gemm:1024x512x2048 --space fast --trials 256 --compare default,dlight --db "$OUT" &&
                $S tune --workload gemm:1024x512x2048 --db "$OUT" --report-only --reselect 5 --hand ;;
   *) echo "unknown phase $PHASE" >&2; exit 2 ;;
 esac

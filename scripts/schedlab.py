@@ -258,6 +258,12 @@ def cmd_bench_gemm(args):
     return bench_gemm.command(args, precisions)
 
 
+def cmd_tune_random(args):
+    from reports.experiments import tune_random  # heavy (TVM, pandas): a command's module
+
+    return tune_random.command(args)
+
+
 def cmd_bench_gemv(args):
     from reports.experiments import bench_gemv  # heavy (TVM, pandas): a command's module
 
@@ -420,6 +426,24 @@ def make_parser():
     s.add_argument("--rows", default=None, help="with --llm: comma-separated row counts M (default: 1,16,61,256,1000,4096)")
     s.add_argument("--no-epilogue", action="store_true", help="with --llm: every layer as the product alone (bf16 out)")
     s.set_defaults(fn=cmd_bench_gemm)
+    s = _command(sub, "tune-random", "Tune the dispatcher's worst fp32 shapes of a random draw, each within a time limit.",
+                 "The draw of bench-gemm --random N --seed S: its K fp32 shapes where the dispatcher's choice is "
+                 "furthest from cuBLAS (from --from DIR, that run's results, or timed here), each tuned by schedlab tune "
+                 "--time-limit T; per shape the dispatcher's and the tuned kernel's % of cuBLAS in schedlab run's "
+                 "harness, the wall time and the trials. Needs a GPU.")
+    s.add_argument("--random", type=int, default=100, metavar="N", help="shapes in the draw (default %(default)s)")
+    s.add_argument("--seed", type=int, default=0, help="the draw's seed (default %(default)s)")
+    s.add_argument("--worst", type=int, default=5, metavar="K", help="shapes to tune (default %(default)s)")
+    s.add_argument("--time-limit", type=float, default=300.0, metavar="S",
+                   help="each shape's schedlab tune, whole (default %(default)g)")
+    s.add_argument("--reselect", type=int, default=3, metavar="K", help="each tuning run's K fastest retimed in the "
+                   "harness, the fastest there kept (default %(default)s)")
+    s.add_argument("--ranks", default=None, metavar="R,..", help="tune only these of the K shapes (1: the furthest "
+                   "from cuBLAS), adding them to the table in --out: one command per shape")
+    s.add_argument("--from", dest="source", default=None, metavar="DIR",
+                   help="the results of bench-gemm --random N --seed S (else its fp32 part is timed here)")
+    add_bench_args(s, "out/tune_random")
+    s.set_defaults(fn=cmd_tune_random)
     s = _command(sub, "bench-gemv", "Benchmark the GEMV steps beside dlight, cuBLAS and the copy bandwidth.",
                  "GEMV at the memory-bandwidth limit: the dispatcher's choice, every GEMV step (with --sweep, their "
                  "parameter sweep), TVM's dlight rule and cuBLAS, checked against float64 and timed under three cache "

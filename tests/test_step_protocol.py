@@ -164,7 +164,7 @@ def test_tune_then_report_with_the_hand_schedules(tmp_path):
     the hand schedules in the harness (it died after tuning with "unknown schedule 'tuned_gemm'")."""
     db = tmp_path / "db"
     proc = subprocess.run([sys.executable, "-m", "scripts.schedlab", "tune", "--workload", "gemm:256x256x512",
-                           "--space", "fast", "--trials", "8", "--batch", "4", "--time-limit", "120",
+                           "--space", "fast", "--trials", "8", "--batch", "4", "--time-limit", "400",
                            "--compare", "none", "--db", str(db), "--report", "--hand", "--quiet"],
                           env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -424,6 +424,10 @@ def test_reselection_takes_each_runs_fastest_distinct_valid_configurations():
     old = [dict(r, space=r["run"], trial=n + 1) for n, r in enumerate(rows[:8]) if r["run"] != "fast"]
     old.append(row("fast", "first", 1.5, space="fast", trial=1))
     assert [r["key"] for r in reselect_candidates(old, 1) if r.get("seed")] == ["first"]
+    # the dispatch space measures 8 seeds first: only each run's first (the dispatcher's choice) when asked
+    seeded = [row("dispatch", f"s{n}", 2.0 + n, seed=True, trial=n) for n in range(1, 9)] + [row("dispatch", "t", 1.0,
+                                                                                                 trial=9)]
+    assert [(r["key"], r["seed"]) for r in reselect_candidates(seeded, 1, seeds=1)] == [("t", False), ("s1", True)]
 
 
 def test_the_final_choice_table_compares_every_run_in_the_harness(tmp_path):
@@ -552,3 +556,205 @@ def test_the_tuners_float64_checks_run_on_a_built_kernel(workload):
         assert full_error(wrong, dev, args, workload) > 1e-3
         with pytest.raises(WrongResult):
             sampled_check(wrong, dev, args, workload=workload)
+
+
+def test_the_time_limit_bounds_the_whole_command_and_keeps_what_was_measured(tmp_path):
+    """``--time-limit 40``: the command (its imports, the worker processes' start-up, the search, the
+    check, the report) ends within it, plus a margin of 6 s for the interpreter's exit and a loaded
+    machine's scheduling; the search is cut with work in flight (a batch being built or timed), and
+    every trial recorded before the cut is in MetaSchedule's database too. The directory's recorded
+    costs (as an earlier command would have left them) keep the time set aside for the steps after
+    the search small; the command records what it measured for the next one. (On a machine so loaded
+    that the start-ups alone take the search's share, nothing is measured: only the limit is checked.)"""
+    from tuning import records as R
+
+    db = tmp_path / "db"
+    os.makedirs(db)
+    seeded = {"build_s": 0.5, "run_s": 0.5, "report_s": 3.0, "start_s": 3.0}
+    (db / "costs.json").write_text(json.dumps(seeded))
+    cmd = [sys.executable, "-m", "scripts.schedlab", "tune", "--target", "llvm", "--space", "classic", "--workload",
+           "gemm:384x384x384", "--trials", "36", "--batch", "2", "--builders", "1", "--db", str(db), "--time-limit",
+           "40", "--quiet"]
+    t0 = time.time()
+    done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    wall = time.time() - t0
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert wall < 40 + 6, (wall, done.stderr[-2000:])
+    summary = json.loads((db / "last_summary.json").read_text())
+    assert summary["command"]["limit_s"] == 40 and summary["command"]["elapsed_s"] < 40, summary["command"]
+    assert "stopped: the command's time limit" in done.stdout, done.stdout
+    path = db / R.TRIALS_FILE
+    rows = [r for r in (json.loads(x) for x in _lines(path)) if r.get("status") != "verify"] if path.exists() else []
+    from tvm.s_tir import meta_schedule as ms
+
+    assert len(ms.database.JSONDatabase(work_dir=str(db))) == len(rows)  # every recorded trial, nothing cut short
+    costs = json.loads((db / "costs.json").read_text())
+    assert costs["start_s"] != seeded["start_s"]  # this command's, for the next one
+    if not rows:
+        pytest.skip("nothing was measured before the cut: the start-ups took the search's share on this loaded machine")
+    assert len(rows) < 36 and "work in flight cut short" in done.stdout, done.stdout
+    assert costs["build_s"] != seeded["build_s"] and costs["run_s"] != seeded["run_s"]
+
+
+def test_the_dispatch_space_starts_from_the_dispatchers_top_candidates_and_searches_their_knobs():
+    """The dispatch space: the dispatcher's top 8 (best_gemm's own choice first), then candidates one or
+    two knobs away from one of them (split-K, block tile, K tile, ring depth), in the model's order."""
+    from schedules import dispatch, parse_workload
+    from tuning.spaces import DISPATCH_SEEDS, FAST_UNROLL, dispatch_candidates, dispatch_seeds, simt_knobs
+
+    wl = parse_workload("gemm:346x2154x357")
+    cands = dispatch_candidates(wl)
+    ranked = [e for e in dispatch.rank(wl, "fp32") if e.candidate.family == "simt"]
+    assert [c.candidate for c in cands[:DISPATCH_SEEDS]] == [e.candidate for e in ranked[:DISPATCH_SEEDS]]
+    assert cands[0].candidate == dispatch.rank(wl, "fp32")[0].candidate  # best_gemm's choice
+    seeds = [simt_knobs(c.config) for c in cands[:DISPATCH_SEEDS]]
+    apart = [min(sum(simt_knobs(c.config)[k] != v for k, v in seed.items()) for seed in seeds)
+             for c in cands[DISPATCH_SEEDS:]]
+    assert apart == sorted(apart) and set(apart) == {1, 2} and len(cands) > 100
+    varied = set()  # the knob in which each neighbour one knob away differs from its seed
+    for c, d in zip(cands[DISPATCH_SEEDS:], apart):
+        mine = simt_knobs(c.config)
+        if d == 1:
+            varied |= {k for seed in seeds if sum(mine[x] != v for x, v in seed.items()) == 1
+                       for k, v in seed.items() if mine[k] != v}
+    assert {"split_k", "tile", "block_k", "pipeline"} <= varied, varied
+    times = [c.time_us for c, d in zip(cands[DISPATCH_SEEDS:], apart) if d == 1]
+    assert times == sorted(times)  # the model's order within a distance
+    assert dispatch_seeds(wl) == [(n, [FAST_UNROLL.index(256)]) for n in range(DISPATCH_SEEDS)]
+
+
+def test_the_ordered_search_measures_structures_in_order_and_expands_each_new_best():
+    """Each design space once, in order, at its first decisions; the other decisions of a design space
+    right after it measures fastest so far; the rest of them once every design space was measured."""
+    from tuning.searches import OrderedSearch
+
+    class Space:
+        def __init__(self, n):
+            self.trace = n
+
+    made = []
+
+    def make(mod, postprocs, trace, insts, combo):
+        cand = (trace, tuple(combo))
+        made.append(cand)
+        return cand, trace, None
+
+    search = OrderedSearch([Space(n) for n in range(3)], None, [], lambda n, t, i: [0], lambda t: [[0], [1], [2]],
+                           make, lambda t: [])
+    first, _ = search.generate(2)
+    assert first == [(0, (0,)), (1, (0,))]
+    search.notify(first, [2.0, 1.0])  # design space 1 is the fastest: its other decisions come next
+    second, _ = search.generate(3)
+    assert second == [(1, (1,)), (1, (2,)), (2, (0,))]
+    search.notify(second, [None, 3.0, 0.5])  # 2 is faster still
+    third, _ = search.generate(10)
+    assert third == [(2, (1,)), (2, (2,)), (0, (1,)), (0, (2,))]
+    assert search.generate(5) == ([], [])
+
+
+def test_the_report_says_how_far_tuning_moved_the_dispatchers_choice(tmp_path):
+    """In the tuner's timer (the dispatch run's first seed against its best: the ratio, the trials, the
+    search's time) and in the harness (best_gemm, the tuned best and cuBLAS, each as % of cuBLAS), in
+    the Markdown report and its JSON; the steps a time limit left out are named."""
+    from reports.views.tuning_report import DISPATCHER_FILE, slug, write_report
+    from tuning import records as R
+
+    wl, db = "gemm:64x64x64", str(tmp_path)
+
+    def trial(n, ms, **kw):
+        return {"run": "dispatch/ordered", "workload": wl, "space": "dispatch", "trial": n, "key": f"k{n}", "status": "ok",
+                "time_ms": ms, "gflops": 2 * 64**3 / ms / 1e6, "knobs": {"split_k": str(n)}, "elapsed_s": 10.0 * n, **kw}
+
+    for row in (trial(1, 0.04, seed=True), trial(2, 0.05, seed=True), trial(3, 0.025), trial(4, 0.03)):
+        R.append_jsonl(os.path.join(db, R.TRIALS_FILE), row)
+    R.save_json(os.path.join(db, DISPATCHER_FILE.format(slug(wl))), {
+        "workload": wl, "selected_from": 3, "provenance": {"gpu": "NVIDIA H200", "date": "today"},
+        "best_gemm": {"status": "ok", "time_ms": 0.05, "pct_cublas": 60.0, "chosen": "split_k_gemm [simt 64x64]"},
+        "tuned_gemm": {"status": "ok", "time_ms": 0.031, "pct_cublas": 96.8}, "cublas": {"status": "ok", "time_ms": 0.03}})
+    command = {"limit_s": 300.0, "elapsed_s": 287.0, "trials": 4, "steps": {"check": "done", "hand": "skipped: no time"}}
+    paths = write_report(db, wl, os.path.join(db, "report"), command=command)
+    text = open(paths["markdown"]).read()
+    section = text[text.index("## How far tuning moved the dispatcher's choice"):]
+    line = next(ln for ln in section.splitlines() if ln.startswith("| dispatch/ordered"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1:7] == ["0.04", "0.025", "1.60×", "3", "4", "40"], cells  # from, to, ratio, at, trials, seconds
+    assert "60.0% of cuBLAS" in section and "96.8% of cuBLAS" in section and "1.61× (0.05 ms → 0.031 ms)" in section
+    assert "287 s of wall time" in section and "time limit 300 s" in section and "hand: skipped: no time" in section
+    from reports.views.page import tuning_page
+
+    page = next(t for t in tuning_page(db, wl, os.path.join(db, "report"))["tables"] if t["id"] == "dispatcher")
+    assert [r[6] for r in page["rows"]] == ["1.60×", "1.61×"] and page["rows"][1][5] == 96.8
+    saved = json.load(open(paths["markdown"].replace(".md", ".json")))
+    move = saved["dispatcher_move"]
+    assert move["tuner"][0]["speedup"] == pytest.approx(1.6) and move["tuner"][0]["trials"] == 4
+    assert move["harness"]["tuned_pct_cublas"] == 96.8 and saved["command"]["elapsed_s"] == 287.0
+
+
+def test_tune_random_tables_the_worst_shapes_from_their_tuning_directories(tmp_path):
+    """tune-random's rows: the k fp32 shapes furthest below cuBLAS, each with the dispatcher's and the
+    tuned kernel's % of cuBLAS from its tuning command's harness comparison, the wall time (over the
+    limit said so), the trials; an earlier command of the same draw (--ranks) keeps its rows."""
+    import pandas as pd
+
+    from reports.experiments import tune_random as TR
+    from tuning import records as R
+
+    df = pd.DataFrame([{"workload": "gemm:346x2154x357", "name": "best_gemm", "precision": "fp32", "pct_cublas": 67.0},
+                       {"workload": "gemm:1892x1042x7208", "name": "best_gemm", "precision": "fp32", "pct_cublas": 70.0},
+                       {"workload": "gemm:64x64x64", "name": "best_gemm", "precision": "fp32", "pct_cublas": 99.0},
+                       {"workload": "gemm:346x2154x357", "name": "cublas", "precision": "fp32", "pct_cublas": 100.0}])
+    worst = TR.worst_fp32(df, 2)
+    assert list(worst["workload"]) == ["gemm:346x2154x357", "gemm:1892x1042x7208"]
+    db = str(tmp_path / "tune")
+    os.makedirs(db)
+    R.save_json(os.path.join(db, "dispatcher_gemm_346x2154x357.json"), {
+        "best_gemm": {"status": "ok", "time_ms": 0.1, "pct_cublas": 66.0}, "cublas": {"status": "ok", "time_ms": 0.066},
+        "tuned_gemm": {"status": "ok", "time_ms": 0.068, "pct_cublas": 97.1, "run": "dispatch/ordered"}})
+    R.save_json(os.path.join(db, "last_summary.json"), {"runs": [{"trials": 150}], "command": {"elapsed_s": 296.0}})
+    row = TR.shape_row(worst.iloc[0].to_dict(), "gemm:346x2154x357", db, {"code": 0, "wall_s": 301.5, "error": ""}, 132)
+    assert (row["dispatcher_pct_cublas"], row["tuned_pct_cublas"], row["trials"]) == (66.0, 97.1, 150)
+    assert "short K" not in row["class"] and row["bench_pct_cublas"] == 67.0
+    info = {"provenance": {"gpu": "NVIDIA H200", "tvm": "0.27", "commit": "abc", "date": "today"}, "random": 100,
+            "seed": 0, "bench": "out/r", "time_limit_s": 300.0, "reselect": 3}
+    text = TR.markdown(info, [row])
+    assert "1 of 1 shapes tuned to ≥ 95% of cuBLAS" in text and "(1 over it)" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("| 346x2154x357"))
+    assert "97.1" in line and "1.47×" in line and "302 (over)" in line
+    path = tmp_path / "tune_random.json"
+    path.write_text(json.dumps({**info, "shapes": [row]}))
+    assert TR.earlier_rows(str(path), info) == [json.loads(json.dumps(row))]
+    assert TR.earlier_rows(str(path), {**info, "seed": 1}) == []
+    assert TR.parse_ranks("2", 5) == {2} and TR.parse_ranks(None, 3) == {1, 2, 3}
+    with pytest.raises(ValueError, match="between 1 and --worst 5"):
+        TR.parse_ranks("6", 5)
+
+
+@pytest.mark.gpu
+def test_tune_with_a_time_limit_on_the_gpu_says_how_far_it_moved_the_dispatchers_choice(tmp_path):
+    """On a GPU: ``schedlab tune --time-limit 120 --reselect 2`` on a shape of a weak class (short K,
+    a thin block tile chosen) ends within its limit, starts from the dispatcher's choice, and times
+    best_gemm, the tuned best and cuBLAS side by side in the harness; the tuned best is never slower
+    there than best_gemm's own configuration (it is among the reselected), and the report and the
+    command's last lines say how far tuning moved the choice."""
+    wl, db = "gemm:346x2154x357", tmp_path / "db"
+    t0 = time.time()
+    done = subprocess.run([sys.executable, "-m", "scripts.schedlab", "tune", "--workload", wl, "--time-limit", "120",
+                           "--reselect", "2", "--db", str(db), "--quiet"], cwd=ROOT, env=_env(), capture_output=True,
+                          text=True, timeout=300)
+    wall = time.time() - t0
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert wall < 120 + 6, (wall, done.stderr[-3000:])
+    compared = json.loads((db / "dispatcher_gemm_346x2154x357.json").read_text())
+    assert all(compared[k]["status"] == "ok" for k in ("best_gemm", "tuned_gemm", "cublas")), compared
+    assert compared["tuned_gemm"]["time_ms"] <= compared["best_gemm"]["time_ms"] * 1.05  # timing noise only
+    assert compared["tuned_gemm"]["pct_cublas"] > 0 and compared["tuned_gemm"]["rel_error"] < 1e-5
+    from tuning import records as R
+
+    first = R.trials(str(db), wl, "dispatch/ordered")[0]
+    from schedules import dispatch, parse_workload
+
+    chosen = dispatch.rank(parse_workload(wl), "fp32")[0].config
+    assert first["seed"] and first["knobs"]["block"] == f"{chosen.block_m}x{chosen.block_n}"
+    report = (db / "report" / "tuning_gemm_346x2154x357.md").read_text()
+    assert "## How far tuning moved the dispatcher's choice" in report and "% of cuBLAS" in report
+    assert "in schedlab run's harness: best_gemm" in done.stdout, done.stdout

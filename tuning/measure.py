@@ -286,12 +286,35 @@ def guard_pool_lock():
     PopenPoolExecutor.shutdown = shutdown
 
 
+def kill_workers(pool) -> None:
+    """End the worker processes of a TVM process pool (and their children) by signal, leaving the
+    pool's bookkeeping alone: a thread waiting for a worker's answer holds the worker's pipe, so
+    closing it (what the pool's shutdown does first) would wait until the job ends; once the process
+    is gone that thread gets its end of file, and the pool's shutdown then only cleans up."""
+    from tvm.support.popen_pool import kill_child_processes
+
+    for worker in list(getattr(pool, "_worker_map", {}).values()):
+        proc = getattr(worker, "_proc", None)
+        if proc is None or proc.poll() is not None:
+            continue
+        try:
+            kill_child_processes(proc.pid)
+        except Exception:  # noqa: BLE001 - children already gone
+            pass
+        try:
+            proc.kill()
+        except OSError:
+            pass
+
+
 def make_parallel_builder(max_workers: int, timeout_sec: float, stop=None):
     """A MetaSchedule builder over a pool of build processes that stays up for the whole run
     (MetaSchedule's LocalBuilder starts a fresh pool for every batch, paying TVM's start-up again).
     ``stop`` (a threading.Event; Ctrl-C sets it): no further build starts once it is set, and the
     pool's processes are ended (Ctrl-C reaches them too; a pool would start new ones for the
-    builds still queued, each paying TVM's start-up, only for them to be dropped)."""
+    builds still queued, each paying TVM's start-up, only for them to be dropped). ``stop`` may also
+    be a :class:`tuning.deadline.Cutoff`: at the command's time limit the builds under way are ended
+    the same way (their processes signalled first: :func:`kill_workers`)."""
     from tvm.support.popen_pool import PopenPoolExecutor
     from tvm.ir.utils import derived_object
 
@@ -327,9 +350,20 @@ def make_parallel_builder(max_workers: int, timeout_sec: float, stop=None):
                 for fut in done:
                     results[running.pop(fut)] = result_of(fut)
             if queued or running:  # stopped
+                if running and self.pool is not None:
+                    kill_workers(self.pool)  # builds under way end now, not when they are done
                 self.shutdown()
                 results = [r or BuilderResult(None, "interrupted: build not finished") for r in results]
             return results
+
+        def start(self):
+            """Start the build processes now (TVM's start-up, ``warm_up_worker``, runs in them while the
+            caller goes on), not on the first build."""
+            if self.pool is None:
+                self.pool = PopenPoolExecutor(max_workers=max_workers, timeout=timeout_sec,
+                                              initializer=warm_up_worker)
+                for _ in range(max_workers):
+                    self.pool.submit(int)
 
         def shutdown(self):
             pool, self.pool = self.pool, None

@@ -3,6 +3,6 @@ strings, importing nothing, so that the command line offers them as choices (and
 one) without loading TVM; :mod:`tuning.spaces`, :mod:`tuning.tuner` and :mod:`tuning.cost_models`
 define what each name is."""
 
-SPACE_NAMES = ("classic", "tiled", "fast", "default")
-STRATEGIES = ("exhaustive", "random", "evolutionary")
+SPACE_NAMES = ("classic", "tiled", "fast", "dispatch", "default")
+STRATEGIES = ("exhaustive", "random", "evolutionary", "ordered")
 COST_MODELS = ("ridge", "random", "xgb", "mlp")

@@ -16,6 +16,10 @@ decisions rebuilds the schedule.
   combination is its own design space (how MetaSchedule itself offers structural alternatives), and
   the unroll depth is a ``sample_categorical`` knob inside each; MetaSchedule's search picks among
   the design spaces and mutates the unroll knob.
+- ``dispatch`` (``schedlab tune``'s default for fp32): the dispatcher's top 8 candidates
+  (:func:`schedules.dispatch.rank`), each the concrete configuration it resolves to and measured
+  first, then their neighbours, which differ in split-K, block tile, K tile or ring depth (one or
+  two of them), in the model's order (:func:`dispatch_candidates`); the unroll depth sampled in each.
 - ``default``: MetaSchedule's own auto-generated space for CUDA (post-order-apply of its rules).
 - a step's own: any registered step whose configuration declares a ``search_space`` (parameter ->
   values; a plugin's step, say) is a space of its name: one design space per combination that
@@ -166,13 +170,13 @@ def fast_configs(wl):
     return out
 
 
-def fast_template(sch):
-    """One design space per valid structural combination of :func:`fast_configs`, each with a sampled
-    unroll depth, annotated on the loop where the hand-written steps put theirs (so the seed is
-    best_gemm's own kernel, not a look-alike unrolled elsewhere)."""
+def fast_template(sch, configs=None):
+    """One design space per valid structural combination of :func:`fast_configs` (or of
+    ``configs(wl)``), each with a sampled unroll depth, annotated on the loop where the hand-written
+    steps put theirs (so the seed is best_gemm's own kernel, not a look-alike unrolled elsewhere)."""
     wl = gemm_of(sch)
     spaces = []
-    for cfg in fast_configs(wl):
+    for cfg in (configs or fast_configs)(wl):
         s = sch.copy()
         # the structural choice, readable back from the trace (knob_values) for the reports
         s.annotate(s.get_sblock("root"), CONFIG_KEY, fast_config_text(cfg))
@@ -184,8 +188,72 @@ def fast_template(sch):
 
 def fast_config_text(cfg) -> str:
     ring = " async_copy=true" if cfg.async_copy else ""  # a seed of the dispatcher's: a cp.async ring
+    pad = " pad_operands=true" if cfg.pad_operands else ""  # padded copies of misaligned operands
     return (f"block={cfg.block_m}x{cfg.block_n} thread={cfg.thread_m}x{cfg.thread_n} "
-            f"warps={cfg.warps_m}x{cfg.warps_n} block_k={cfg.block_k} stages={cfg.stages} split_k={cfg.split_k}{ring}")
+            f"warps={cfg.warps_m}x{cfg.warps_n} block_k={cfg.block_k} stages={cfg.stages} split_k={cfg.split_k}"
+            f"{ring}{pad}")
+
+
+# --- dispatch ----------------------------------------------------------------------------------
+DISPATCH_SEEDS = 8  # the dispatcher's top candidates, measured first
+DISPATCH_SIZE = 192  # design spaces in all: the seeds, then their neighbours, the model's best first
+
+
+def simt_knobs(cfg) -> dict:
+    """The structural knobs of a SIMT configuration that the ``dispatch`` space varies: the block
+    tile (with its thread tile and warp arrangement), the K tile, the K pipeline (register double
+    buffer or a cp.async ring and its depth), split-K, the padded copies of misaligned operands, and
+    any parameter its step declares searchable (``search_space``: a balanced split, say)."""
+    out = {"tile": (cfg.block_m, cfg.block_n, cfg.thread_m, cfg.thread_n, cfg.warps_m, cfg.warps_n),
+           "block_k": cfg.block_k, "pipeline": (cfg.stages, cfg.async_copy), "split_k": cfg.split_k,
+           "pad_operands": cfg.pad_operands}
+    out.update({name: getattr(cfg, name) for name in type(cfg).search_space})
+    return out
+
+
+def dispatch_candidates(wl, seeds: int = DISPATCH_SEEDS, size: int = DISPATCH_SIZE):
+    """The ``dispatch`` space's configurations for ``wl`` (an fp32 GEMM), as dispatcher estimates:
+    its top ``seeds`` SIMT candidates (:func:`schedules.dispatch.rank`, its choice first: best_gemm's
+    own kernel), then every candidate that differs from one of them in one knob of
+    :func:`simt_knobs` (another split-K, block tile, K tile or ring depth), then those that differ in
+    two (a smaller tile with more K slices, say), each group in the model's order, ``size`` in all.
+    Where the model is wrong about a shape (the weak classes), the measured neighbours of its
+    choices are where the faster kernels are."""
+    ranked = [e for e in dispatch.rank(wl, "fp32") if e.candidate.family == "simt"]
+    if not ranked:
+        raise ScheduleParamError(f"the dispatch space tunes the dispatcher's SIMT kernels, and none takes {wl}")
+    top = ranked[:seeds]
+    knobs = [simt_knobs(e.config) for e in top]
+
+    def distance(e) -> int:
+        mine = simt_knobs(e.config)
+        return min(sum(mine.get(k) != v for k, v in seed.items()) for seed in knobs)
+
+    rest = ranked[seeds:]
+    near = [e for e in rest if distance(e) == 1] + [e for e in rest if distance(e) == 2]
+    return (top + near)[:size]
+
+
+def dispatch_configs(wl):
+    """:func:`dispatch_candidates` as the configurations the fast body takes (unroll sampled apart)."""
+    out = []
+    for e in dispatch_candidates(wl):
+        cfg = dataclasses.replace(e.config, unroll=0)
+        if cfg not in out:
+            out.append(cfg)
+    return out
+
+
+def dispatch_template(sch):
+    """One design space per configuration of :func:`dispatch_configs`, the unroll depth sampled in each."""
+    return fast_template(sch, dispatch_configs)
+
+
+def dispatch_seeds(wl):
+    """The dispatcher's top candidates (design spaces 0 .. DISPATCH_SEEDS-1, its choice first) at their
+    own unroll depth: measured before anything else."""
+    seeds = [e.config for e in dispatch_candidates(wl)[:DISPATCH_SEEDS]]
+    return [(n, [FAST_UNROLL.index(cfg.unroll if cfg.unroll in FAST_UNROLL else 256)]) for n, cfg in enumerate(seeds)]
 
 
 def fast_seeds(wl):
@@ -285,6 +353,10 @@ class Space:
     cpu: bool = False  # has a CPU twin (llvm target)
     seeds: Callable | None = None  # wl -> decision lists measured first (the hand-written configs)
     strategy: str = "evolutionary"  # the search strategy when none is asked for
+    # its configurations were checked against the GPU's limits by their steps (the dispatcher's candidates):
+    # MetaSchedule's VerifyGPUCode, which knows only the static 48 KiB of shared memory, is left out, so a
+    # cp.async ring in dynamic shared memory past it (opted in, as the harness builds it) is measured
+    checked_by_steps: bool = False
 
     def generator(self, target) -> ms.space_generator.SpaceGenerator:
         gpu = target.kind.name == "cuda"
@@ -294,6 +366,8 @@ class Space:
         if not gpu and not self.cpu:
             raise ValueError(f"space {self.name!r} is for CUDA targets only")
         postprocs = list(ms.postproc.Postproc.create("cuda" if gpu else "llvm"))
+        if self.checked_by_steps:
+            postprocs = [p for p in postprocs if type(p).__name__ != "VerifyGPUCode"]
         if self.needs_pipeline_postproc:
             postprocs[:0] = [TileConstraints(), ApplyPipelineStages()]
         mutators = ms.mutator.Mutator.create("cuda" if gpu else "llvm")
@@ -323,7 +397,10 @@ SPACES = {
                    seeds=tiled_seeds),
     "fast": Space("fast", "fast fp32 steps warp_tiled_gemm..rasterized_gemm: block/thread tile and warp arrangement, K tile, pipeline "
                   "stages, split-K (one design space each) x unroll depth", fast_template,
-                  ["unroll"], seeds=fast_seeds),
+                  ["unroll"], seeds=fast_seeds, checked_by_steps=True),
+    "dispatch": Space("dispatch", "the dispatcher's top 8 candidates, then their neighbours: split-K, block tile, K tile, "
+                      "ring depth (one design space each, the model's order) x unroll depth", dispatch_template,
+                      ["unroll"], seeds=dispatch_seeds, strategy="ordered", checked_by_steps=True),
     "default": Space("default", "MetaSchedule's auto-generated CUDA space (post-order-apply)", None),
 }
 

@@ -8,6 +8,12 @@ Strategies:
   workload, postprocessed and measured like any other candidate); for small spaces (``classic``).
 - ``random``: MetaSchedule's replay-trace (random decisions).
 - ``evolutionary``: MetaSchedule's evolutionary search guided by a cost model (``--cost-model``).
+- ``ordered``: the design spaces in the space's own order, the fastest ones' other decisions right
+  after them (:class:`tuning.searches.OrderedSearch`; the ``dispatch`` space's default).
+
+A time limit for the whole command (``search_end``, ``verify_by``: set by ``schedlab tune
+--time-limit``) cuts the search at its moment, builds and the candidate being timed included; what
+was measured before it is recorded (:mod:`tuning.deadline`).
 
 Resuming: a run is named ``space/strategy[/cost model]``; its trials are lines of
 ``DIR/trials.jsonl``. A later run with the same name continues until it has ``trials`` of them, and
@@ -42,10 +48,12 @@ from . import database as DB
 from . import records as R
 from .cost_models import make_cost_model
 from .cuda_compile import cuda_available, cuda_target, setup_cuda_env
+from .deadline import Background, Cutoff, check_seconds, runner_cut
 from .measure import (make_parallel_builder, checked_evaluator_local, checked_evaluator_rpc, cold_evaluator_local,
                       cold_evaluator_rpc, classify_error, verify_evaluator_local, verify_evaluator_rpc, FULL_TOLERANCE,
                       TIMERS)
 from .names import STRATEGIES
+from .searches import ExhaustiveSearch, OrderedSearch, candidate_from_decisions
 from .spaces import enumerate_decisions, get_space, knob_values, sample_insts
 from .tracker import count_rpc_servers, parse_tracker
 
@@ -79,7 +87,9 @@ class TuneOptions:
     min_repeat_ms: int = 20
     cold_repeat: int = 20  # cold timer: at most this many timed runs (fewer for slow candidates)
     seed: int = 0
-    time_limit_s: float | None = None
+    time_limit_s: float | None = None  # the search's own limit (seconds from its start)
+    search_end: float | None = None  # the moment (time.time()) the search stops, its work in flight cut
+    verify_by: float | None = None  # the moment the float64 check of the best must be over (else skipped)
     population: int = 256
     verify: bool = True
     seed_hand: bool = True  # measure the space's hand-written configurations first
@@ -119,9 +129,10 @@ def check_device(opts: TuneOptions) -> None:
                          "on remote GPUs with --rpc-tracker/--rpc-key, or tune for the CPU with --target llvm")
 
 
-def make_builder(opts: TuneOptions):
-    """Parallel local build processes that live for the whole run (see measure.make_parallel_builder)."""
-    return make_parallel_builder(opts.builders or os.cpu_count() or 1, opts.build_timeout, stop=INTERRUPTED)
+def make_builder(opts: TuneOptions, stop=None):
+    """Parallel local build processes that live for the whole run (see measure.make_parallel_builder);
+    ``stop``: Ctrl-C's event, or a Cutoff that also ends them at a time limit."""
+    return make_parallel_builder(opts.builders or os.cpu_count() or 1, opts.build_timeout, stop=stop or INTERRUPTED)
 
 
 def effective_timer(opts: TuneOptions) -> str:
@@ -165,63 +176,32 @@ def _strategy(opts: TuneOptions):
     if opts.strategy == "evolutionary":
         return ms.search_strategy.EvolutionarySearch(
             population_size=opts.population, init_min_unmeasured=min(50, opts.population // 2))
-    if opts.strategy == "exhaustive":
+    if opts.strategy in ("exhaustive", "ordered"):
         return ms.search_strategy.ReplayTrace()  # unused; the context needs one
     raise ValueError(f"unknown strategy {opts.strategy!r} (known: {', '.join(STRATEGIES)})")
 
 
-# --- exhaustive search -------------------------------------------------------------------------
-class ExhaustiveSearch:
-    """Every decision set of the design spaces, in order, as measure candidates; configurations a
-    postprocessor rejects (too many threads, too much shared memory...) come back as rejections."""
+def ordered_search(space, wl, ctx, design_spaces, mod) -> OrderedSearch:
+    """The ``ordered`` strategy over ``design_spaces``: each first at its seed's decisions, or, where it
+    has no seed, at the first seed's (for the fast bodies: unroll 256, the hand-written steps' depth),
+    or at the decisions it was generated with."""
+    seeds = [s if isinstance(s, tuple) else (0, s) for s in (space.seeds(wl) if space.seeds else [])]
+    by_index = {index: list(combo) for index, combo in reversed(seeds)}
+    default = list(seeds[0][1]) if seeds else None
 
-    def __init__(self, ctx, design_spaces, mod):
-        self.ctx, self.mod = ctx, mod
-        self.postprocs = list(ctx.space_generator.postprocs)
+    def first(n, trace, insts):
+        if n in by_index and len(by_index[n]) == len(insts):
+            return by_index[n]
+        if default is not None and len(default) == len(insts):
+            return default
+        out = []
+        for inst in insts:
+            d = trace.get_decision(inst)
+            out.append(int(d) if inst.kind.name == "SampleCategorical" else [int(x) for x in d])
+        return out
 
-        def combos():
-            for ds in design_spaces:
-                trace = ds.trace
-                insts = sample_insts(trace)
-                for combo in enumerate_decisions(trace):
-                    yield trace, insts, combo
-
-        self.iter = combos()
-
-    def generate(self, n: int):
-        cands, rejected = [], []
-        for trace, insts, combo in self.iter:
-            cand, t, failed = candidate_from_decisions(self.mod, self.postprocs, trace, insts, combo)
-            if failed:
-                rejected.append((t, failed))
-            else:
-                cands.append(cand)
-            if len(cands) + len(rejected) >= n:
-                break
-        return cands, rejected
-
-
-def candidate_from_decisions(mod, postprocs, trace, insts, combo):
-    """Replay ``trace`` with the decisions ``combo`` (aligned with ``insts``) onto ``mod`` and
-    postprocess it. Returns (candidate or None, the trace with the decisions, rejection reason)."""
-    t = trace
-    for inst, decision in zip(insts, combo):
-        t = t.with_decision(inst, decision, remove_postproc=True)
-    sch = s_tir.Schedule(mod)
-    t.apply_to_schedule(sch, remove_postproc=True)
-    sch.enter_postproc()
-    failed = None
-    for p in postprocs:
-        try:
-            ok = p.apply(sch)
-        except Exception as e:  # noqa: BLE001
-            ok, failed = False, f"{_pname(p)}: {str(e).strip().splitlines()[-1][:200]}"
-        if not ok:
-            failed = failed or f"rejected by {_pname(p)} (e.g. threads or shared memory over the limit)"
-            break
-    if failed:
-        return None, t, failed
-    return ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod)), t, None
+    return OrderedSearch(design_spaces, mod, list(ctx.space_generator.postprocs), first, enumerate_decisions,
+                         candidate_from_decisions, sample_insts)
 
 
 def seed_candidates(space, wl, ctx, design_spaces, mod):
@@ -246,16 +226,6 @@ def seed_candidates(space, wl, ctx, design_spaces, mod):
         if cand is not None:
             out.append(cand)
     return out
-
-
-def _pname(p) -> str:
-    name = type(p).__name__
-    if name == "_PyPostproc":
-        try:
-            return p.legacy_repr() if hasattr(p, "legacy_repr") else "python postproc"
-        except Exception:  # noqa: BLE001
-            return "python postproc"
-    return name
 
 
 # --- the main loop -----------------------------------------------------------------------------
@@ -302,7 +272,32 @@ def tune(opts: TuneOptions, on_trial=None) -> dict:
         if r.get("status") == "ok" and r["gflops"] > state.best_gflops:
             state.best_gflops, state.best_ms = r["gflops"], r["time_ms"]
     prior_elapsed = max((r.get("elapsed_s", 0.0) for r in mine), default=0.0)
+    remaining = opts.trials - state.done
+    cut = Cutoff(INTERRUPTED, opts.search_end)
+    builder = runner = None
+    if remaining > 0 and opts.search_end:
+        # under a time limit the build and run processes start up (TVM's import in each) while the search is
+        # prepared; else one after the other, as before (a Ctrl-C then never lands in two start-ups at once)
+        builder = make_builder(opts, cut)
+        builder.start()
+        runner = Background(lambda: make_runner(opts))
+    elif remaining > 0:
+        builder = make_builder(opts, cut)
+    try:
+        return _prepare(opts, wl, mod, func, target, space, run, database, mine, cache, state, prior_elapsed,
+                        remaining, cut, builder, runner, on_trial)
+    finally:
+        if builder is not None:
+            builder.shutdown()
+        if runner is not None:
+            runner.join()
 
+
+def _prepare(opts, wl, mod, func, target, space, run, database, mine, cache, state, prior_elapsed, remaining, cut,
+             builder, runner, on_trial):
+    """The search's context and design spaces, MetaSchedule's databases, then the search (or, with
+    nothing left to do, only the final check)."""
+    wl_text = str(wl)
     import_tensor_intrinsics()  # what TuneContext imports, at a tenth of the cost
     ctx = ms.TuneContext(mod, target=target, space_generator=space.generator(target),
                          search_strategy=_strategy(opts), task_name=run,
@@ -325,29 +320,33 @@ def tune(opts: TuneOptions, on_trial=None) -> dict:
                 pass
 
     _write_provenance(opts, target)
-    remaining = opts.trials - state.done
     summary = {"run": run, "workload": wl_text, "space": opts.space, "strategy": opts.strategy,
                "cost_model": opts.cost_model if opts.strategy == "evolutionary" else None,
                "target": str(target.kind.name), "options": asdict(opts)}
+    summary["costs"] = {}
     if remaining <= 0:
-        return _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start=time.time(), new_elapsed=0)
-    builder = make_builder(opts)
-    try:
-        return _search(opts, wl, mod, func, target, space, run, database, memory, workload_entry, mem_workload,
-                       cache, state, summary, prior_elapsed, ctx, design_spaces, cost_model, remaining, builder, on_trial)
-    finally:
-        builder.shutdown()
+        return _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start=time.time(), new_elapsed=0,
+                       cut=cut)
+    return _search(opts, wl, mod, func, target, space, run, database, memory, workload_entry, mem_workload,
+                   cache, state, summary, prior_elapsed, ctx, design_spaces, cost_model, remaining, builder, on_trial,
+                   cut, runner)
 
 
 def _search(opts, wl, mod, func, target, space, run, database, memory, workload_entry, mem_workload, cache,
-            state, summary, prior_elapsed, ctx, design_spaces, cost_model, remaining, builder, on_trial):
+            state, summary, prior_elapsed, ctx, design_spaces, cost_model, remaining, builder, on_trial, cut, started):
     wl_text = str(wl)
+    costs = {"builds": [], "runs": []}  # (seconds, candidates) per batch built; seconds per candidate timed
     trials_path = os.path.join(opts.db, R.TRIALS_FILE)
 
-    runner, servers = make_runner(opts)
+    t_runner = time.time()
+    runner, servers = started.get() if started is not None else make_runner(opts)
+    # a worker process's start-up: the check's runner pays it again
+    costs["start_s"] = time.time() - (started.started if started is not None else t_runner)
     summary["rpc_servers"] = servers if opts.rpc_tracker else 0
     if opts.strategy == "exhaustive":
         search = ExhaustiveSearch(ctx, design_spaces, mod)
+    elif opts.strategy == "ordered":
+        search = ordered_search(space, wl, ctx, design_spaces, mod)
     else:
         search = None
         ctx.pre_tuning(max_trials=remaining * 4 + opts.batch, num_trials_per_iter=opts.batch,
@@ -355,16 +354,20 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
     device_type = "cuda" if target.kind.name == "cuda" else "cpu"
     pending = seed_candidates(space, wl, ctx, design_spaces, mod) if opts.seed_hand else []
     t_start = time.time()
-    stale = 0
+    stale, generating = 0, 0.0
     while state.done < opts.trials:
         if opts.time_limit_s and time.time() - t_start > opts.time_limit_s:
             summary["stopped"] = f"time limit of {opts.time_limit_s:g} s reached"
+            break
+        if cut.left() <= generating:  # not even the next batch's proposal fits
+            summary["stopped"] = "the command's time limit: the search's share is spent"
             break
         if INTERRUPTED.is_set():
             summary["stopped"] = "interrupted"
             break
         want = min(opts.batch, opts.trials - state.done)
         seeded = bool(pending)
+        t_gen = time.time()
         if pending:
             cands, rejected, pending = pending[:want], [], []
         elif search is not None:
@@ -372,6 +375,7 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
         else:
             cands, rejected = ctx.generate_measure_candidates() or [], []
             cands = cands[:want]
+        generating = max(generating, time.time() - t_gen) if not seeded else generating
         if not cands and not rejected:
             summary["stopped"] = "the strategy has no more candidates"
             break
@@ -384,11 +388,16 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
                                           knobs=knob_values(trace, space.knobs)))
         keys = [R.trace_key(wl_text, opts.space, c.sch.trace.as_json(remove_postproc=True)) for c in cands]
         todo = [n for n, key in enumerate(keys) if key not in cache and key not in keys[:n]]
-        measured = _measure([cands[n] for n in todo], target, device_type, builder, runner)
+        measured = _measure([cands[n] for n in todo], target, device_type, builder, runner, stop=cut, costs=costs)
         if INTERRUPTED.is_set():  # a batch cut short (its workers may have died with Ctrl-C): not recorded
             summary["stopped"] = "interrupted"
             break
         results = {keys[n]: res for n, res in zip(todo, measured)}
+        if cut.expired():  # the time limit: what was measured before it is kept, the work cut short is not
+            _record_partial(cands, keys, results, cache, rows_rejected, seeded, opts, run, wl_text, space, wl,
+                            database, workload_entry, target, trials_path, state, t_start, prior_elapsed, on_trial)
+            summary["stopped"] = "the command's time limit: the search's share is spent (work in flight cut short)"
+            break
         progressed = False
         runner_results = []
         for cand, key in zip(cands, keys):
@@ -420,6 +429,13 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
             if state.done < opts.trials:
                 _log(trials_path, opts, run, wl_text, row, state, t_start, prior_elapsed, on_trial)
                 progressed = True
+        if opts.verify_by and opts.search_end and costs["builds"] and costs["runs"]:
+            # the check after the search, at this run's measured costs: the search may run up to it
+            check = check_seconds(measured_costs(costs, opts.builders or os.cpu_count() or 1))
+            cut.until = max(opts.search_end, opts.verify_by - check)
+        if hasattr(search, "notify"):
+            search.notify(cands, [cache[k]["time_ms"] / 1e3 if cache.get(k, {}).get("status") == "ok" else None
+                                  for k in keys])
         stale = 0 if progressed or search is not None else stale + 1
         if search is None and cands and not seeded:
             ctx.notify_runner_results(cands, runner_results)
@@ -434,7 +450,47 @@ def _search(opts, wl, mod, func, target, space, run, database, memory, workload_
         except Exception:  # noqa: BLE001
             pass
     new_elapsed = time.time() - t_start
-    return _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start, new_elapsed, builder)
+    summary["costs"] = measured_costs(costs, opts.builders or os.cpu_count() or 1)
+    return _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start, new_elapsed, builder, cut)
+
+
+def _record_partial(cands, keys, results, cache, rows_rejected, seeded, opts, run, wl_text, space, wl, database,
+                    workload_entry, target, trials_path, state, t_start, prior_elapsed, on_trial):
+    """Record the candidates of a batch cut short by the time limit that were measured (or answered
+    from the log) before the cut, and the rejected ones; those cut short (None) are measured next time."""
+    for cand, key in zip(cands, keys):
+        res = results.get(key) if key not in cache else _from_row(cache[key])
+        if res is None or key in state.keys or state.done >= opts.trials:
+            continue
+        reused = key in cache
+        row = _trial_row(res, cand, space, wl, key, reused)
+        if seeded:
+            row["seed"] = True
+        if not reused:
+            cache[key] = row
+            try:
+                database.commit_tuning_record(cand.sch.trace, workload_entry,
+                                              res["secs"] if res["status"] == "ok" else [FAILED_SECS], target,
+                                              cand.args_info)
+            except Exception:  # noqa: BLE001
+                pass
+        _log(trials_path, opts, run, wl_text, row, state, t_start, prior_elapsed, on_trial)
+    for row in rows_rejected:
+        if state.done < opts.trials:
+            _log(trials_path, opts, run, wl_text, row, state, t_start, prior_elapsed, on_trial)
+
+
+def measured_costs(costs: dict, builders: int) -> dict:
+    """Seconds per build (a batch's wall time over its rounds of ``builders``) and per timed candidate."""
+    out = {}
+    rounds = sum(-(-n // builders) for _, n in costs["builds"])
+    if rounds:
+        out["build_s"] = sum(s for s, _ in costs["builds"]) / rounds
+    if costs["runs"]:
+        out["run_s"] = float(np.median(costs["runs"]))
+    if costs.get("start_s"):
+        out["start_s"] = costs["start_s"]
+    return out
 
 
 def _from_row(row):
@@ -444,14 +500,22 @@ def _from_row(row):
     return {"status": row.get("status", "run"), "reason": row.get("reason", "")}
 
 
-def _measure(cands, target, device_type, builder, runner) -> list[dict | None]:
-    """Build and run ``cands``: a result per candidate, None for those Ctrl-C left unmeasured."""
+def _measure(cands, target, device_type, builder, runner, stop=None, costs=None) -> list[dict | None]:
+    """Build and run ``cands``: a result per candidate, None for those Ctrl-C or the time limit left
+    unmeasured (``stop``: a Cutoff; builds under way and the candidate being timed are cut short at
+    its moment). ``costs``: lists the batch's build time and each candidate's run time are added to."""
     if not cands:
         return []
+    stop = stop or INTERRUPTED
+    t0 = time.time()
     built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in cands])
+    if costs is not None and not stop.is_set():
+        costs["builds"].append((time.time() - t0, len(cands)))
     out: list[dict | None] = [None] * len(cands)
     to_run, idx = [], []
     for n, (c, b) in enumerate(zip(cands, built)):
+        if b.error_msg and stop.is_set() and b.error_msg.startswith("interrupted"):
+            continue  # a build cut short: no verdict
         if b.error_msg:
             status, reason = classify_error(b.error_msg, "build")
             out[n] = {"status": status, "reason": reason}
@@ -461,19 +525,30 @@ def _measure(cands, target, device_type, builder, runner) -> list[dict | None]:
     if isinstance(runner, ms.runner.LocalRunner):
         # LocalRunner runs one candidate after another; asked one at a time, it stops at Ctrl-C
         # (its worker dies with it, and it would start a new one, paying TVM's start-up, for each)
+        # and at the time limit (runner_cut ends the worker timing a candidate then)
         futures = []
-        for rin in to_run:
-            if INTERRUPTED.is_set():
-                break
-            futures += runner.run([rin])
+        with runner_cut(stop if isinstance(stop, Cutoff) else None, runner):
+            for rin in to_run:
+                if stop.is_set():
+                    break
+                t_run = time.time()
+                futures += runner.run([rin])
+                if costs is not None and not stop.is_set():
+                    costs["runs"].append(time.time() - t_run)
     else:
         futures = runner.run(to_run) if to_run else []
+    cut_short = isinstance(stop, Cutoff) and stop.expired()
+    for rin in to_run[len(futures):]:
+        _remove_artifact(rin.artifact_path)
     for n, fut, rin in zip(idx, futures, to_run):
         try:
             res = fut.result()
             err, secs = res.error_msg, [float(s) for s in (res.run_secs or [])]
         except Exception as e:  # noqa: BLE001
             err, secs = f"{type(e).__name__}: {e}", []
+        if err and cut_short and n == idx[len(futures) - 1]:
+            _remove_artifact(rin.artifact_path)  # the candidate being timed at the cut: no verdict
+            continue
         if err:
             status, reason = classify_error(err, "run")
             out[n] = {"status": status, "reason": reason}
@@ -600,7 +675,7 @@ def verify_runner(opts: TuneOptions):
     return make_runner(vopts, verify=True)[0]
 
 
-def verify(opts: TuneOptions, wl, target, trace_json, builder, runner) -> tuple[float | None, str]:
+def verify(opts: TuneOptions, wl, target, trace_json, builder, runner, stop=None) -> tuple[float | None, str]:
     """Build the candidate again and compare its full output with float64 on the measuring device
     (``runner``: :func:`verify_runner`). Returns (the relative error, inf for outputs that are not
     finite; "") or, when the check could not run (the build or the run failed: a timeout, a worker
@@ -608,16 +683,19 @@ def verify(opts: TuneOptions, wl, target, trace_json, builder, runner) -> tuple[
     sch = schedule_from_trace(wl, trace_json)
     device_type = "cuda" if target.kind.name == "cuda" else "cpu"
     res = _measure([ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod))], target,
-                   device_type, builder, runner)[0]
+                   device_type, builder, runner, stop=stop)[0]
     if res is None:
-        return None, "interrupted"
+        return None, "interrupted" if INTERRUPTED.is_set() else "cut short by the time limit"
     if res["status"] != "ok":
         return None, f"{res['status']}: {res.get('reason', '')}"
     return float(res["secs"][0]), ""
 
 
-def _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start, new_elapsed, builder=None):
+def _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start, new_elapsed, builder=None, cut=None):
     wl_text = str(wl)
+    cut = cut or Cutoff(INTERRUPTED)
+    cut.until = opts.verify_by  # the check's own moment (the search's has passed)
+    check_s = check_seconds(summary.get("costs") or {})
     rows = [r for r in R.trials(opts.db, wl_text, state.run)]
     verified_bad = {r["key"] for r in R.trials(opts.db, wl_text) if r.get("status") == "verify"
                     and not r.get("passed")}
@@ -635,12 +713,20 @@ def _finish(opts, wl, mod, target, state, summary, prior_elapsed, t_start, new_e
         if cand["key"] in verified_ok:
             best = dict(cand, rel_error=verified_ok[cand["key"]])
             break
+        if cut.left() < check_s:  # no time for the check: the best as the sampled check passed it
+            best = dict(cand, rel_error=None)
+            summary["check"] = "the float64 check of the best was skipped: the command's time limit"
+            break
         if checker is None:
             checker = verify_runner(opts)
             if builder is None:
-                builder = own_builder = make_parallel_builder(1, opts.build_timeout, stop=INTERRUPTED)
-        err, why = verify(opts, wl, target, cand["trace"], builder, checker)
+                builder = own_builder = make_parallel_builder(1, opts.build_timeout, stop=cut)
+        err, why = verify(opts, wl, target, cand["trace"], builder, checker, stop=cut)
         if INTERRUPTED.is_set():  # a check cut short is no verdict
+            break
+        if cut.expired():  # cut short by the time limit: no verdict, the best as the sampled check passed it
+            best = dict(cand, rel_error=None)
+            summary["check"] = "the float64 check of the best was cut short by the command's time limit"
             break
         if err is None:
             log(f"the float64 check of trial {cand.get('trial')} of {state.run} could not run ({why[:200]}); it is "
@@ -692,46 +778,3 @@ def save_best(db_dir, wl, target, run, space, best: dict):
 
 def log(msg: str):
     print(msg, file=sys.stderr, flush=True)
-
-
-# --- TVM's dlight rules: one fixed schedule, measured in the same harness ----------------------
-def dlight_schedule(wl, target):
-    from tvm.s_tir import dlight as dl
-
-    mod = tvm.IRModule({"main": wl.prim_func()})
-    with target:
-        mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.Fallback())(mod)
-    return s_tir.Schedule(mod)
-
-
-def measure_dlight(opts: TuneOptions, on_trial=None) -> dict:
-    """Measure TVM's dlight schedule once (run ``dlight``); logged like a one-trial run."""
-    setup_env()
-    wl = parse_workload(opts.workload)
-    target = make_target(opts.target, opts.arch)
-    if target.kind.name != "cuda":
-        return {"run": "dlight", "skipped": "dlight rules are for GPU targets"}
-    old = [r for r in R.trials(opts.db, str(wl), "dlight") if r.get("status") != "verify"]
-    if old:
-        return {"run": "dlight", "workload": str(wl), "result": old[-1]}
-    sch = dlight_schedule(wl, target)
-    builder = make_builder(TuneOptions(**{**asdict(opts), "builders": 1}))
-    try:
-        runner, _ = make_runner(opts)
-        t0 = time.time()
-        res = _measure([ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod))], target,
-                       "cuda", builder, runner)[0]
-    finally:
-        builder.shutdown()
-    if res is None or INTERRUPTED.is_set():
-        return {"run": "dlight", "workload": str(wl), "skipped": "interrupted"}
-    row = {"key": "dlight", "status": res["status"], "reused": False, "knobs": {}}
-    if res["status"] == "ok":
-        t = float(np.median(res["secs"]))
-        row.update(time_ms=t * 1e3, gflops=wl.flops / t / 1e9)
-    else:
-        row["reason"] = res.get("reason", "")
-    state = RunState("dlight", 1)
-    dl_opts = TuneOptions(**{**asdict(opts), "space": "dlight", "strategy": "dlight"})
-    _log(os.path.join(opts.db, R.TRIALS_FILE), dl_opts, "dlight", str(wl), row, state, t0, 0.0, on_trial)
-    return {"run": "dlight", "workload": str(wl), "result": row}

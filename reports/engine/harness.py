@@ -272,10 +272,12 @@ def measure_ceilings() -> dict:
 
 # --- both phases ---------------------------------------------------------------------------------------
 def run_jobs(jobs: list[dict], *, gpu: bool | None = None, out_dir: str | None = None, workers: int | None = None,
-             timeout: float = 300.0, on_row=None, on_build=None, write_ir_files: bool = True) -> list[dict]:
+             timeout: float = 300.0, on_row=None, on_build=None, write_ir_files: bool = True,
+             until: float | None = None) -> list[dict]:
     """Build, check and time ``jobs`` (see the module's docstring). ``on_row(row)`` is called with
     each job's final row as it is measured (in job order), ``on_build(row)`` with each build's row
-    as it finishes. Returns the rows in job order. Interrupted (Ctrl-C), it first calls ``on_row``
+    as it finishes. Returns the rows in job order. ``until``: the moment (time.time()) everything is
+    over by: the job under way then is killed and the rest are ``skipped`` rows (a time limit). Interrupted (Ctrl-C), it first calls ``on_row``
     for each kernel built but not measured (status ``built``; ``no-gpu`` without a GPU), so that
     what was built is kept, then lets the interrupt go on."""
     gpu = cuda_available() if gpu is None else gpu
@@ -297,7 +299,7 @@ def run_jobs(jobs: list[dict], *, gpu: bool | None = None, out_dir: str | None =
             on_row(row)
 
     try:
-        return _run_jobs(jobs, gpu, workers, timeout, built, report, on_build, out_dir)
+        return _run_jobs(jobs, gpu, workers, timeout, built, report, on_build, out_dir, until)
     except KeyboardInterrupt:
         for job in jobs:
             b = built.get(job["id"], {})
@@ -309,7 +311,7 @@ def run_jobs(jobs: list[dict], *, gpu: bool | None = None, out_dir: str | None =
             shutil.rmtree(lib_dir, ignore_errors=True)
 
 
-def _run_jobs(jobs, gpu, workers, timeout, built, on_row, on_build, out_dir) -> list[dict]:
+def _run_jobs(jobs, gpu, workers, timeout, built, on_row, on_build, out_dir, until=None) -> list[dict]:
     to_build = [j for j in jobs if j["name"] not in LIBRARY]
     if to_build:
         workers = workers or max(1, min(len(to_build), (os.cpu_count() or 2) - 1))
@@ -321,7 +323,7 @@ def _run_jobs(jobs, gpu, workers, timeout, built, on_row, on_build, out_dir) -> 
             if on_build is not None:
                 on_build(row)
 
-        with Pool("reports.engine.harness:build_job", workers, timeout) as pool:
+        with Pool("reports.engine.harness:build_job", workers, timeout, until=until) as pool:
             pool.map(to_build, on_row=done_building)
     rows: list[dict] = []
     measurable = []
@@ -347,7 +349,7 @@ def _run_jobs(jobs, gpu, workers, timeout, built, on_row, on_build, out_dir) -> 
             on_row(final)
 
         meas = [dict(j, tolerance=built.get(j["id"], {}).get("tolerance")) for j in measurable]
-        with Pool("reports.engine.harness:measure_job", 1, timeout) as pool:
+        with Pool("reports.engine.harness:measure_job", 1, timeout, until=until) as pool:
             pool.map(meas, on_row=done)
     return rows
 

@@ -113,12 +113,15 @@ class _Worker:
 
 class Pool:
     """``workers`` worker processes running ``handler`` (``"module:function"``) on jobs, each job
-    within ``timeout`` seconds. ``env``: extra environment variables for the workers."""
+    within ``timeout`` seconds. ``env``: extra environment variables for the workers. ``until``: a
+    moment (time.time()) by which every job is over: a job running then is killed, and the jobs not
+    started get a ``skipped`` row (a command's time limit)."""
 
-    def __init__(self, handler: str, workers: int = 1, timeout: float = 300.0, env: dict | None = None):
+    def __init__(self, handler: str, workers: int = 1, timeout: float = 300.0, env: dict | None = None,
+                 until: float | None = None):
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
-        self.handler, self.size, self.timeout = handler, max(1, int(workers)), timeout
+        self.handler, self.size, self.timeout, self.until = handler, max(1, int(workers)), timeout, until
         self.env = dict(os.environ)
         self.env["PYTHONPATH"] = ROOT + (os.pathsep + self.env["PYTHONPATH"] if self.env.get("PYTHONPATH") else "")
         self.env.update(env or {})
@@ -135,13 +138,16 @@ class Pool:
             w.kill()
         self.workers = []
 
+    def _left(self) -> float:
+        return float("inf") if self.until is None else self.until - time.time()
+
     def _start(self, n: int):
         started: list[_Worker] = []
         try:
             for _ in range(n):
                 started.append(_Worker(self.handler, self.env))
             for w in started:
-                w.wait_ready(START_TIMEOUT)
+                w.wait_ready(max(0.0, min(START_TIMEOUT, self._left())))
         except BaseException:  # a worker that did not start, or an interrupt meanwhile: none is left running
             for w in started:
                 w.kill()
@@ -156,8 +162,6 @@ class Pool:
         pending = list(range(len(jobs)))[::-1]
         busy: dict[_Worker, int] = {}
         want = min(self.size, len(jobs))
-        if len(self.workers) < want:
-            self._start(want - len(self.workers))
 
         def finish(index, row):
             job = jobs[index]
@@ -166,8 +170,27 @@ class Pool:
             if on_row is not None:
                 on_row(index, rows[index])
 
+        def out_of_time(indices):
+            for index in indices:
+                finish(index, {"status": "skipped", "error": "not run: the command's time limit"})
+            return rows
+
+        if jobs and self._left() <= 0:
+            return out_of_time(range(len(jobs)))
+        if len(self.workers) < want:
+            try:
+                self._start(want - len(self.workers))
+            except RuntimeError:
+                if self._left() > 0:
+                    raise
+                return out_of_time(range(len(jobs)))  # the workers were still starting at the time limit
+
         try:
             while pending or busy:
+                if pending and self._left() <= 0:  # the time limit: nothing more starts
+                    out_of_time(pending[::-1])
+                    pending = []
+                    continue
                 if pending and len(self.workers) < want:  # replace the workers that died or were killed
                     self._start(want - len(self.workers))
                 for w in list(self.workers):
@@ -178,7 +201,7 @@ class Pool:
                             self._start(1)
                             continue
                         index = pending.pop()
-                        w.send(jobs[index], self.timeout)
+                        w.send(jobs[index], min(self.timeout, max(self._left(), 0.0)))
                         busy[w] = index
                 if not busy:
                     continue
@@ -213,7 +236,10 @@ class Pool:
                     elif time.time() >= w.deadline:
                         del busy[w]
                         self._replace(w)
-                        finish(index, {"status": "error", "error": f"timed out after {self.timeout:g} s (hang?)"})
+                        if self._left() <= 0:
+                            finish(index, {"status": "skipped", "error": "cut short by the command's time limit"})
+                        else:
+                            finish(index, {"status": "error", "error": f"timed out after {self.timeout:g} s (hang?)"})
         finally:
             if busy:  # interrupted: nothing half-finished is left running
                 self.close()

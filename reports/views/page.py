@@ -22,7 +22,7 @@ from ..engine.harness import build_kernel
 from ..engine.provenance import provenance, slug
 from .html import render_page, write_page
 from .tables import knobs, not_built_line, ordered, params_text, time_cell
-from .tuning_report import harness_bests, load_runs, summarize, write_report
+from .tuning_report import dispatcher_move, harness_bests, load_runs, summarize, write_report
 
 PUBLISHED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")  # reports/results
 STAGE_FILES = {"scheduled": "scheduled", "lowered": "lowered", "cuda": "cuda", "ptx": "ptx"}
@@ -178,6 +178,19 @@ def tuning_page(db: str, workload: str, out_dir: str) -> dict:
         tables.append({"id": "final", "caption": "Final choice in the harness (each run's best there)",
                        "columns": ["run", "harness ms", "configuration", ""], "rows": rows,
                        "row_schedule": [None] * len(rows)})
+    move = dispatcher_move(db, workload, runs)
+    moved = [[t["run"], "the tuner's", _num(t["dispatcher_ms"]), "", _num(t["tuned_ms"]), "", f"{t['speedup']:.2f}×",
+              t["trials"], _num(t["search_s"])] for t in move["tuner"]]
+    h = move["harness"]
+    if h:
+        moved.append(["best_gemm → tuned_gemm", "schedlab run's harness", _num(h["dispatcher_ms"]),
+                      _num(h["dispatcher_pct_cublas"]), _num(h["tuned_ms"]), _num(h["tuned_pct_cublas"]),
+                      f"{h['speedup']:.2f}×" if h.get("speedup") else "", "", ""])
+    if moved:
+        tables.insert(1, {"id": "dispatcher", "caption": "How far tuning moved the dispatcher's choice",
+                          "columns": ["run", "timer", "dispatcher's choice ms", "% cuBLAS", "tuned ms", "% cuBLAS",
+                                      "speedup", "trials", "search s"], "rows": moved,
+                          "row_schedule": [None] * len(moved)})
     chart = os.path.join(out_dir, f"convergence_{slug(workload)}.png")
     charts = [{"caption": "Convergence: best GFLOP/s so far against trials", "png": _bytes(chart)}]
     return {"title": f"schedlab tune · {workload} · {prov.get('gpu')}", "provenance": prov, "notes": notes,

@@ -123,23 +123,89 @@ TIMER_TEXT = {
 }
 
 
-def improvement_lines(runs: dict) -> list[str]:
-    """How much each seeded run improved on where it started: its first seed is the dispatcher's
-    choice (best_gemm's configuration), measured before anything else."""
-    out = []
+DISPATCHER_SEEDED = ("dispatch", "fast")  # spaces whose first seed is the dispatcher's choice (best_gemm's)
+DISPATCHER_FILE = "dispatcher_{}.json"  # the comparison in the harness (reports.experiments.tuned)
+
+
+def dispatcher_move(db: str, workload: str, runs: dict) -> dict:
+    """How far tuning moved the dispatcher's choice. ``tuner``: per run over a space seeded with it,
+    the dispatcher's choice (the run's first seed, best_gemm's configuration) and the run's best,
+    both in the tuner's timer, the ratio, the trials and the search's wall time. ``harness``: where
+    the comparison ran (``DIR/dispatcher_<workload>.json``), best_gemm, the tuned best and cuBLAS
+    timed side by side in schedlab run's harness, each as % of cuBLAS where cuBLAS was timed."""
+    tuner = []
     for run, rows in runs.items():
-        seeds = [r for r in rows if r.get("seed") and r.get("status") == "ok"]
+        seeds = sorted((r for r in rows if r.get("seed") and r.get("status") == "ok"
+                        and r.get("space") in DISPATCHER_SEEDED), key=lambda r: r.get("trial", 0))
         ok = [r for r in rows if r.get("status") == "ok"]
-        if not seeds or not ok:
+        if not seeds:
             continue
-        start = min(seeds, key=lambda r: r.get("trial", 0))
-        best = min(ok, key=lambda r: r["time_ms"])
-        gain = start["time_ms"] / best["time_ms"]
-        what = (f"{gain:.2f}× faster: {best['time_ms']:.4g} ms ({knobs(best.get('knobs'))})" if best is not start
-                else "nothing faster was found")
-        out.append(f"- {run}: started from the dispatcher's choice (best_gemm's configuration, {start['time_ms']:.4g} ms "
-                   f"in the tuner's timer); the best it found is {what}.")
-    return (["## Improvement over the dispatcher's choice", ""] + out + [""]) if out else []
+        start, best = seeds[0], min(ok, key=lambda r: r["time_ms"])
+        tuner.append({"run": run, "dispatcher_ms": start["time_ms"], "tuned_ms": best["time_ms"],
+                      "speedup": start["time_ms"] / best["time_ms"], "trials": len(rows),
+                      "search_s": max((r.get("elapsed_s", 0.0) for r in rows), default=0.0),
+                      "dispatcher_knobs": start.get("knobs"), "tuned_knobs": best.get("knobs"),
+                      "tuned_trial": best.get("trial")})
+    harness = None
+    path = os.path.join(db, DISPATCHER_FILE.format(slug(workload)))
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        best_gemm, tuned, cublas = (saved.get(k) or {} for k in ("best_gemm", "tuned_gemm", "cublas"))
+        harness = {"dispatcher_ms": best_gemm.get("time_ms"), "dispatcher_pct_cublas": best_gemm.get("pct_cublas"),
+                   "dispatcher_status": best_gemm.get("status"), "chosen": best_gemm.get("chosen"),
+                   "dispatcher_step": best_gemm.get("name") or "best_gemm",
+                   "tuned_ms": tuned.get("time_ms"), "tuned_pct_cublas": tuned.get("pct_cublas"),
+                   "tuned_status": tuned.get("status"), "cublas_ms": cublas.get("time_ms"),
+                   "cublas_status": cublas.get("status"), "selected_from": saved.get("selected_from"),
+                   "gpu": (saved.get("provenance") or {}).get("gpu"), "date": (saved.get("provenance") or {}).get("date")}
+        if harness["dispatcher_ms"] and harness["tuned_ms"]:
+            harness["speedup"] = harness["dispatcher_ms"] / harness["tuned_ms"]
+    return {"tuner": tuner, "harness": harness}
+
+
+def _ms(v) -> str:
+    return fmt(v, ".4g") if v else ""
+
+
+def dispatcher_lines(move: dict, command: dict | None = None) -> list[str]:
+    """The report's section on how far tuning moved the dispatcher's choice (:func:`dispatcher_move`)."""
+    if not move["tuner"] and not move["harness"]:
+        return []
+    out = ["## How far tuning moved the dispatcher's choice", ""]
+    if move["tuner"]:
+        out += ["In the tuner's timer (the dispatcher's choice is each run's first trial):", "",
+                markdown_table(pd.DataFrame([{
+                    "run": t["run"], "dispatcher's choice (ms)": _ms(t["dispatcher_ms"]), "tuned best (ms)": _ms(t["tuned_ms"]),
+                    "speedup": f"{t['speedup']:.2f}×", "found at trial": fmt(t.get("tuned_trial"), ".0f"),
+                    "trials": t["trials"], "search (s)": fmt(t["search_s"], ".0f"),
+                    "tuned configuration": knobs(t.get("tuned_knobs") or {})} for t in move["tuner"]]))]
+    h = move["harness"]
+    if h:
+        def cell(ms, pct, status):
+            if not ms:
+                return status or "not timed"
+            return f"{ms:.4g} ms" + (f" ({pct:.1f}% of cuBLAS)" if pct else "")
+
+        chosen = f" ({h['chosen']})" if h.get("chosen") else ""
+        out += ["", f"In schedlab run's harness (isolated builds, float64 check, L2 emptied before each timed run; "
+                f"{h.get('gpu') or '?'}, {h.get('date') or '?'}):", "",
+                f"- the dispatcher's choice, {h['dispatcher_step']}{chosen}: "
+                f"{cell(h['dispatcher_ms'], h['dispatcher_pct_cublas'], h['dispatcher_status'])}",
+                f"- the tuned best, tuned_gemm" + (f" (the fastest there of the runs' top {h['selected_from']} and the "
+                                                    "dispatcher's choice)" if h.get("selected_from") else "")
+                + f": {cell(h['tuned_ms'], h['tuned_pct_cublas'], h['tuned_status'])}",
+                f"- cuBLAS: {cell(h['cublas_ms'], None, h['cublas_status'])}"]
+        if h.get("speedup"):
+            out.append(f"- tuning moved it {h['speedup']:.2f}× ({h['dispatcher_ms']:.4g} ms → {h['tuned_ms']:.4g} ms)")
+    if command:
+        limit = command.get("limit_s")
+        out += ["", f"The command: {fmt(command.get('elapsed_s'), '.0f')} s of wall time up to this report"
+                + (f" (time limit {limit:g} s)" if limit else "") + f", {command.get('trials', '?')} trials."]
+        skipped = {k: v for k, v in (command.get("steps") or {}).items() if v != "done"}
+        if skipped:
+            out.append("Steps left out: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + ".")
+    return out + [""]
 
 
 def harness_bests(rows: list[dict]) -> dict:
@@ -177,10 +243,12 @@ def _reselect_table(db: str, workload: str) -> list[str]:
             "timed again with L2 emptied by reading)", "", markdown_table(per_run), markdown_table(every)]
 
 
-def write_report(db: str, workload: str, out_dir: str, hand: dict | None = None) -> dict:
+def write_report(db: str, workload: str, out_dir: str, hand: dict | None = None, command: dict | None = None) -> dict:
     """The tuning report of ``db``'s trials on ``workload`` in ``out_dir``: ``tuning_<workload>.md``
     (and ``.json``) and the convergence chart. ``hand``: the hand comparison's results
-    (:func:`reports.experiments.tuned.hand_comparison`) to draw and tabulate beside the runs."""
+    (:func:`reports.experiments.tuned.hand_comparison`) to draw and tabulate beside the runs.
+    ``command``: what the tuning command spent (``elapsed_s``, ``limit_s``, ``trials``) and the steps
+    it left out for its time limit (``steps``)."""
     os.makedirs(out_dir, exist_ok=True)
     prov = provenance()
     measured_on = os.path.join(db, "provenance.json")
@@ -219,7 +287,8 @@ def write_report(db: str, workload: str, out_dir: str, hand: dict | None = None)
                "at trial": runs_df["first_trial_at_best"].map(lambda v: fmt(v, ".0f"))})
         md.append(markdown_table(shown[["run", "trials", "valid", "failed", "measured", "trials/min", "best GFLOP/s",
                                         "best ms", "at trial", "best configuration"]]))
-    md += ["", f"![convergence]({os.path.basename(chart)})", ""] + improvement_lines(runs) + \
+    move = dispatcher_move(db, workload, runs)
+    md += ["", f"![convergence]({os.path.basename(chart)})", ""] + dispatcher_lines(move, command) + \
         ["## Top configurations", ""] + top_table(runs)
     reasons = Counter()
     for run, rows in runs.items():
@@ -263,6 +332,7 @@ def write_report(db: str, workload: str, out_dir: str, hand: dict | None = None)
     with open(path, "w") as fh:
         fh.write("\n".join(md) + "\n")
     with open(os.path.join(out_dir, f"tuning_{slug(workload)}.json"), "w") as fh:
-        json.dump({"provenance": prov, "workload": workload, "runs": summaries, "hand": hand_rows}, fh,
+        json.dump({"provenance": prov, "workload": workload, "runs": summaries, "hand": hand_rows,
+                   "dispatcher_move": move, "command": command}, fh,
                   indent=1, default=float)
     return {"markdown": path, "chart": chart}
