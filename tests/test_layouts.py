@@ -386,7 +386,9 @@ def test_a_batch_multiplies_the_blocks_like_split_k():
     for cand in dispatch.candidates(many, "fp16"):
         e1, e32 = dispatch.estimate(one, cand), dispatch.estimate(many, cand)
         assert e32.terms["blocks"] == 32 * e1.terms["blocks"]
-        assert e32.terms["dram_us"] == pytest.approx(32 * e1.terms["dram_us"])
+        # the bytes 32 times over; a persistent kernel's last round of tiles (stream_spread) as its units give it
+        spread1, spread32 = e1.terms.get("spread", 1.0), e32.terms.get("spread", 1.0)
+        assert e32.terms["dram_us"] / spread32 == pytest.approx(32 * e1.terms["dram_us"] / spread1)
     # one 512x512 product fills a fraction of the GPU; 32 of them take the bigger tiles' time per block
     assert dispatch.rank(many, "fp16")[0].terms["blocks"] >= 132
 
