@@ -32,6 +32,8 @@ from scripts.steps_index import list_steps
 from tuning.names import COST_MODELS, SPACE_NAMES, STRATEGIES  # names only: no TVM before a command runs
 
 COMPARISONS = ("default", "random", "dlight")
+DEFAULT_TRIALS = 64  # trials of a run without --time-limit
+TIME_LIMITED_TRIALS = 1024  # with one: more than a 5-minute search measures (the dispatch space has 192)
 
 
 def add_parser(subparsers):
@@ -46,7 +48,9 @@ def add_parser(subparsers):
                    "classic and a step's space, else evolutionary)")
     s.add_argument("--cost-model", default="ridge", choices=COST_MODELS,
                    help="for the evolutionary strategy (default %(default)s; xgb needs xgboost)")
-    s.add_argument("--trials", type=int, default=64, help="trial budget of each run (default %(default)s)")
+    s.add_argument("--trials", type=int, default=None,
+                   help=f"trial budget of each run (default {DEFAULT_TRIALS}; with --time-limit, "
+                   f"{TIME_LIMITED_TRIALS}: the time, or the space running out, ends the search)")
     s.add_argument("--db", default="out/tune", help="tuning directory: database, trial log, best configs")
     s.add_argument("--target", default="cuda", choices=("cuda", "llvm"))
     s.add_argument("--arch", default=None, help="CUDA arch (default: the GPU's, else sm_90)")
@@ -89,11 +93,19 @@ def _options(args, **over):
 
     strategy = args.strategy or get_space(args.space).strategy
     base = dict(workload=args.workload, space=args.space, strategy=strategy, cost_model=args.cost_model,
-                trials=args.trials, db=args.db, target=args.target, arch=args.arch, batch=args.batch, timer=args.timer,
+                trials=trial_budget(args), db=args.db, target=args.target, arch=args.arch, batch=args.batch, timer=args.timer,
                 builders=args.builders, rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key, seed=args.seed,
                 population=args.population, verify=not args.no_verify)  # --time-limit: the command's (search_end)
     base.update(over)
     return TuneOptions(**base)
+
+
+def trial_budget(args) -> int:
+    """Trials of each run: --trials where given; else 64, or, with --time-limit, enough that the time
+    limit ends the search rather than the count (a time-limited search should use the time it is given)."""
+    if args.trials is not None:
+        return args.trials
+    return TIME_LIMITED_TRIALS if args.time_limit is not None else DEFAULT_TRIALS
 
 
 def _progress_cb(quiet, trials, label):

@@ -758,3 +758,19 @@ def test_tune_with_a_time_limit_on_the_gpu_says_how_far_it_moved_the_dispatchers
     report = (db / "report" / "tuning_gemm_346x2154x357.md").read_text()
     assert "## How far tuning moved the dispatcher's choice" in report and "% of cuBLAS" in report
     assert "in schedlab run's harness: best_gemm" in done.stdout, done.stdout
+
+
+def test_a_time_limited_tune_is_ended_by_its_time_not_by_the_default_trial_count():
+    """``schedlab tune --time-limit 300`` without ``--trials`` searches until the time (or the space)
+    runs out: the default count of 64 ended such a search at 135 s of 300 on a GPU, short of what the
+    rest of the time would have measured. --trials, where given, still bounds it; without a time limit
+    the default stays 64."""
+    from scripts.schedlab import make_parser
+    from scripts.tune_cmd import DEFAULT_TRIALS, TIME_LIMITED_TRIALS, trial_budget
+    from tuning.spaces import DISPATCH_SIZE
+
+    parse = make_parser().parse_args
+    assert trial_budget(parse(["tune"])) == DEFAULT_TRIALS == 64
+    assert trial_budget(parse(["tune", "--time-limit", "300"])) == TIME_LIMITED_TRIALS > DISPATCH_SIZE
+    assert trial_budget(parse(["tune", "--time-limit", "300", "--trials", "20"])) == 20
+    assert trial_budget(parse(["tune", "--trials", "7"])) == 7
