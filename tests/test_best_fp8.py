@@ -42,7 +42,7 @@ def test_the_choice_is_a_valid_fp8_configuration(workload, step, cls):
     assert res.chosen.startswith(step) and "stages" in res.chosen
     ranked = dispatch_fp8.rank(wl)
     assert (ranked[0].step, ranked[0].config) == (step, res.step_config)
-    assert all(e.step == step for e in ranked) and len(ranked) == (2 if cls is Fp8BlockConfig else 6)
+    assert all(e.step == step for e in ranked) and len(ranked) == (4 if cls is Fp8BlockConfig else 12)
 
 
 def test_a_misaligned_k_is_padded_along_k_and_the_copy_is_counted(padded):
@@ -64,7 +64,8 @@ def test_a_misaligned_k_is_padded_along_k_and_the_copy_is_counted(padded):
     assert "main_kernel(__nv_fp8_e4m3* __restrict__ A_ptr, uint4* __restrict__ A_pad_ptr)" in cuda
     assert "main_kernel_1(__nv_fp8_e4m3* __restrict__ B_ptr, uint4* __restrict__ B_pad_ptr)" in cuda
     assert "% 63) < 62)" in cuda and "__nv_fp8_e4m3(0x0p+0f" in cuda  # 63 16-byte pieces a row, the last half zero
-    assert "T.tensormap_encode_tiled(A_map, A_pad.data, 1008, 1000, 1008, 128, 128" in padded.scheduled
+    bm = res.step_config.block_m  # the A box: 128 of K by the tile's rows
+    assert f"T.tensormap_encode_tiled(A_map, A_pad.data, 1008, 1000, 1008, 128, {bm}" in padded.scheduled
     assert "T.tensormap_encode_tiled(B_map, B_pad.data, 1008, 520, 1008, 128, 64" in padded.scheduled
     assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in padded.device.ptx
 
@@ -155,7 +156,7 @@ def test_the_calibration_sweep_measures_fp8_and_the_fit_recovers_its_constants(c
 
     truth = copy.deepcopy(dispatch.CALIBRATION)
     truth["fp8"] = {"efficiency": {k: round(0.8 * v, 3) for k, v in dispatch_fp8.FP8_DEFAULTS["efficiency"].items()},
-                    "block_promotion": 0.5}
+                    "block_promotion": 0.5, "pingpong_block_promotion": 0.4}
     gpu = GpuSpec()
     shapes = [(2048, 2048, 4096), (12288, 2048, 4096), (3001, 1999, 5003), (128, 12288, 4096)]
     jobs = calibrate.calibration_jobs(shapes=shapes, precisions=("fp8",), gpu=gpu, cal=truth)
@@ -173,6 +174,8 @@ def test_the_calibration_sweep_measures_fp8_and_the_fit_recovers_its_constants(c
     cal, report = calibrate.fit(df, gpu)
     assert {k: v for k, v in cal.items() if k != "fp8"} == {k: v for k, v in dispatch.CALIBRATION.items() if k != "fp8"}
     assert cal["fp8"]["efficiency"] == truth["fp8"]["efficiency"] and cal["fp8"]["block_promotion"] == 0.5
+    assert cal["fp8"]["pingpong_block_promotion"] == 0.4 and report["fp8"]["pingpong_block_promotion"]["fitted"]
+    assert any(j.get("params", {}).get("pingpong") for j in jobs)  # the ping-pong kernels are measured too
     assert cal["fp8"]["calibrated_on"] == {"gpu": "NVIDIA H200", "arch": "sm_90", "sms": 132}
     assert report["fp8"]["median_abs_log_error"]["after"] < 1e-3 and report["fp8"]["block_promotion"]["fitted"]
     assert dispatch_fp8.calibrated_elsewhere(H200, cal) is None
