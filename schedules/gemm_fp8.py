@@ -462,6 +462,10 @@ def fp8_tma_gemm(wl: Gemm, cfg: Fp8TmaConfig = Fp8TmaConfig()):
     K-major (no transpose immediates): the nt layout, A M×K and B N×K as stored, as
     torch._scaled_mm takes them. The scales are kernel arguments (float32, shape (1,) per tensor,
     (M, 1) and (1, N) per row) multiplied into the accumulators once, where they are stored.
+
+    ``pingpong=true`` (with a tile one consumer holds: ``block_m`` 64 or 128, e.g. 128 × 128): the
+    two consumer warpgroups take whole tiles in turn, one's epilogue running while the other's
+    wgmmas keep the tensor cores busy (schedules/fp8_pingpong.py).
     """
     cfg.check(wl)
     return s_tir.Schedule(fp8_kernel(wl, cfg))
@@ -506,6 +510,10 @@ def fp8_block_scaled_gemm(wl: Gemm, cfg: Fp8BlockConfig = Fp8BlockConfig()):
     error no longer grows with K. The price: a ``wait_group 0`` per K tile (the two consumer
     warpgroups overlap each other's promotion), an FMA per accumulator per K tile, and twice the
     accumulator registers, hence a 128 × 128 tile. Workload ``gemm:MxNxK:float8_e4m3fn:nt:scale=block``.
+
+    ``pingpong=true`` with ``block_m=64``: each consumer warpgroup promotes a whole 64 × 128 tile of
+    its own, the two taking tiles in turn; the epilogue hides behind the other's mainloop, the
+    promotion does not (schedules/fp8_pingpong.py).
     """
     cfg.check(wl)
     return s_tir.Schedule(fp8_kernel(wl, cfg))
