@@ -82,3 +82,52 @@ def check_pingpong(cfg, wl):
                                  f"or 256), got block_n={cfg.block_n}")
     if cfg.group_m < 1:
         raise ScheduleParamError(f"{name}: group_m must be ≥ 1")
+
+
+def make_pingpong_promotion(g, mma):
+    """A macro: a ping-pong consumer's whole unit under block scaling (gemm_fp8.make_promotion's
+    work per K tile): each K tile's wgmmas into a fresh partial-sum set (scale-d 0), ``wait_group
+    0``, the slot released, the partial sums added to the running sum times the scales of the
+    thread's rows and of the tile's column block (read from global memory before the tile's wait).
+    The turn passes to the other consumer as soon as the unit's last wgmmas are issued, so that the
+    last promotion and the epilogue run behind the other's wgmmas.
+
+    Not ``wait_group 1`` with two partial sets (promoting K tile kt-1 while kt's wgmmas run): ptxas
+    then serializes every wgmma (C7514: non-wgmma instructions reading accumulator registers while
+    a wgmma is in flight), as CUTLASS's and DeepGEMM's promotions also wait for 0."""
+    from .common import ceil_div
+    from .tma_common import fence_acc, release_slot
+    from .workloads import SCALE_BLOCK
+
+    M, N, NACC, S, KT = g.M, g.N, g.NACC, g.S, g.KT
+    MT, JN, CL = g.cfg.m_subtiles, g.BN // 8, g.cfg.cluster_m
+    NCB = g.BN // SCALE_BLOCK  # 128-column blocks of B's scales per tile
+    NB = ceil_div(N, SCALE_BLOCK)
+    JB = SCALE_BLOCK // 8  # 8-column groups per block
+
+    @T.macro
+    def unit(acc, part, sa_r, sb_r, SA, SB, ring, bars, i, tile_m, tile_n, lane, w, n_tiles):
+        for r in T.unroll(g.ACC):
+            acc[r] = T.float32(0)
+        for kt in T.serial(KT):
+            for mt in T.unroll(MT):
+                for h in T.unroll(2):
+                    sa_r[mt * 2 + h] = SA[T.min(g.out_row(tile_m, 0, lane, mt, h), M - 1), kt]
+            for cb in T.unroll(NCB):
+                sb_r[cb] = SB[T.min(tile_n * NCB + cb, NB - 1), kt]
+            T.cuda.mbarrier_wait(T.address_of(bars[(i * KT + kt) % S]), (i * KT + kt) // S % 2)
+            mma(part, ring, (i * KT + kt) % S, 0, 0)  # kt = 0 for the macro: a fresh partial sum
+            if T.And(kt == KT - 1, i + 1 < n_tiles):
+                pass_turn(w)  # the unit's last wgmmas are issued
+            T.ptx.wgmma.wait_group.sync.aligned(0)
+            if lane == 0:
+                release_slot(bars, S + (i * KT + kt) % S, CL)
+            fence_acc(part, g.ACC)  # no read of the partial sums above the wait
+            for mt in T.unroll(MT):
+                for j in T.unroll(JN):
+                    for h in T.unroll(2):
+                        for e in T.unroll(2):
+                            acc[mt * NACC + j * 4 + h * 2 + e] = acc[mt * NACC + j * 4 + h * 2 + e] + part[
+                                mt * NACC + j * 4 + h * 2 + e] * (sa_r[mt * 2 + h] * sb_r[j // JB])
+
+    return unit

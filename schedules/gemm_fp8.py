@@ -41,7 +41,7 @@ from tvm.script import tirx as T
 
 from .common import ceil_div
 from .errors import ScheduleParamError
-from .fp8_pingpong import check_pingpong, pass_turn, wait_turn
+from .fp8_pingpong import check_pingpong, make_pingpong_promotion, pass_turn, wait_turn
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
                          pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done)
@@ -304,6 +304,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     unit_done = ring_unit_done(units, S, CL, g.ACC)
     ROWWISE, BLOCK = wl.scaling == "row", wl.scaling == "block"
     promote = make_promotion(g, wl, mma) if BLOCK else None
+    promote_unit = make_pingpong_promotion(g, mma) if BLOCK and PP else None
     # K not a multiple of 16 (pad_k): A and B copied first into rows of KP = K rounded up to 16 bytes,
     # the extra columns zero (they add nothing to the sum; K tiles, block scales and KT are K's)
     PAD = cfg.copied(wl)[0]
@@ -367,14 +368,8 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                         tile_n: T.let[T.int32] = tn_
                         if i > 0:
                             wait_turn(w)  # the other consumer has issued unit i - 1's last wgmmas
-                        if BLOCK:
-                            for r in T.unroll(g.ACC):
-                                acc[r] = T.float32(0)
-                            for kt in T.serial(KT):
-                                promote(acc, part, sa_r, sb_r, SA, SB, ring, bars, i * KT + kt, kt, tile_m, tile_n,
-                                        0, lane)
-                            if i + 1 < n_tiles:
-                                pass_turn(w)
+                        if BLOCK:  # passes the turn itself, before its last promotion
+                            promote_unit(acc, part, sa_r, sb_r, SA, SB, ring, bars, i, tile_m, tile_n, lane, w, n_tiles)
                         else:
                             for kt in T.serial(KT):
                                 it: T.let[T.int32] = i * KT + kt

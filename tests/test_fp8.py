@@ -220,7 +220,7 @@ def test_pingpong_consumers_take_whole_tiles_in_turn(built):
     named barriers hand the tensor cores from one consumer to the other (bar.sync / bar.arrive,
     256 threads); TMA tiles, mbarrier waits and setmaxnreg as in the cooperative kernel; no spills."""
     b = built(BIG + ":out=bfloat16", **PINGPONG)
-    assert "for 'sm_90a'" in b.device.ptxas_log
+    assert "for 'sm_90a'" in b.device.ptxas_log and "C7514" not in b.device.ptxas_log  # wgmmas not serialized
     assert len(b.device.kernels) == 1 and b.device.kernels[0].spills == 0
     ptx = b.device.ptx
     for mark in ("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "cp.async.bulk.tensor.2d", "mbarrier.try_wait",
@@ -239,8 +239,14 @@ def test_pingpong_consumers_take_whole_tiles_in_turn(built):
 
 
 def test_block_scaled_pingpong_promotes_a_64_row_tile_per_consumer_with_clusters(built):
+    """Each consumer promotes its own 64 × 128 tile every K tile after ``wait_group 0`` (no
+    accumulator read while a wgmma is in flight: ptxas would serialize the wgmmas, C7514), and
+    passes the turn once the unit's last wgmmas are issued, before the last promotion."""
     b = built(MIXED.replace("scale=row", "scale=block"), BLOCK_STEP, cluster_m=2, sms=8, **BLOCK_PINGPONG)
     assert all(k.spills == 0 for k in b.device.kernels) and len(b.device.kernels) == 1
+    assert "C7514" not in b.device.ptxas_log and "wgmma.wait_group.sync.aligned 1" not in b.device.ptx
+    cuda = b.device.cuda
+    assert cuda.index("tvm_builtin_ptx_bar_arrive_arrive((") < cuda.index("wgmma_wait_group_wait_group_sync_aligned_0();")
     ptx = b.device.ptx
     for mark in ("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2", ".multicast::cluster", "bar.sync",
                  "bar.arrive", "wgmma.wait_group.sync.aligned 0", "mbarrier.try_wait", "setmaxnreg.inc"):
