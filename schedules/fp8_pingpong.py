@@ -29,7 +29,10 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
+from .common import ceil_div
 from .errors import ScheduleParamError
+from .tma_common import fence_acc, release_slot
+from .workloads import SCALE_BLOCK
 
 ORDER_BARRIER = 1  # named barrier 1 + w: consumer w may issue (0 is __syncthreads')
 ORDER_THREADS = 256  # the two consumer warpgroups: one arrives, the other waits
@@ -95,10 +98,6 @@ def make_pingpong_promotion(g, mma):
     Not ``wait_group 1`` with two partial sets (promoting K tile kt-1 while kt's wgmmas run): ptxas
     then serializes every wgmma (C7514: non-wgmma instructions reading accumulator registers while
     a wgmma is in flight), as CUTLASS's and DeepGEMM's promotions also wait for 0."""
-    from .common import ceil_div
-    from .tma_common import fence_acc, release_slot
-    from .workloads import SCALE_BLOCK
-
     M, N, NACC, S, KT = g.M, g.N, g.NACC, g.S, g.KT
     MT, JN, CL = g.cfg.m_subtiles, g.BN // 8, g.cfg.cluster_m
     NCB = g.BN // SCALE_BLOCK  # 128-column blocks of B's scales per tile
