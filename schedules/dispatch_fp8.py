@@ -29,7 +29,9 @@ Each is estimated as the 16-bit TMA kernels are (:func:`schedules.dispatch.estim
   **Ping-pong**: the two consumers alternate whole tiles, one's epilogue (``pingpong_epilogue`` times
   the cooperative store estimate: one warpgroup stores the tile, not two) running behind the other's
   mainloop, so a block's n tiles take ``n · max(mainloop, (mainloop + epilogue) / 2)`` plus the last
-  tile's epilogue, which nothing hides (terms ``epilogue_us``, ``epilogue_hidden_us``). Block scales:
+  tile's epilogue, which nothing hides (terms ``epilogue_us``, ``epilogue_hidden_us``). Its efficiency,
+  until a sweep has measured the ping-pong tile, is its cooperative twin's (:func:`cooperative_key`).
+  Block scales:
   the efficiency times ``pingpong_block_promotion`` (the promotion every K tile stalls the one
   consumer whose turn it is; the other only waits: ping-pong hides the epilogue, not the promotion).
 * **DRAM**: one byte per input element, the output in its type, the epilogue's inputs and the scales
@@ -85,10 +87,7 @@ PAD_TO = 16  # a tensor map's row pitch: a multiple of 16 bytes, i.e. of 16 one-
 #: leaves of it (0.618 at 8192³).
 FP8_DEFAULTS = {
     "efficiency": {"fp8 128x256": 0.943, "fp8 128x256 c2": 0.976, "fp8 128x128": 0.919, "fp8 128x128 c2": 0.951,
-                   "fp8 256x128": 0.906, "fp8 256x128 c2": 0.938,
-                   # ping-pong, unmeasured: the cooperative tile's whose wgmmas have the same N
-                   "fp8 128x128 pp": 0.919, "fp8 128x128 c2 pp": 0.951, "fp8 64x256 pp": 0.943,
-                   "fp8 64x256 c2 pp": 0.976, "fp8 64x128 pp": 0.919, "fp8 64x128 c2 pp": 0.951},
+                   "fp8 256x128": 0.906, "fp8 256x128 c2": 0.938},
     "default_efficiency": 0.85,  # a tile neither measured nor named above
     "block_promotion": 0.618,
     # ping-pong, unmeasured: one warpgroup stores a tile (half the threads of the cooperative store),
@@ -138,6 +137,24 @@ def efficiency_key(cand: Candidate) -> str:
     return "fp8" + cand.key.removeprefix(cand.family)
 
 
+def cooperative_key(cand: Candidate) -> str:
+    """A ping-pong candidate's cooperative twin: the 128-row tile of the same width and cluster,
+    whose consumers issue the same m64nN wgmmas (64 × N or 128 × N per consumer: N is what sets
+    their rate). Its efficiency stands in for the ping-pong one until a sweep has measured that."""
+    cfg = cand.config
+    return f"fp8 128x{cfg.block_n}" + (f" c{cfg.cluster_m}" if cfg.cluster_m > 1 else "")
+
+
+def efficiency_of(cand: Candidate, c8: dict) -> float:
+    """The candidate's efficiency: its own (:func:`efficiency_key`); for an unmeasured ping-pong
+    configuration its cooperative twin's; else ``default_efficiency``."""
+    table = c8["efficiency"]
+    eff = table.get(efficiency_key(cand))
+    if eff is None and getattr(cand.config, "pingpong", False):
+        eff = table.get(cooperative_key(cand))
+    return eff or c8["default_efficiency"]
+
+
 def candidates(wl, gpu: GpuSpec | None = None) -> list[Candidate]:
     """The FP8 configurations valid for ``wl`` on ``gpu`` (default: the current GPU): fp8_tma_gemm's
     for scales per tensor or row, fp8_block_scaled_gemm's for block scales; each with ``pad_k``
@@ -183,7 +200,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     c8 = constants(cal)
     cfg = cand.config
     M, N, K = wl.M, wl.N, wl.K
-    eff = c8["efficiency"].get(efficiency_key(cand)) or c8["default_efficiency"]
+    eff = efficiency_of(cand, c8)
     pp = getattr(cfg, "pingpong", False)
     if cand.family == "fp8_block":
         eff *= c8["pingpong_block_promotion" if pp else "block_promotion"]
