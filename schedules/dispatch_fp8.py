@@ -29,9 +29,9 @@ Each is estimated as the 16-bit TMA kernels are (:func:`schedules.dispatch.estim
   **Ping-pong**: the two consumers alternate whole tiles, one's epilogue (``pingpong_epilogue`` times
   the cooperative store estimate: one warpgroup stores the tile, not two) running behind the other's
   mainloop, so a block's n tiles take ``n · max(mainloop, (mainloop + epilogue) / 2)`` plus the last
-  tile's epilogue, which nothing hides (terms ``epilogue_us``, ``epilogue_hidden_us``). Its efficiency,
-  until a sweep has measured the ping-pong tile, is its cooperative twin's (:func:`cooperative_key`).
-  Block scales:
+  tile's epilogue, which nothing hides (terms ``epilogue_us``, ``epilogue_hidden_us``); its own
+  efficiency per tile and cluster (defaults solved from an H200's times: the notes below
+  :data:`FP8_DEFAULTS`). Block scales:
   the efficiency times ``pingpong_block_promotion`` (the promotion every K tile stalls the one
   consumer whose turn it is; the other only waits: ping-pong hides the epilogue, not the promotion).
 * **DRAM**: one byte per input element, the output in its type, the epilogue's inputs and the scales
@@ -87,17 +87,29 @@ PAD_TO = 16  # a tensor map's row pitch: a multiple of 16 bytes, i.e. of 16 one-
 #: leaves of it (0.618 at 8192³).
 FP8_DEFAULTS = {
     "efficiency": {"fp8 128x256": 0.943, "fp8 128x256 c2": 0.976, "fp8 128x128": 0.919, "fp8 128x128 c2": 0.951,
-                   "fp8 256x128": 0.906, "fp8 256x128 c2": 0.938},
+                   "fp8 256x128": 0.906, "fp8 256x128 c2": 0.938,
+                   # ping-pong (how they were set: below)
+                   "fp8 128x128 pp": 1.002, "fp8 128x128 c2 pp": 0.82, "fp8 64x256 pp": 0.956,
+                   "fp8 64x256 c2 pp": 0.902, "fp8 64x128 pp": 0.852, "fp8 64x128 c2 pp": 0.774},
     "default_efficiency": 0.85,  # a tile neither measured nor named above
     "block_promotion": 0.618,
-    # ping-pong, unmeasured: one warpgroup stores a tile (half the threads of the cooperative store),
-    # and the promotion every K tile is overlapped by no other consumer's wgmmas
+    # ping-pong: one warpgroup stores a tile (half the threads of the cooperative store; not measured
+    # apart), and the promotion every K tile is overlapped by no other consumer's wgmmas (measured)
     "pingpong_epilogue": 2.0,
-    "pingpong_block_promotion": 0.5,
+    "pingpong_block_promotion": 0.512,
     "source": "defaults (no FP8 calibration sweep fitted): solved from the FP8 benchmark on an H200 "
               "(reports/results/NVIDIA_H200/bench_fp8)",
 }
 
+# How the ping-pong defaults above were set (the calibration's ``fp8`` section, fitted before the
+# structure existed, has none): on an H200 (e4m3, bf16 output, tensor scales), 128 × 128 at 6 stages
+# took 110.8 µs at 4096³ and 854 µs at 8192³ (the cooperative 128 × 128 at 5 stages 118.4 and 915,
+# 128 × 256 112.2 and 852; torch._scaled_mm 94.9 and 752); 64 × 256 at 5 stages 120.9 and 941; 128 × 128
+# with 2×1 clusters 121.6 at 4096³ (cooperative 119.9). Each ping-pong efficiency is the calibrated
+# efficiency of the cooperative tile of the same width (128 × N: the same m64nN wgmmas) times the ratio
+# of the two solved at those points (1.02 for 128 × 128, 0.92 with clusters, 0.87 for 64 × 256 against
+# 128 × 256; the unmeasured 64-row tiles take 64 × 256's). The block-scaled 64 × 128 took 220.8 and
+# 1677 µs (cooperative 128 × 128: 174.5 and 1356): ``pingpong_block_promotion`` 0.512 at those points.
 UNCALIBRATED = ("no FP8 calibration sweep fitted: the FP8 efficiencies and block_promotion are defaults "
                 "(schedules.dispatch_fp8.FP8_DEFAULTS); estimates for ranking")
 
@@ -137,22 +149,9 @@ def efficiency_key(cand: Candidate) -> str:
     return "fp8" + cand.key.removeprefix(cand.family)
 
 
-def cooperative_key(cand: Candidate) -> str:
-    """A ping-pong candidate's cooperative twin: the 128-row tile of the same width and cluster,
-    whose consumers issue the same m64nN wgmmas (64 × N or 128 × N per consumer: N is what sets
-    their rate). Its efficiency stands in for the ping-pong one until a sweep has measured that."""
-    cfg = cand.config
-    return f"fp8 128x{cfg.block_n}" + (f" c{cfg.cluster_m}" if cfg.cluster_m > 1 else "")
-
-
 def efficiency_of(cand: Candidate, c8: dict) -> float:
-    """The candidate's efficiency: its own (:func:`efficiency_key`); for an unmeasured ping-pong
-    configuration its cooperative twin's; else ``default_efficiency``."""
-    table = c8["efficiency"]
-    eff = table.get(efficiency_key(cand))
-    if eff is None and getattr(cand.config, "pingpong", False):
-        eff = table.get(cooperative_key(cand))
-    return eff or c8["default_efficiency"]
+    """The candidate's efficiency (:func:`efficiency_key`), or ``default_efficiency``."""
+    return c8["efficiency"].get(efficiency_key(cand)) or c8["default_efficiency"]
 
 
 def candidates(wl, gpu: GpuSpec | None = None) -> list[Candidate]:
