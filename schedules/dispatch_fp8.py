@@ -8,9 +8,12 @@ Candidates: the persistent, warp-specialized kernels (one block per SM) at the b
 half that), each with the deepest ring that fits shared memory (:data:`STAGES`, 128 K of one byte per
 row: the 16-bit kernel's 128-byte rows), with and without 2×1 clusters (B multicast to the two
 blocks of a cluster); for block scales, the tiles whose two accumulator sets (the running sum and a
-K tile's) fit the consumers' registers: 128 × 128. Where K is not a multiple of 16 (no tensor map
-can describe rows of K bytes), every candidate copies A and B first into zero-padded rows
-(``pad_k``), and the copy is counted.
+K tile's) fit the consumers' registers: 128 × 128. Each also in the **ping-pong** structure
+(``pingpong=True``, schedules/fp8_pingpong.py) at the tiles :data:`PINGPONG_TILES`: a consumer warpgroup
+holds a whole tile's accumulators alone, so the tile is what one consumer's registers hold (128 × 128
+and 64 × 256: 128 accumulators per thread of its 232; block scales, two sets: 64 × 128). Where K is
+not a multiple of 16 (no tensor map can describe rows of K bytes), every candidate copies A and B
+first into zero-padded rows (``pad_k``), and the copy is counted.
 
 Each is estimated as the 16-bit TMA kernels are (:func:`schedules.dispatch.estimate`)::
 
@@ -23,6 +26,14 @@ Each is estimated as the 16-bit TMA kernels are (:func:`schedules.dispatch.estim
   epilogue (the tile's outputs stored at ``sm_store_gbps``), plus one pipeline fill. Block scales
   multiply the efficiency by ``block_promotion``: a ``wait_group 0`` and an FMA per accumulator
   every K tile, which the two consumer warpgroups only partly overlap.
+  **Ping-pong**: the two consumers alternate whole tiles, one's epilogue (``pingpong_epilogue`` times
+  the cooperative store estimate: one warpgroup stores the tile, not two) running behind the other's
+  mainloop, so a block's n tiles take ``n · max(mainloop, (mainloop + epilogue) / 2)`` plus the last
+  tile's epilogue, which nothing hides (terms ``epilogue_us``, ``epilogue_hidden_us``); its own
+  efficiency per tile and cluster (defaults solved from an H200's times: the notes below
+  :data:`FP8_DEFAULTS`). Block scales:
+  the efficiency times ``pingpong_block_promotion`` (the promotion every K tile stalls the one
+  consumer whose turn it is; the other only waits: ping-pong hides the epilogue, not the promotion).
 * **DRAM**: one byte per input element, the output in its type, the epilogue's inputs and the scales
   once. **L2**: A's panel once per column of tiles, B's once per row of clusters (multicast).
 
@@ -53,6 +64,11 @@ PRECISION = "fp8"
 # 128 × 128: 6 × 32 KiB; 256 × 128: 4 × 48 KiB)
 FP8_TILES = ((128, 256, 4), (128, 128, 6), (256, 128, 4))
 BLOCK_TILES = ((128, 128, 6),)  # block scales: two accumulator sets per consumer thread
+# ping-pong: (block_m, block_n, stages) of one consumer's whole tile, 128 accumulators per thread at
+# most (128 × 128: 6 × 32 KiB; 64 × 256: 5 × 40 KiB; 64 × 128: 8 × 24 KiB, 64), with block scales two
+# 64-register sets (64 × 128)
+PINGPONG_TILES = ((128, 128, 6), (64, 256, 5), (64, 128, 8))
+BLOCK_PINGPONG_TILES = ((64, 128, 8),)
 CLUSTERS = (1, 2)
 PAD_TO = 16  # a tensor map's row pitch: a multiple of 16 bytes, i.e. of 16 one-byte elements
 
@@ -71,13 +87,29 @@ PAD_TO = 16  # a tensor map's row pitch: a multiple of 16 bytes, i.e. of 16 one-
 #: leaves of it (0.618 at 8192³).
 FP8_DEFAULTS = {
     "efficiency": {"fp8 128x256": 0.943, "fp8 128x256 c2": 0.976, "fp8 128x128": 0.919, "fp8 128x128 c2": 0.951,
-                   "fp8 256x128": 0.906, "fp8 256x128 c2": 0.938},
+                   "fp8 256x128": 0.906, "fp8 256x128 c2": 0.938,
+                   # ping-pong (how they were set: below)
+                   "fp8 128x128 pp": 1.002, "fp8 128x128 c2 pp": 0.82, "fp8 64x256 pp": 0.956,
+                   "fp8 64x256 c2 pp": 0.902, "fp8 64x128 pp": 0.852, "fp8 64x128 c2 pp": 0.774},
     "default_efficiency": 0.85,  # a tile neither measured nor named above
     "block_promotion": 0.618,
+    # ping-pong: one warpgroup stores a tile (half the threads of the cooperative store; not measured
+    # apart), and the promotion every K tile is overlapped by no other consumer's wgmmas (measured)
+    "pingpong_epilogue": 2.0,
+    "pingpong_block_promotion": 0.512,
     "source": "defaults (no FP8 calibration sweep fitted): solved from the FP8 benchmark on an H200 "
               "(reports/results/NVIDIA_H200/bench_fp8)",
 }
 
+# How the ping-pong defaults above were set (the calibration's ``fp8`` section, fitted before the
+# structure existed, has none): on an H200 (e4m3, bf16 output, tensor scales), 128 × 128 at 6 stages
+# took 110.8 µs at 4096³ and 854 µs at 8192³ (the cooperative 128 × 128 at 5 stages 118.4 and 915,
+# 128 × 256 112.2 and 852; torch._scaled_mm 94.9 and 752); 64 × 256 at 5 stages 120.9 and 941; 128 × 128
+# with 2×1 clusters 121.6 at 4096³ (cooperative 119.9). Each ping-pong efficiency is the calibrated
+# efficiency of the cooperative tile of the same width (128 × N: the same m64nN wgmmas) times the ratio
+# of the two solved at those points (1.02 for 128 × 128, 0.92 with clusters, 0.87 for 64 × 256 against
+# 128 × 256; the unmeasured 64-row tiles take 64 × 256's). The block-scaled 64 × 128 took 220.8 and
+# 1677 µs (cooperative 128 × 128: 174.5 and 1356): ``pingpong_block_promotion`` 0.512 at those points.
 UNCALIBRATED = ("no FP8 calibration sweep fitted: the FP8 efficiencies and block_promotion are defaults "
                 "(schedules.dispatch_fp8.FP8_DEFAULTS); estimates for ranking")
 
@@ -105,14 +137,21 @@ def calibrated_elsewhere(gpu: GpuSpec | None = None, cal: dict | None = None) ->
 
 
 def key_of(family: str, cfg) -> str:
-    """A configuration's name in the calibration sweep: its family, block tile and cluster."""
-    return f"{family} {cfg.block_m}x{cfg.block_n}" + (f" c{cfg.cluster_m}" if cfg.cluster_m > 1 else "")
+    """A configuration's name in the calibration sweep: its family, block tile, cluster and, where
+    the consumers take whole tiles in turn, ``pp``."""
+    return (f"{family} {cfg.block_m}x{cfg.block_n}" + (f" c{cfg.cluster_m}" if cfg.cluster_m > 1 else "")
+            + (" pp" if getattr(cfg, "pingpong", False) else ""))
 
 
 def efficiency_key(cand: Candidate) -> str:
     """The efficiency a candidate runs at: the tensor-scaled kernel's of its tile and cluster (the
     block-scaled kernel runs the same ring and wgmmas; its promotion is ``block_promotion``)."""
     return "fp8" + cand.key.removeprefix(cand.family)
+
+
+def efficiency_of(cand: Candidate, c8: dict) -> float:
+    """The candidate's efficiency (:func:`efficiency_key`), or ``default_efficiency``."""
+    return c8["efficiency"].get(efficiency_key(cand)) or c8["default_efficiency"]
 
 
 def candidates(wl, gpu: GpuSpec | None = None) -> list[Candidate]:
@@ -123,12 +162,14 @@ def candidates(wl, gpu: GpuSpec | None = None) -> list[Candidate]:
         raise ScheduleParamError(f"fp8 takes 8-bit float inputs (float8_e4m3fn, float8_e5m2), not {wl}")
     limits = limits_of(gpu or current_gpu())
     block = wl.scaling == "block"
-    step, cls, family, tiles = (("fp8_block_scaled_gemm", Fp8BlockConfig, "fp8_block", BLOCK_TILES) if block
-                                else ("fp8_tma_gemm", Fp8TmaConfig, "fp8", FP8_TILES))
+    step, cls, family, tiles, pp_tiles = (
+        ("fp8_block_scaled_gemm", Fp8BlockConfig, "fp8_block", BLOCK_TILES, BLOCK_PINGPONG_TILES) if block
+        else ("fp8_tma_gemm", Fp8TmaConfig, "fp8", FP8_TILES, PINGPONG_TILES))
     pad = wl.K % PAD_TO != 0
     out = []
-    for (bm, bn, stages), cl in ((t, c) for t in tiles for c in CLUSTERS):
-        cfg = cls(block_m=bm, block_n=bn, stages=stages, cluster_m=cl, pad_k=pad)
+    shapes = [(t, c, False) for t in tiles for c in CLUSTERS] + [(t, c, True) for t in pp_tiles for c in CLUSTERS]
+    for (bm, bn, stages), cl, pp in shapes:
+        cfg = cls(block_m=bm, block_n=bn, stages=stages, cluster_m=cl, pad_k=pad, pingpong=pp)
         out.append(Candidate(step, cfg, family, key_of(family, cfg)))
     valid = [c for c in out if dispatch._valid(c.step, wl, c.config, limits)]
     if not valid:  # say why the first (the step's own default tile) does not take it
@@ -158,9 +199,10 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     c8 = constants(cal)
     cfg = cand.config
     M, N, K = wl.M, wl.N, wl.K
-    eff = c8["efficiency"].get(efficiency_key(cand)) or c8["default_efficiency"]
+    eff = efficiency_of(cand, c8)
+    pp = getattr(cfg, "pingpong", False)
     if cand.family == "fp8_block":
-        eff *= c8["block_promotion"]
+        eff *= c8["pingpong_block_promotion" if pp else "block_promotion"]
     peak = 2 * cal["tc16_sm_tflops"]  # FP8 tensor cores: twice the 16-bit rate
     bm, bn, cl = cfg.block_m, cfg.block_n, cfg.cluster_m
     tm, tn = ceil_div(M, bm), ceil_div(N, bn)
@@ -170,7 +212,13 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     per_block = ceil_div(units, grid)
     flops = 2 * bm * bn * ceil_div(K, cfg.block_k) * cfg.block_k
     store = dispatch._store_bytes(wl) * bm * bn / (cal["sm_store_gbps"] * 1e3 * dispatch._store_factor(wl, cal))
-    comp = cal["fill_us"] + per_block * (flops / (peak * 1e6 * eff) + store)
+    mainloop = flops / (peak * 1e6 * eff)
+    if pp:  # the epilogue behind the other consumer's mainloop, but the last one
+        store *= c8["pingpong_epilogue"]
+        comp = cal["fill_us"] + per_block * max(mainloop, (mainloop + store) / 2) + store
+    else:
+        comp = cal["fill_us"] + per_block * (mainloop + store)
+    hidden = per_block * (mainloop + store) - (comp - cal["fill_us"])  # 0 without ping-pong
     bw = gpu.memory_gbps * 1e3  # bytes per µs
     a_item, b_item = itemsize(wl.dtype), itemsize(wl.dtype_b)
     dram = (a_item * M * K + b_item * N * K + dispatch._out_bytes(wl) * M * N / dispatch._store_factor(wl, cal)
@@ -179,7 +227,9 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     pad = dispatch._pad_us(wl, cfg, gpu, cal)
     terms = {"family": cand.family, "efficiency": eff, "blocks": grid * cl, "per_sm": 1, "waves": per_block,
              "compute_us": comp, "dram_us": dram, "l2_us": l2, "reduce_us": pad, "splits": 1, "pad_us": pad,
-             "peak_sm_tflops": peak}
+             "peak_sm_tflops": peak, "pingpong": pp, "epilogue_us": store, "epilogue_hidden_us": hidden,
+             # registers per consumer thread: the accumulators it holds (ping-pong: a whole tile's) of its budget
+             "acc_regs": cfg.acc_regs * (2 if cand.family == "fp8_block" else 1), "consumer_regs": cfg.consumer_budget}
     return Estimate(cand, cal["launch_us"] + max(comp, dram, l2) + pad, terms)
 
 
@@ -198,7 +248,8 @@ def choose(wl, gpu: GpuSpec | None = None, cal: dict | None = None):
 def describe(cand: Candidate) -> str:
     """One line: the step, its key, its ring and, where K needs it, the padded copies."""
     cfg = cand.config
-    extra = f", stages {cfg.stages}" + (", K padded to 16 (copies of A/B)" if cfg.pad_k else "")
+    extra = (f", stages {cfg.stages}" + (", ping-pong consumers" if cfg.pingpong else "")
+             + (", K padded to 16 (copies of A/B)" if cfg.pad_k else ""))
     return f"{cand.step} [{cand.key}{extra}]"
 
 

@@ -41,6 +41,7 @@ from tvm.script import tirx as T
 
 from .common import ceil_div
 from .errors import ScheduleParamError
+from .fp8_pingpong import check_pingpong, make_pingpong_promotion, pass_turn, wait_turn
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
                          pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done)
@@ -63,6 +64,10 @@ class Fp8TmaConfig(TmaConfig):
 
     block_k: int = 128
     pad_k: bool = False  # K not a multiple of 16: zero-padded copies of A and B (K pitch rounded up to 16) first
+    #: The two consumer warpgroups take whole ``block_m × block_n`` tiles in turn (block_m 64 or 128),
+    #: one running its epilogue while the other's wgmmas run, an ordered hand-off between their
+    #: mainloops (schedules/fp8_pingpong.py); False: both split every tile along M (cooperative).
+    pingpong: bool = False
     dtypes = FP8_DTYPES
     layouts = ("nt",)  # FP8 wgmma reads both operands K-major: A M×K and B N×K as stored
     layout_note = ("FP8 wgmma reads both operands K-major (no transpose immediates): store A as M×K and B as "
@@ -71,6 +76,10 @@ class Fp8TmaConfig(TmaConfig):
     epilogues = True  # the scales always, and bias, activation, residual, the output type
     scalings = ("tensor", "row")  # applied where the accumulators are stored
     step_name = "fp8_tma_gemm"
+
+    @property
+    def wg_rows(self) -> int:  # ping-pong: a consumer warpgroup owns the whole tile
+        return self.block_m if self.pingpong else self.block_m // self.consumers
 
     def check(self, wl: Gemm):
         name = self.step_name
@@ -92,7 +101,10 @@ class Fp8TmaConfig(TmaConfig):
                                      f"got {self.split_k}")
         if not self.warp_specialized:
             raise ScheduleParamError(f"{name}: the FP8 kernel is warp-specialized (warp_specialized=true)")
-        self.check_structure(wl, 1)  # the tile, consumers, registers, ring and cluster, as gemm 21-23's
+        if self.pingpong:
+            check_pingpong(self, wl)  # a whole tile per consumer: its own tile, register and ring checks
+        else:
+            self.check_structure(wl, 1)  # the tile, consumers, registers, ring and cluster, as gemm 21-23's
 
     def copied(self, wl: Gemm) -> tuple[bool, bool]:
         """(A, B): whether a copy kernel pads the operand's rows first: both where ``pad_k`` and K
@@ -101,7 +113,8 @@ class Fp8TmaConfig(TmaConfig):
         return pad, pad
 
     def describe(self) -> str:
-        return "fp8 " + TmaConfig.describe(self) + (", K padded to 16" if self.pad_k else "")
+        return ("fp8 " + TmaConfig.describe(self) + (" pingpong" if self.pingpong else "")
+                + (", K padded to 16" if self.pad_k else ""))
 
 
 class Fp8Geometry(Geometry):
@@ -285,11 +298,13 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
         return cm * CL + rank, cn
 
     units = WorkUnits(CL_TILES, GRID // CL, KT, KT, 1, 0, block_tile)
-    init_ring = ring_barriers(S, NC * CL, CL)
+    PP = cfg.pingpong  # each slot read by one consumer: one arrival per block of the cluster
+    init_ring = ring_barriers(S, (1 if PP else NC) * CL, CL)
     produce = ring_producer(units, S, cfg.producer_regs, load)
     unit_done = ring_unit_done(units, S, CL, g.ACC)
     ROWWISE, BLOCK = wl.scaling == "row", wl.scaling == "block"
     promote = make_promotion(g, wl, mma) if BLOCK else None
+    promote_unit = make_pingpong_promotion(g, mma) if BLOCK and PP else None
     # K not a multiple of 16 (pad_k): A and B copied first into rows of KP = K rounded up to 16 bytes,
     # the extra columns zero (they add nothing to the sum; K tiles, block scales and KT are K's)
     PAD = cfg.copied(wl)[0]
@@ -342,26 +357,53 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                 w = T.meta_var(wg - 1)
                 if not (ROWWISE or BLOCK):
                     sab[0] = SA[0] * SB[0]
-                for i in T.serial(n_tiles):
-                    tm_, tn_ = T.meta_var(units.tile(cid, i, rank))
-                    tile_m: T.let[T.int32] = tm_
-                    tile_n: T.let[T.int32] = tn_
-                    if BLOCK:
-                        for r in T.unroll(g.ACC):
-                            acc[r] = T.float32(0)
-                        for kt in T.serial(KT):
-                            promote(acc, part, sa_r, sb_r, SA, SB, ring, bars, i * KT + kt, kt, tile_m, tile_n,
-                                    w * ROW0, lane)
-                    else:
-                        for kt in T.serial(KT):
-                            it: T.let[T.int32] = i * KT + kt
-                            T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
-                            mma(acc, ring, it % S, w * ROW0, kt)
-                            T.ptx.wgmma.wait_group.sync.aligned(1)  # K tile kt-1's wgmmas are done: free its slot
-                            if T.And(kt > 0, lane == 0):
-                                release_slot(bars, S + (it - 1) % S, CL)
-                        unit_done(acc, bars, i, KT, lane)
-                    epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, w * ROW0, lane)
+                if PP:
+                    # units w, w + 2, ...: whole tiles, in turn with the other consumer (fp8_pingpong.py)
+                    # (two quotients of non-negative numerators: the simplifier turns the single quotient
+                    # (n_tiles + 1 - w) / 2 into (n_tiles - w - 1) / 2 + 1, which C rounds wrongly at -1)
+                    for j in T.serial(T.if_then_else(w == 0, T.truncdiv(n_tiles + 1, 2), T.truncdiv(n_tiles, 2))):
+                        i: T.let[T.int32] = j * 2 + w
+                        tm_, tn_ = T.meta_var(units.tile(cid, i, rank))
+                        tile_m: T.let[T.int32] = tm_
+                        tile_n: T.let[T.int32] = tn_
+                        if i > 0:
+                            wait_turn(w)  # the other consumer has issued unit i - 1's last wgmmas
+                        if BLOCK:  # passes the turn itself, before its last promotion
+                            promote_unit(acc, part, sa_r, sb_r, SA, SB, ring, bars, i, tile_m, tile_n, lane, w, n_tiles)
+                        else:
+                            for kt in T.serial(KT):
+                                it: T.let[T.int32] = i * KT + kt
+                                T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
+                                mma(acc, ring, it % S, 0, kt)
+                                T.ptx.wgmma.wait_group.sync.aligned(1)
+                                if T.And(kt > 0, lane == 0):
+                                    release_slot(bars, S + (it - 1) % S, CL)
+                            if i + 1 < n_tiles:
+                                pass_turn(w)  # every wgmma of unit i issued: the other consumer's may follow
+                            unit_done(acc, bars, i, KT, lane)
+                        # the epilogue runs while the other consumer's wgmmas keep the tensor cores busy
+                        epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, 0, lane)
+                else:
+                    for i in T.serial(n_tiles):
+                        tm_, tn_ = T.meta_var(units.tile(cid, i, rank))
+                        tile_m: T.let[T.int32] = tm_
+                        tile_n: T.let[T.int32] = tn_
+                        if BLOCK:
+                            for r in T.unroll(g.ACC):
+                                acc[r] = T.float32(0)
+                            for kt in T.serial(KT):
+                                promote(acc, part, sa_r, sb_r, SA, SB, ring, bars, i * KT + kt, kt, tile_m, tile_n,
+                                        w * ROW0, lane)
+                        else:
+                            for kt in T.serial(KT):
+                                it: T.let[T.int32] = i * KT + kt
+                                T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
+                                mma(acc, ring, it % S, w * ROW0, kt)
+                                T.ptx.wgmma.wait_group.sync.aligned(1)  # K tile kt-1's wgmmas are done: free its slot
+                                if T.And(kt > 0, lane == 0):
+                                    release_slot(bars, S + (it - 1) % S, CL)
+                            unit_done(acc, bars, i, KT, lane)
+                        epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, w * ROW0, lane)
             if CL > 1:
                 T.cuda.cluster_sync()  # no block leaves while a peer may still multicast into it
 
@@ -415,6 +457,10 @@ def fp8_tma_gemm(wl: Gemm, cfg: Fp8TmaConfig = Fp8TmaConfig()):
     K-major (no transpose immediates): the nt layout, A M×K and B N×K as stored, as
     torch._scaled_mm takes them. The scales are kernel arguments (float32, shape (1,) per tensor,
     (M, 1) and (1, N) per row) multiplied into the accumulators once, where they are stored.
+
+    ``pingpong=true`` (with a tile one consumer holds: ``block_m`` 64 or 128, e.g. 128 × 128): the
+    two consumer warpgroups take whole tiles in turn, one's epilogue running while the other's
+    wgmmas keep the tensor cores busy (schedules/fp8_pingpong.py).
     """
     cfg.check(wl)
     return s_tir.Schedule(fp8_kernel(wl, cfg))
@@ -459,6 +505,10 @@ def fp8_block_scaled_gemm(wl: Gemm, cfg: Fp8BlockConfig = Fp8BlockConfig()):
     error no longer grows with K. The price: a ``wait_group 0`` per K tile (the two consumer
     warpgroups overlap each other's promotion), an FMA per accumulator per K tile, and twice the
     accumulator registers, hence a 128 × 128 tile. Workload ``gemm:MxNxK:float8_e4m3fn:nt:scale=block``.
+
+    ``pingpong=true`` with ``block_m=64``: each consumer warpgroup promotes a whole 64 × 128 tile of
+    its own, the two taking tiles in turn; the epilogue hides behind the other's mainloop, the
+    promotion does not (schedules/fp8_pingpong.py).
     """
     cfg.check(wl)
     return s_tir.Schedule(fp8_kernel(wl, cfg))

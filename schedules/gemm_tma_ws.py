@@ -16,7 +16,8 @@ for the next tile. gemm 22, ``persistent=True``, launches ``min(SMs, tiles)`` bl
 tiles in grouped order (``group_m`` block-rows per group); ``False`` launches one block per tile.
 (A "pingpong" variant, the two consumer warpgroups taking whole tiles in turn so that one stores
 while the other computes, hung on an H200 in its first trial: a warpgroup that skips the other's
-tiles meets ring barriers two phases on, which a parity wait cannot tell apart. It is left out.)
+tiles meets ring barriers two phases on, which a parity wait cannot tell apart. It is left out here; the FP8
+kernels have it, fp8_pingpong.py, with an ordered hand-off between the consumers that rules this out.)
 
 gemm 23, ``cluster_m=2``: blocks pair up in 2×1 clusters along M (same block column); each block
 loads its own A tile and half of the B panels and multicasts the B half to both blocks, so B is

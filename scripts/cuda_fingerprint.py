@@ -26,6 +26,13 @@ GEMV_SHAPES = {"gemv": ("gemv:16384x16", "gemv:16384x32", "gemv:16384x128", "gem
                "gemv_t": ("gemv_t:16384x128", "gemv_t:1x4097", "gemv_t:1000x17", "gemv_t:3x5")}
 LAYOUT_SHAPES = ("gemm:1024x512x2048", "gemm:1000x500x2001")
 BMM_SHAPES = ("bmm:4x256x128x64", "bmm:3x100x60x70")
+# 8-bit float inputs in the forms the FP8 steps take (nt; the shapes above are per-tensor scaled at most):
+# each scaling, a mixed pair, an epilogue, a 16-bit output, ragged tiles, K not a multiple of 16
+FP8_WORKLOADS = ("gemm:4096x4096x4096:float8_e4m3fn:nt:out=bfloat16",
+                 "gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=row:out=bfloat16:bias:gelu_tanh:residual",
+                 "gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16",
+                 "gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block",
+                 "gemm:1000x500x2001:float8_e4m3fn:nt:scale=row:out=bfloat16")
 
 
 def jobs() -> list[tuple[str, str]]:
@@ -48,6 +55,8 @@ def jobs() -> list[tuple[str, str]]:
                 shape, _, layout = rest.partition(":")
                 wl = f"{head}:{shape}" + ("" if dtype == "float32" else f":{dtype}") + (f":{layout}" if layout else "")
                 out.append((spec.name, wl))
+        if any(d.startswith("float8") for d in spec.input_dtypes):
+            out += [(spec.name, wl) for wl in FP8_WORKLOADS]
     return out
 
 
@@ -91,8 +100,8 @@ def fingerprint(job: tuple[str, str]) -> tuple[str, str, dict]:
         return name, text, {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
 
 
-def collect(workers: int) -> dict:
-    todo = jobs()
+def collect(workers: int, steps: list[str] | None = None) -> dict:
+    todo = [j for j in jobs() if not steps or j[0] in steps]
     out: dict = {}
     with ProcessPoolExecutor(max_workers=workers) as pool:
         for i, (name, text, entry) in enumerate(pool.map(fingerprint, todo, chunksize=4), 1):
@@ -120,8 +129,9 @@ def main(argv=None) -> int:
     group.add_argument("--write", metavar="FILE", help="record the fingerprints in FILE")
     group.add_argument("--compare", metavar="FILE", help="compare with the fingerprints in FILE")
     ap.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)))
+    ap.add_argument("--steps", help="comma-separated step names: fingerprint only these (both runs must name the same)")
     args = ap.parse_args(argv)
-    new = collect(args.workers)
+    new = collect(args.workers, args.steps.split(",") if args.steps else None)
     if args.write:
         with open(args.write, "w") as f:
             json.dump(new, f, indent=1, sort_keys=True)

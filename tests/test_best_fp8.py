@@ -42,7 +42,7 @@ def test_the_choice_is_a_valid_fp8_configuration(workload, step, cls):
     assert res.chosen.startswith(step) and "stages" in res.chosen
     ranked = dispatch_fp8.rank(wl)
     assert (ranked[0].step, ranked[0].config) == (step, res.step_config)
-    assert all(e.step == step for e in ranked) and len(ranked) == (2 if cls is Fp8BlockConfig else 6)
+    assert all(e.step == step for e in ranked) and len(ranked) == (4 if cls is Fp8BlockConfig else 12)
 
 
 def test_a_misaligned_k_is_padded_along_k_and_the_copy_is_counted(padded):
@@ -64,7 +64,8 @@ def test_a_misaligned_k_is_padded_along_k_and_the_copy_is_counted(padded):
     assert "main_kernel(__nv_fp8_e4m3* __restrict__ A_ptr, uint4* __restrict__ A_pad_ptr)" in cuda
     assert "main_kernel_1(__nv_fp8_e4m3* __restrict__ B_ptr, uint4* __restrict__ B_pad_ptr)" in cuda
     assert "% 63) < 62)" in cuda and "__nv_fp8_e4m3(0x0p+0f" in cuda  # 63 16-byte pieces a row, the last half zero
-    assert "T.tensormap_encode_tiled(A_map, A_pad.data, 1008, 1000, 1008, 128, 128" in padded.scheduled
+    bm = res.step_config.block_m  # the A box: 128 of K by the tile's rows
+    assert f"T.tensormap_encode_tiled(A_map, A_pad.data, 1008, 1000, 1008, 128, {bm}" in padded.scheduled
     assert "T.tensormap_encode_tiled(B_map, B_pad.data, 1008, 520, 1008, 128, 64" in padded.scheduled
     assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in padded.device.ptx
 
@@ -90,16 +91,43 @@ def test_the_model_spreads_a_wide_shallow_product_over_the_sms():
     model must take the second at about half the time; at 8192³, where every tile fills whole rounds,
     the larger tile (more multiply-adds per byte) wins."""
     wide = parse_workload("gemm:256x8192x4096:float8_e4m3fn:nt:out=bfloat16")
-    ranked = dispatch_fp8.rank(wide, H200)
+    ranked = [e for e in dispatch_fp8.rank(wide, H200) if not e.config.pingpong]  # the cooperative tiles
     best = ranked[0]
     assert (best.config.block_m, best.config.block_n) == (128, 128) and best.terms["blocks"] == 128
     big = next(e for e in ranked if (e.config.block_m, e.config.block_n, e.config.cluster_m) == (128, 256, 1))
     assert big.terms["blocks"] == 64 and 1.6 < big.time_us / best.time_us < 2.2
-    square = dispatch_fp8.rank(parse_workload("gemm:8192x8192x8192:float8_e4m3fn:nt:out=bfloat16"), H200)[0]
+    square = next(e for e in dispatch_fp8.rank(parse_workload("gemm:8192x8192x8192:float8_e4m3fn:nt:out=bfloat16"), H200)
+                  if not e.config.pingpong)
     assert (square.config.block_m, square.config.block_n) == (128, 256)
     # FP8 at twice the 16-bit rate: the same shape's compute-bound time is about half fp16's
     fp16 = dispatch.rank(parse_workload("gemm:8192x8192x8192:float16"), "fp16", H200)[0]
     assert 0.45 < square.terms["compute_us"] / fp16.terms["compute_us"] < 0.6
+
+
+def test_pingpong_hides_all_but_the_last_epilogue_behind_the_other_consumers_mainloop():
+    """A ping-pong candidate's compute: n tiles of max(mainloop, (mainloop + epilogue) / 2) plus the
+    last epilogue; the epilogue is pingpong_epilogue times the cooperative store of the tile; an
+    unmeasured ping-pong tile runs at its cooperative twin's efficiency (128 × N: the same m64nN
+    wgmmas); a consumer holds the whole tile's accumulators (block scales: two sets)."""
+    c8 = dispatch_fp8.constants()
+    ranked = dispatch_fp8.rank(parse_workload("gemm:4096x4096x4096:float8_e4m3fn:nt:out=bfloat16"), H200)
+    pp = next(e for e in ranked if e.candidate.key == "fp8 64x256 pp")
+    coop = next(e for e in ranked if e.candidate.key == "fp8 128x256")
+    t = pp.terms
+    assert t["pingpong"] and t["waves"] == 8 and t["acc_regs"] == 128 and t["consumer_regs"] == 232
+    assert t["efficiency"] == c8["efficiency"].get("fp8 64x256 pp", coop.terms["efficiency"])
+    assert t["epilogue_us"] == pytest.approx(c8["pingpong_epilogue"] * coop.terms["epilogue_us"] / 2)  # half the tile
+    mainloop = 2 * 64 * 256 * 4096 / (t["peak_sm_tflops"] * 1e6 * t["efficiency"])
+    assert t["epilogue_us"] < mainloop  # so each but the last hides entirely
+    fill = dispatch.CALIBRATION["fill_us"]
+    assert t["compute_us"] == pytest.approx(fill + 8 * mainloop + t["epilogue_us"])
+    assert t["epilogue_hidden_us"] == pytest.approx(7 * t["epilogue_us"]) and coop.terms["epilogue_hidden_us"] == 0
+    block = dispatch_fp8.rank(parse_workload("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16"), H200)
+    bpp = next(e for e in block if e.config.pingpong)
+    assert bpp.candidate.key.startswith("fp8_block 64x128") and bpp.terms["acc_regs"] == 2 * 64
+    assert bpp.terms["efficiency"] == pytest.approx(dispatch_fp8.efficiency_of(bpp.candidate, c8)
+                                                    * c8["pingpong_block_promotion"])
+    assert "ping-pong consumers" in dispatch_fp8.describe(pp.candidate)
 
 
 def test_block_scales_cost_their_promotion_factor():
@@ -154,8 +182,11 @@ def test_the_calibration_sweep_measures_fp8_and_the_fit_recovers_its_constants(c
     from scripts.schedlab import main
 
     truth = copy.deepcopy(dispatch.CALIBRATION)
-    truth["fp8"] = {"efficiency": {k: round(0.8 * v, 3) for k, v in dispatch_fp8.FP8_DEFAULTS["efficiency"].items()},
-                    "block_promotion": 0.5}
+    pingpong = {f"fp8 {t} pp": 0.7 + 0.01 * n for n, t in enumerate(("128x128", "128x128 c2", "64x256", "64x256 c2",
+                                                                    "64x128", "64x128 c2"))}
+    truth["fp8"] = {"efficiency": {**{k: round(0.8 * v, 3) for k, v in dispatch_fp8.FP8_DEFAULTS["efficiency"].items()},
+                                   **pingpong},
+                    "block_promotion": 0.5, "pingpong_block_promotion": 0.4}
     gpu = GpuSpec()
     shapes = [(2048, 2048, 4096), (12288, 2048, 4096), (3001, 1999, 5003), (128, 12288, 4096)]
     jobs = calibrate.calibration_jobs(shapes=shapes, precisions=("fp8",), gpu=gpu, cal=truth)
@@ -173,6 +204,8 @@ def test_the_calibration_sweep_measures_fp8_and_the_fit_recovers_its_constants(c
     cal, report = calibrate.fit(df, gpu)
     assert {k: v for k, v in cal.items() if k != "fp8"} == {k: v for k, v in dispatch.CALIBRATION.items() if k != "fp8"}
     assert cal["fp8"]["efficiency"] == truth["fp8"]["efficiency"] and cal["fp8"]["block_promotion"] == 0.5
+    assert cal["fp8"]["pingpong_block_promotion"] == 0.4 and report["fp8"]["pingpong_block_promotion"]["fitted"]
+    assert any(j.get("params", {}).get("pingpong") for j in jobs)  # the ping-pong kernels are measured too
     assert cal["fp8"]["calibrated_on"] == {"gpu": "NVIDIA H200", "arch": "sm_90", "sms": 132}
     assert report["fp8"]["median_abs_log_error"]["after"] < 1e-3 and report["fp8"]["block_promotion"]["fitted"]
     assert dispatch_fp8.calibrated_elsewhere(H200, cal) is None

@@ -210,6 +210,66 @@ def test_block_scales_are_promoted_every_k_tile(built):
     assert launch.shared_bytes == 6 * (128 + 128) * 128 + 1024
 
 
+PINGPONG = dict(pingpong=True, block_m=128, block_n=128, stages=6)  # a consumer's whole tile: 128 accumulators
+BLOCK_PINGPONG = dict(pingpong=True, block_m=64, block_n=128, stages=8)  # two 64-register sets per consumer
+
+
+def test_pingpong_consumers_take_whole_tiles_in_turn(built):
+    """pingpong=True: each consumer warpgroup owns a whole 128 × 128 tile (m64n128k32, two m64
+    subtiles), each ring slot is read by one consumer (its empty barrier counts one arrival), and
+    named barriers hand the tensor cores from one consumer to the other (bar.sync / bar.arrive,
+    256 threads); TMA tiles, mbarrier waits and setmaxnreg as in the cooperative kernel; no spills."""
+    b = built(BIG + ":out=bfloat16", **PINGPONG)
+    assert "for 'sm_90a'" in b.device.ptxas_log and "C7514" not in b.device.ptxas_log  # wgmmas not serialized
+    assert len(b.device.kernels) == 1 and b.device.kernels[0].spills == 0
+    ptx = b.device.ptx
+    for mark in ("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "cp.async.bulk.tensor.2d", "mbarrier.try_wait",
+                 "setmaxnreg.dec", "setmaxnreg.inc", "bar.sync", "bar.arrive"):
+        assert mark in ptx, mark
+    assert "m64n256k32" not in ptx
+    cuda = b.device.cuda
+    assert "tvm_builtin_ptx_bar_arrive_arrive(((uint)2 - " in cuda  # consumer w passes the turn on barrier 2 - w
+    assert "tvm_builtin_ptx_bar_sync_count_sync(((uint)1 + " in cuda  # ... and waits for it on barrier 1 + w
+    # empty barriers (bars[6:12]) count one arrival: one consumer reads each slot (cooperative: both)
+    assert "bars_ptr[6]))), (uint)1);" in cuda and "(uint)2);" not in cuda
+    launch = get(STEP).validate(parse_workload(BIG), get(STEP).config(**PINGPONG))
+    assert launch.grid == (132, 1, 1) and launch.block == (384, 1, 1)
+    assert launch.shared_bytes == 6 * (128 + 128) * 128 + 1024
+    assert get(STEP).config(**PINGPONG).describe() == "fp8 128x128x128 s6 ws 2c pers pingpong"
+
+
+def test_block_scaled_pingpong_promotes_a_64_row_tile_per_consumer_with_clusters(built):
+    """Each consumer promotes its own 64 × 128 tile every K tile after ``wait_group 0`` (no
+    accumulator read while a wgmma is in flight: ptxas would serialize the wgmmas, C7514), and
+    passes the turn once the unit's last wgmmas are issued, before the last promotion."""
+    b = built(MIXED.replace("scale=row", "scale=block"), BLOCK_STEP, cluster_m=2, sms=8, **BLOCK_PINGPONG)
+    assert all(k.spills == 0 for k in b.device.kernels) and len(b.device.kernels) == 1
+    assert "C7514" not in b.device.ptxas_log and "wgmma.wait_group.sync.aligned 1" not in b.device.ptx
+    cuda = b.device.cuda
+    assert cuda.index("tvm_builtin_ptx_bar_arrive_arrive((") < cuda.index("wgmma_wait_group_wait_group_sync_aligned_0();")
+    ptx = b.device.ptx
+    for mark in ("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2", ".multicast::cluster", "bar.sync",
+                 "bar.arrive", "wgmma.wait_group.sync.aligned 0", "mbarrier.try_wait", "setmaxnreg.inc"):
+        assert mark in ptx, mark
+    assert "acc_ptr[0] = (acc_ptr[0] + (part_ptr[0] * (sa_r_ptr[0] * sb_r_ptr[0])));" in b.device.cuda
+
+
+@pytest.mark.parametrize("step, params, word", [
+    (STEP, dict(PINGPONG, block_m=256), "a consumer warpgroup owns the whole tile: block_m must be 64 or 128"),
+    (STEP, dict(PINGPONG, block_n=256, stages=4), "holds the whole 128x256 tile's 256 accumulators"),
+    (STEP, dict(PINGPONG, persistent=False), "pingpong needs persistent=true"),
+    (STEP, dict(PINGPONG, consumers=3), "pingpong takes 2 consumer warpgroups"),
+    (STEP, dict(PINGPONG, stages=8), "shared memory"),
+    (BLOCK_STEP, dict(PINGPONG), "two accumulator sets of 128 registers"),
+])
+def test_what_pingpong_cannot_take_is_refused_in_one_line(step, params, word):
+    wl = "gemm:256x256x256:float8_e4m3fn:nt" + (":scale=block" if step == BLOCK_STEP else "")
+    spec = get(step)
+    with pytest.raises(ScheduleParamError, match=word) as e:
+        spec.validate(parse_workload(wl), spec.config(**params))
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("workload, params, word", [
     ("gemm:256x256x200:float8_e4m3fn:nt", {}, r"row pitch of A and B \(K\) is 200 bytes; TMA needs a multiple of 16"),
     ("gemm:256x256x256:float8_e4m3fn", {}, "takes the nt layout only, not nn .*FP8 wgmma reads both operands K-major"),
@@ -267,11 +327,18 @@ GPU_CASES = [
     ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=row:out=bfloat16", {}),
     ("gemm:2048x1536x1008:float8_e5m2:b=float8_e4m3fn:nt:scale=row:out=float16:bias:gelu_tanh:residual", {}),
     (MIXED, {"cluster_m": 2}),
+    # ping-pong: whole tiles per consumer, several per block (sms: odd and even counts), ragged edges
+    (BIG + ":out=bfloat16", PINGPONG),
+    ("gemm:1000x520x2000:float8_e4m3fn:nt", dict(PINGPONG, block_m=64, block_n=256, stages=5, sms=7)),
+    ("gemm:64x64x64:float8_e4m3fn:nt:out=bfloat16", PINGPONG),  # one partial tile: the second consumer idles
+    (MIXED, dict(PINGPONG, cluster_m=2, sms=6)),
 ]
 BLOCK_GPU_CASES = [
     ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", {}),
     ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", {}),  # ragged: clamped scale indices
     (MIXED.replace("scale=row", "scale=block"), {"cluster_m": 2}),
+    ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", BLOCK_PINGPONG),
+    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(BLOCK_PINGPONG, sms=5, cluster_m=2)),
 ]
 
 

@@ -305,14 +305,14 @@ def _fit_efficiencies(pts, cal, gpu):
     return {k: len(v) for k, v in by_key.items()}
 
 
-def _solved_median(pts, cal, gpu, applies, set_x, low: float, high: float):
-    """A factor on the efficiency: the median of its value solved (:func:`_solve_unknown`) on the
-    points ``applies`` selects, with the kinds' efficiencies as fitted, within [low, high]; None
-    where no point could be solved."""
+def _solved_median(pts, cal, gpu, applies, set_x, low: float, high: float, solve=None):
+    """A factor on the efficiency: the median of its value solved (``solve``, default
+    :func:`_solve_unknown`) on the points ``applies`` selects, with the kinds' efficiencies as
+    fitted, within [low, high]; None where no point could be solved."""
     ratios = []
     for wl, _, c, t in pts:
         if applies(wl, c):
-            value, _ = _solve_unknown(wl, c, t, gpu, cal, set_x)
+            value, _ = (solve or _solve_unknown)(wl, c, t, gpu, cal, set_x)
             if value is not None:
                 ratios.append(value)
     return round(float(np.clip(np.median(ratios), low, high)), 3) if ratios else None
@@ -455,40 +455,69 @@ def _set_fp8(probe: dict, name: str, value, key: str | None = None):
     """Set an FP8 constant (``efficiency[key]`` or ``name``) in the calibration ``probe``'s ``fp8``
     section, which starts as the constants the model reads now (dispatch_fp8.constants)."""
     section = probe.setdefault("fp8", {k: copy.deepcopy(v) for k, v in dispatch_fp8.constants(probe).items()
-                                       if k in ("efficiency", "block_promotion")})
+                                       if k in ("efficiency", "block_promotion", "pingpong_block_promotion")})
     if key is None:
         section[name] = value
     else:
         section.setdefault(name, {})[key] = value
 
 
+def _solve_pingpong(wl, cand, t, gpu, cal, set_x):
+    """:func:`_solve_unknown` for a ping-pong candidate, whose compute term is not linear in 1/x (a
+    tile's epilogue hides behind the other consumer's mainloop up to the mainloop's length): the
+    linear solution's conditions, then x by bisection (the compute term falls as x grows)."""
+    x0, terms = _solve_unknown(wl, cand, t, gpu, cal, set_x)
+    if x0 is None:
+        return None, terms
+    probe = copy.deepcopy(cal)
+    busy = t - cal["launch_us"] - terms.get("reduce_us", 0)
+
+    def comp(x):
+        set_x(probe, x)
+        return estimate(wl, cand, gpu, probe).terms["compute_us"]
+
+    lo, hi = x0 / 4, x0 * 4
+    if not comp(hi) <= busy <= comp(lo):
+        return None, terms
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if comp(mid) > busy else (lo, mid)
+    return (lo + hi) / 2, terms
+
+
 def _fit_fp8(pts, cal, gpu, what: str, on: dict) -> dict:
     """Fit the calibration's ``fp8`` section to the FP8 points (in place) and report it: each tile
     and cluster's efficiency (the median solved on the tensor-scaled points, as
     :func:`_fit_efficiencies`), then ``block_promotion`` (the median solved on the block-scaled
-    points, at the efficiency of their tile); the constants no point could solve keep their value."""
+    points, at the efficiency of their tile) and ``pingpong_block_promotion`` (the same on the
+    block-scaled ping-pong points); the constants no point could solve keep their value."""
     before = _errors(pts, cal, gpu)
     regret_before = regret(pts, cal, gpu)
-    _set_fp8(cal, "block_promotion", dispatch_fp8.constants(cal)["block_promotion"])
+    for name in ("block_promotion", "pingpong_block_promotion"):
+        _set_fp8(cal, name, dispatch_fp8.constants(cal)[name])
     by_key: dict[str, list[float]] = {}
     for wl, _, c, t in pts:
         if c.family != "fp8":
             continue
         key = dispatch_fp8.efficiency_key(c)
-        value, _ = _solve_unknown(wl, c, t, gpu, cal, lambda probe, x, key=key: _set_fp8(probe, "efficiency", x, key))
+        solve = _solve_pingpong if c.config.pingpong else _solve_unknown
+        value, _ = solve(wl, c, t, gpu, cal, lambda probe, x, key=key: _set_fp8(probe, "efficiency", x, key))
         if value is not None:
             by_key.setdefault(key, []).append(value)
     for key, vals in by_key.items():
         _set_fp8(cal, "efficiency", round(float(np.clip(np.median(vals), 0.02, 1.1)), 3), key)
-    promotion = _solved_median(pts, cal, gpu, lambda wl, c: c.family == "fp8_block",
-                               lambda probe, x: _set_fp8(probe, "block_promotion", x), 0.05, 1.1)
-    if promotion is not None:
-        _set_fp8(cal, "block_promotion", promotion)
+    fitted = {}
+    for name, pp in (("block_promotion", False), ("pingpong_block_promotion", True)):
+        fitted[name] = _solved_median(pts, cal, gpu, lambda wl, c, pp=pp: c.family == "fp8_block" and c.config.pingpong == pp,
+                                      lambda probe, x, name=name: _set_fp8(probe, name, x), 0.05, 1.1,
+                                      _solve_pingpong if pp else None)
+        if fitted[name] is not None:
+            _set_fp8(cal, name, fitted[name])
     cal["fp8"].update(source=f"fitted by schedlab calibrate to {what}; {len(pts)} measured FP8 kernels)",
                       calibrated_on=dict(on))
     after = _errors(pts, cal, gpu)
     return {"points": len(pts), "fitted_efficiencies": {k: len(v) for k, v in by_key.items()},
-            "block_promotion": {"fitted": promotion is not None, "value": cal["fp8"]["block_promotion"]},
+            **{name: {"fitted": value is not None, "value": cal["fp8"][name]} for name, value in fitted.items()},
             "median_abs_log_error": {"before": float(np.median(before)), "after": float(np.median(after))},
             "regret": {"before": regret_before, "after": regret(pts, cal, gpu)}}
 
