@@ -64,6 +64,40 @@ PIECE = 16               # bytes of one cp.async (8 elements)
 SHARED_STATIC = 48 * 1024  # the cross-warp sum's buffer: static shared memory
 
 
+@dataclass(frozen=True)
+class Access:
+    """How the kernel reads its operands (decode_gemm's: both K-contiguous, 16-byte pieces; the
+    thin-product step, :mod:`schedules.gemm_thin`, takes the others). ``w_trans``: the weight is
+    stored K × rows (its rows contiguous), copied as stored into a K-row tile per warp and read by
+    ``ldmatrix.trans``; ``w_bytes``/``x_bytes``: bytes per copy of the weight/X (16, 8 or 4 by
+    cp.async, as the row pitch allows; 2: two plain loads packed into one shared word);
+    ``x_trans``: X is stored K × tokens, loaded two K rows at a time and transposed on its way
+    into the slot."""
+
+    w_trans: bool = False
+    w_bytes: int = 16
+    x_trans: bool = False
+    x_bytes: int = 16
+
+    @property
+    def decode(self) -> bool:
+        return self == Access()
+
+
+def trans_pitch(m_tiles: int) -> int:
+    """uint32 words per K row of a warp's transposed weight tile (16·m_tiles elements): padded by
+    16 bytes to an odd number of 16-byte chunks, so that the 8 rows one ldmatrix phase reads fall
+    on distinct banks."""
+    return 8 * m_tiles + 4
+
+
+def trans_position(kk):
+    """The row of K offset ``kk`` (0-31 of a 32-element piece) in a transposed weight tile: the
+    permuted K order of the pieces (mma #h takes the elements 8c + 4h … 8c + 4h + 3) laid out so
+    that each ldmatrix reads 8 consecutive rows: row h·16 + s for mma slot s."""
+    return kk % 8 // 4 * 16 + kk % 4 // 2 * 8 + kk // 8 * 2 + kk % 2
+
+
 def decode_form(wl) -> tuple[str, int, int] | None:
     """``(form, tokens, rows)`` of a GEMM this kernel takes, or None: "rows" when M is the few
     rows (the weight is B, stored N×K), "columns" when N is (the weight is A, stored M×K; the
@@ -305,9 +339,10 @@ def make_store(wl: Gemm, form: str, tokens: int, rows: int):
     return store
 
 
-def decode_kernel(wl: Gemm, p: DecodePlan):
+def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
     """The TIR PrimFunc of plan ``p`` for ``wl`` (see the module's docstring): ``main(A, B, C)``, or
-    with an epilogue or another output type ``main(A, B, [bias], [R], D)``."""
+    with an epilogue or another output type ``main(A, B, [bias], [R], D)``. ``access``: how the
+    operands are read (:class:`Access`; decode_gemm's by default)."""
     DT, K = wl.dtype, wl.K
     PT = PTX_TYPE[DT]
     FORM, TOK, ROWS = p.form, p.tokens, p.rows
@@ -322,7 +357,9 @@ def decode_kernel(wl: Gemm, p: DecodePlan):
     ACC = p.acc
     K2 = K // 2                     # the operands as uint32 pairs: 16 bytes = 4 of them
     SLOT, XPITCH = p.slot_words, p.x_pitch
-    W_WORDS = WARPS * U * MT * 2 * 128   # a slot's weight pieces: per warp, piece, tile, row half
+    WP = trans_pitch(MT)            # words per K row of a transposed weight tile
+    WQ = 32 * WP if access.w_trans else MT * 2 * 128  # words of one warp's weight per 32-element piece
+    W_WORDS = WARPS * U * WQ        # a slot's weight pieces: per warp, piece, tile, row half
     XP = BSTEP // 8                 # 16-byte pieces of one X row per step
     X_PIECES = 8 * NT * XP
     X_ROUNDS = ceil_div(X_PIECES, THREADS)
@@ -340,28 +377,163 @@ def decode_kernel(wl: Gemm, p: DecodePlan):
         return T.ptx["cp.async.cg.shared.global"](T.address_of(dst), T.address_of(src), PIECE,
                                                   T.if_then_else(ok, T.uint32(PIECE), T.uint32(0)))
 
+    # the thin-product paths (access other than decode_gemm's): narrower copies, a transposed weight
+    # tile, X transposed on its way in. Sizes in uint32 words of the slot (two 16-bit elements)
+    W_PIECES = not access.w_trans and access.w_bytes == 16   # decode_gemm's weight copies
+    X_PIECES16 = not access.x_trans and access.x_bytes == 16  # ... and X's
+    WW, XW = max(1, access.w_bytes // 4), max(1, access.x_bytes // 4)  # words per copy (2 bytes: one word of 2 loads)
+    W_CPR = 8 * MT // WW            # copies per K row of a warp's transposed tile (one per lane and row: 32 rows)
+    XC = BSTEP // (2 * XW)          # copies per X row of a block step (X K-contiguous)
+    X_COPIES = 8 * NT * XC if not access.x_trans else 8 * NT * BSTEP // 2
+    XC_ROUNDS = ceil_div(X_COPIES, THREADS)
+    XC_EDGE = X_COPIES % THREADS != 0
+    T8 = 8 * NT
+    ZERO = T.float16(0) if DT == "float16" else T.bfloat16(0)
+
+    def copy_n(dst, src, ok, size):
+        """One cp.async of ``size`` bytes (16: .cg, 4 or 8: .ca), zero-filled where ``ok`` is false."""
+        return T.ptx["cp.async.cg.shared.global" if size == 16 else "cp.async.ca.shared.global"](
+            T.address_of(dst), T.address_of(src), size, T.if_then_else(ok, T.uint32(size), T.uint32(0)))
+
+    def bits(v):
+        return T.Cast("uint32", T.reinterpret("uint16", v))
+
+    def pack(lo, hi):
+        """Two 16-bit elements as one shared word (``lo`` at the lower address)."""
+        return T.bitwise_or(bits(lo), T.shift_left(bits(hi), T.uint32(16)))
+
+    def element(X, i0, i1, ok, e0, e1):
+        """X[i0, i1] where ``ok``, else 0 (the address clamped into X: ``e0``, ``e1`` its extents)."""
+        return T.if_then_else(ok, X[T.min(i0, e0 - 1), T.min(i1, e1 - 1)], ZERO)
+
     @T.macro
-    def fetch(ring, Wu, Xu, slot, bstep, warp, lane, row0):
+    def fetch_weight(ring, W, slot, bstep, warp, lane, row0):
+        """The warp's weight pieces of block step ``bstep``: K-contiguous rows copied in pieces as wide
+        as their pitch allows into decode_gemm's layout, or (``w_trans``) the stored K × rows tile,
+        K row kk of each 32-element piece into row trans_position(kk) of the warp's tile."""
+        for q in T.unroll(U):
+            if access.w_trans:
+                for j in T.unroll(W_CPR):
+                    if access.w_bytes >= 4:
+                        T.evaluate(copy_n(
+                            ring[slot * SLOT + (warp * U + q) * WQ + trans_position((j * 32 + lane) // W_CPR) * WP
+                                 + (j * 32 + lane) % W_CPR * WW],
+                            W[T.min(bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR, K - 1),
+                              T.min(row0 + (j * 32 + lane) % W_CPR * 2 * WW, ROWS - 2 * WW)],
+                            T.And(bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR < K,
+                                  row0 + (j * 32 + lane) % W_CPR * 2 * WW < ROWS), access.w_bytes))
+                    else:
+                        ring[slot * SLOT + (warp * U + q) * WQ + trans_position((j * 32 + lane) // W_CPR) * WP
+                             + (j * 32 + lane) % W_CPR] = pack(
+                            element(W, bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR,
+                                    row0 + (j * 32 + lane) % W_CPR * 2,
+                                    T.And(bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR
+                                          < K, row0 + (j * 32 + lane) % W_CPR * 2 < ROWS), K, ROWS),
+                            element(W, bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR,
+                                    row0 + (j * 32 + lane) % W_CPR * 2 + 1,
+                                    T.And(bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR
+                                          < K, row0 + (j * 32 + lane) % W_CPR * 2 + 1 < ROWS), K, ROWS))
+            else:
+                for i in T.unroll(MT):
+                    for h in T.unroll(2):
+                        for c in T.unroll(4 // WW):
+                            if access.w_bytes >= 4:
+                                T.evaluate(copy_n(
+                                    ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + lane * 4 + c * WW],
+                                    W[T.min(row0 + 16 * i + 8 * h + lane // 4, ROWS - 1),
+                                      T.min(bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 + c * 2 * WW,
+                                            K - 2 * WW)],
+                                    bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 + c * 2 * WW < K,
+                                    access.w_bytes))
+                            else:
+                                ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + lane * 4 + c] = pack(
+                                    element(W, row0 + 16 * i + 8 * h + lane // 4,
+                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 + 2 * c,
+                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 + 2 * c < K,
+                                            ROWS, K),
+                                    element(W, row0 + 16 * i + 8 * h + lane // 4,
+                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 + 2 * c + 1,
+                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 + 2 * c + 1
+                                            < K, ROWS, K))
+
+    @T.macro
+    def fetch_x(ring, X, slot, bstep, warp, lane):
+        """X's rows of block step ``bstep`` into the slot (token t's K elements contiguous, as
+        decode_gemm lays them out): K-contiguous X in pieces as wide as its pitch allows, or X
+        stored K × tokens two K rows at a time (consecutive threads on consecutive tokens: the
+        loads coalesce), each pair of elements one shared word."""
+        for x in T.unroll(XC_ROUNDS):
+            if T.Or(not XC_EDGE, x * THREADS + warp * 32 + lane < X_COPIES):
+                if access.x_trans:
+                    ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) % T8 * XPITCH
+                         + (x * THREADS + warp * 32 + lane) // T8] = pack(
+                        element(X, bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2,
+                                (x * THREADS + warp * 32 + lane) % T8,
+                                T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 < K,
+                                      (x * THREADS + warp * 32 + lane) % T8 < TOK), K, TOK),
+                        element(X, bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 + 1,
+                                (x * THREADS + warp * 32 + lane) % T8,
+                                T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 + 1 < K,
+                                      (x * THREADS + warp * 32 + lane) % T8 < TOK), K, TOK))
+                elif access.x_bytes >= 4:
+                    T.evaluate(copy_n(
+                        ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) // XC * XPITCH
+                             + (x * THREADS + warp * 32 + lane) % XC * XW],
+                        X[T.min((x * THREADS + warp * 32 + lane) // XC, TOK - 1),
+                          T.min(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 * XW, K - 2 * XW)],
+                        T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 * XW < K,
+                              (x * THREADS + warp * 32 + lane) // XC < TOK), access.x_bytes))
+                else:
+                    ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) // XC * XPITCH
+                         + (x * THREADS + warp * 32 + lane) % XC] = pack(
+                        element(X, (x * THREADS + warp * 32 + lane) // XC,
+                                bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2,
+                                T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 < K,
+                                      (x * THREADS + warp * 32 + lane) // XC < TOK), TOK, K),
+                        element(X, (x * THREADS + warp * 32 + lane) // XC,
+                                bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 + 1,
+                                T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 + 1 < K,
+                                      (x * THREADS + warp * 32 + lane) // XC < TOK), TOK, K))
+
+    @T.macro
+    def weight_fragments(ring, wf, slot, warp, lane, q):
+        """A transposed tile's mma fragments, piece ``q``: per m16 tile and mma, one ldmatrix.x4.trans
+        (lane l gives row h·16 + 8·(l / 16) + l % 8, rows 16i + 8·(l / 8 % 2) … + 7 of the warp's)."""
+        for i in T.unroll(MT):
+            for half in T.unroll(2):
+                T.evaluate(T.ptx_legacy.ldmatrix(
+                    True, 4, ".b16", wf.data, i * 8 + 4 * half, ring.access_ptr("r"),
+                    slot * SLOT + (warp * U + q) * WQ + (half * 16 + lane // 16 * 8 + lane % 8) * WP
+                    + i * 8 + lane // 8 % 2 * 4, dtype="uint32"))
+
+    @T.macro
+    def fetch(ring, Wu, Xu, Wh, Xh, slot, bstep, warp, lane, row0):
         """Block step ``bstep`` into ring slot ``slot``: each lane's weight pieces (its rows g and
         g + 8 of each tile, elements 8c … 8c+7 of each of its warp's ``unroll`` 32-element pieces),
         then X's rows for the whole step, spread over the block's threads."""
-        for q in T.unroll(U):
-            for i in T.unroll(MT):
-                for h in T.unroll(2):
+        if W_PIECES:
+            for q in T.unroll(U):
+                for i in T.unroll(MT):
+                    for h in T.unroll(2):
+                        T.evaluate(copy(
+                            ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + lane * 4],
+                            Wu[T.min(row0 + 16 * i + 8 * h + lane // 4, ROWS - 1),
+                               T.min(bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8, K - 8) // 2],
+                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 < K))
+        else:
+            fetch_weight(ring, Wh, slot, bstep, warp, lane, row0)
+        if X_PIECES16:
+            for x in T.unroll(X_ROUNDS):
+                if T.Or(not X_EDGE, x * THREADS + warp * 32 + lane < X_PIECES):
                     T.evaluate(copy(
-                        ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + lane * 4],
-                        Wu[T.min(row0 + 16 * i + 8 * h + lane // 4, ROWS - 1),
-                           T.min(bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8, K - 8) // 2],
-                        bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 < K))
-        for x in T.unroll(X_ROUNDS):
-            if T.Or(not X_EDGE, x * THREADS + warp * 32 + lane < X_PIECES):
-                T.evaluate(copy(
-                    ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) // XP * XPITCH
-                         + (x * THREADS + warp * 32 + lane) % XP * 4],
-                    Xu[T.min((x * THREADS + warp * 32 + lane) // XP, TOK - 1),
-                       T.min(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XP * 8, K - 8) // 2],
-                    T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XP * 8 < K,
-                          (x * THREADS + warp * 32 + lane) // XP < TOK)))
+                        ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) // XP * XPITCH
+                             + (x * THREADS + warp * 32 + lane) % XP * 4],
+                        Xu[T.min((x * THREADS + warp * 32 + lane) // XP, TOK - 1),
+                           T.min(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XP * 8, K - 8) // 2],
+                        T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XP * 8 < K,
+                              (x * THREADS + warp * 32 + lane) // XP < TOK)))
+        else:
+            fetch_x(ring, Xh, slot, bstep, warp, lane)
 
     @T.macro
     def compute(ring, acc, wt, wf, xf, slot, warp, lane):
@@ -369,12 +541,15 @@ def decode_kernel(wl: Gemm, p: DecodePlan):
         and g + 8 interleaved into the mma's A registers) and X's token groups, read back with
         16-byte shared loads."""
         for q in T.unroll(U):
-            for i in T.unroll(MT):
-                for h in T.unroll(2):
-                    for v in T.vectorized(4):
-                        wt[v] = ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + lane * 4 + v]
-                    for v in T.unroll(4):
-                        wf[i * 8 + 2 * v + h] = wt[v]
+            if access.w_trans:
+                weight_fragments(ring, wf, slot, warp, lane, q)
+            else:
+                for i in T.unroll(MT):
+                    for h in T.unroll(2):
+                        for v in T.vectorized(4):
+                            wt[v] = ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + lane * 4 + v]
+                        for v in T.unroll(4):
+                            wf[i * 8 + 2 * v + h] = wt[v]
             for j in T.unroll(NT):
                 for v in T.vectorized(4):
                     xf[j * 4 + v] = ring[slot * SLOT + W_WORDS + (8 * j + lane // 4) * XPITCH
@@ -413,13 +588,14 @@ def decode_kernel(wl: Gemm, p: DecodePlan):
             n: T.let[T.int32] = T.min(KTS, KT - part * KTS)
             for s in T.unroll(S - 1):
                 if s < n:
-                    fetch(ring, Wu, Xu, s, part * KTS + s, warp, lane, row0)
+                    fetch(ring, Wu, Xu, B if W_ARG == "B" else A, A if W_ARG == "B" else B, s, part * KTS + s, warp, lane, row0)
                 T.ptx["cp.async.commit_group"]()
             for it in T.serial(n):
                 T.ptx["cp.async.wait_group"](S - 2)  # this thread's copies of step it have landed
                 T.cuda.cta_sync()  # ... everyone's, and everyone is done with slot (it - 1) % S
                 if it + S - 1 < n:
-                    fetch(ring, Wu, Xu, (it + S - 1) % S, part * KTS + it + S - 1, warp, lane, row0)
+                    fetch(ring, Wu, Xu, B if W_ARG == "B" else A, A if W_ARG == "B" else B,
+                          (it + S - 1) % S, part * KTS + it + S - 1, warp, lane, row0)
                 T.ptx["cp.async.commit_group"]()
                 compute(ring, acc, wt, wf, xf, it % S, warp, lane)
             # the K warps of each row group add up their sums, halving each round: warps
