@@ -383,6 +383,7 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
     X_PIECES16 = not access.x_trans and access.x_bytes == 16  # ... and X's
     WW, XW = max(1, access.w_bytes // 4), max(1, access.x_bytes // 4)  # words per copy (2 bytes: one word of 2 loads)
     W_CPR = 8 * MT // WW            # copies per K row of a warp's transposed tile (one per lane and row: 32 rows)
+    WPR = 16 // WW                  # copies per row of a K-contiguous weight's 32-element piece
     XC = BSTEP // (2 * XW)          # copies per X row of a block step (X K-contiguous)
     X_COPIES = 8 * NT * XC if not access.x_trans else 8 * NT * BSTEP // 2
     XC_ROUNDS = ceil_div(X_COPIES, THREADS)
@@ -434,27 +435,30 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
                                     T.And(bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR
                                           < K, row0 + (j * 32 + lane) % W_CPR * 2 + 1 < ROWS), K, ROWS))
             else:
+                # the 128 words of a (piece, tile, row half) are its 8 rows' 32 elements in order (lane
+                # 4g + c reads row g's words 4c …): any thread may fill any word, so consecutive lanes
+                # take consecutive words of a row (coalesced), WPR copies per row
                 for i in T.unroll(MT):
                     for h in T.unroll(2):
                         for c in T.unroll(4 // WW):
                             if access.w_bytes >= 4:
                                 T.evaluate(copy_n(
-                                    ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + lane * 4 + c * WW],
-                                    W[T.min(row0 + 16 * i + 8 * h + lane // 4, ROWS - 1),
-                                      T.min(bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 + c * 2 * WW,
-                                            K - 2 * WW)],
-                                    bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 + c * 2 * WW < K,
+                                    ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128
+                                         + (c * 32 + lane) // WPR * 16 + (c * 32 + lane) % WPR * WW],
+                                    W[T.min(row0 + 16 * i + 8 * h + (c * 32 + lane) // WPR, ROWS - 1),
+                                      T.min(bstep * BSTEP + warp // WR * SUB + K_STEP * q
+                                            + (c * 32 + lane) % WPR * 2 * WW, K - 2 * WW)],
+                                    bstep * BSTEP + warp // WR * SUB + K_STEP * q + (c * 32 + lane) % WPR * 2 * WW < K,
                                     access.w_bytes))
                             else:
-                                ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + lane * 4 + c] = pack(
-                                    element(W, row0 + 16 * i + 8 * h + lane // 4,
-                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 + 2 * c,
-                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 + 2 * c < K,
-                                            ROWS, K),
-                                    element(W, row0 + 16 * i + 8 * h + lane // 4,
-                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 + 2 * c + 1,
-                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 + 2 * c + 1
-                                            < K, ROWS, K))
+                                ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + c * 32 + lane] = pack(
+                                    element(W, row0 + 16 * i + 8 * h + (c * 32 + lane) // 16,
+                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2,
+                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 < K, ROWS, K),
+                                    element(W, row0 + 16 * i + 8 * h + (c * 32 + lane) // 16,
+                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 + 1,
+                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 + 1 < K,
+                                            ROWS, K))
 
     @T.macro
     def fetch_x(ring, X, slot, bstep, warp, lane):

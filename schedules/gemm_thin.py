@@ -44,8 +44,8 @@ from tvm import s_tir
 
 from .common import current_gpu
 from .errors import ScheduleParamError
-from .gemm_decode import (MAX_TOKENS, SHARED_STATIC, Access, DecodeConfig, DecodePlan, _plan, decode_kernel,
-                          trans_pitch)
+from .gemm_decode import (K_STEP, MAX_TOKENS, SHARED_STATIC, Access, DecodeConfig, DecodePlan, _plan,
+                          decode_kernel, trans_pitch)
 from .registry import register
 from .workloads import LAYOUTS, Gemm
 
@@ -99,12 +99,17 @@ def _as_nt(wl) -> Gemm:
 
 
 def thin_plan(cfg: "ThinConfig", wl, gpu) -> ThinPlan:
-    nt = _as_nt(wl)
+    nt, access = _as_nt(wl), access_of(wl)
+    if access.w_bytes == 2:
+        # a weight copied by plain loads: a thread waits for each block step's loads before its mma,
+        # so what hides their latency is how much one step loads (four 32-element pieces per warp
+        # where K has them), not the ring's depth (two slots: one filling while one is read)
+        cfg = replace(cfg, unroll=cfg.unroll or (4 if wl.K >= 8 * K_STEP else 0), stages=cfg.stages or 2)
     p = _plan(cfg, nt, gpu)
     # fewer blocks than SMs: smaller blocks, down to one warp's rows, until the grid reaches them
     while not cfg.row_warps and p.row_warps > 1 and p.row_blocks * p.splits < gpu.sms:
         p = _plan(replace(cfg, row_warps=p.row_warps // 2, k_warps=cfg.k_warps or p.k_warps), nt, gpu)
-    w_trans = access_of(wl).w_trans
+    w_trans = access.w_trans
     thin = ThinPlan(**{f.name: getattr(p, f.name) for f in fields(DecodePlan)}, w_trans=w_trans)
     if w_trans and not cfg.stages:  # the padded tile: as many slots as the same budget holds
         budget = cfg.ring_bytes or gpu.smem_per_sm // 2 - 4 * thin.shared_floats - 8 * 1024
