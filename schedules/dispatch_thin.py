@@ -61,7 +61,7 @@ def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) 
     """(µs, terms) of a thin_tc_gemm candidate (the module's model). ``out_bytes``: per output;
     ``epilogue_bytes``: the bias and R; ``reduce_us(splits)``: split-K's sum."""
     p = cand.config.plan(wl, gpu)
-    access = access_of(wl)
+    access = access_of(wl, cand.config.odd_copy)
     copy = cal.get("thin_copy_factor", {})
     w_factor = copy.get(str(access.w_bytes), THIN_COPY_FACTOR[access.w_bytes])
     x_width = 2 if access.x_trans else access.x_bytes
@@ -74,7 +74,7 @@ def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) 
     fill = min(1.0, blocks / gpu.sms)
     dram = (weight / w_factor + x + out) / (bw * eff * fill)
     l2 = x * p.row_blocks / (bw * cal["l2_factor"] * x_factor)
-    in_flight = max(1, p.stages - 1) if min(access.w_bytes, x_width) >= 4 else 1
+    in_flight = max(1, p.stages - 1) if access.w_bytes >= 4 else 1
     waves = -(-blocks // (gpu.sms * max(1, min(8, 64 // p.warps))))
     latency = waves * (cal["fill_us"] + (p.steps_per_slice + in_flight - 1) / in_flight * cal.get("k_step_us", 0.0))
     reduce = reduce_us(p.splits)

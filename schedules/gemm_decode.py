@@ -72,12 +72,24 @@ class Access:
     ``ldmatrix.trans``; ``w_bytes``/``x_bytes``: bytes per copy of the weight/X (16, 8 or 4 by
     cp.async, as the row pitch allows; 2: two plain loads packed into one shared word);
     ``x_trans``: X is stored K × tokens, loaded two K rows at a time and transposed on its way
-    into the slot."""
+    into the slot. ``w_odd``: the weight's pitch is an odd number of elements, so every other row
+    starts at an odd element: each row is copied by 4-byte cp.async from the even element at or
+    before its start (one word more), and the rows that start late are realigned on their way to
+    the mma (a 16-bit funnel shift of the words a lane reads; in a transposed tile, by the row's
+    lane in shared memory before ldmatrix)."""
 
     w_trans: bool = False
     w_bytes: int = 16
     x_trans: bool = False
     x_bytes: int = 16
+    w_odd: bool = False  # an odd pitch (in elements) copied by 4-byte cp.async, odd rows one element late
+
+    @property
+    def row_words(self) -> int:
+        """uint32 words per row of a K-contiguous weight's 32-element piece in a slot: 16, or 20
+        where the pitch is odd (a 17th word: the row read from the even element before it; padded
+        to keep 16-byte reads aligned)."""
+        return 20 if self.w_odd and not self.w_trans else 16
 
     @property
     def decode(self) -> bool:
@@ -358,7 +370,8 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
     K2 = K // 2                     # the operands as uint32 pairs: 16 bytes = 4 of them
     SLOT, XPITCH = p.slot_words, p.x_pitch
     WP = trans_pitch(MT)            # words per K row of a transposed weight tile
-    WQ = 32 * WP if access.w_trans else MT * 2 * 128  # words of one warp's weight per 32-element piece
+    RW = access.row_words           # words per weight row of a (piece, tile, row half): 16 (decode_gemm's) or 20
+    WQ = 32 * WP if access.w_trans else MT * 2 * 8 * RW  # words of one warp's weight per 32-element piece
     W_WORDS = WARPS * U * WQ        # a slot's weight pieces: per warp, piece, tile, row half
     XP = BSTEP // 8                 # 16-byte pieces of one X row per step
     X_PIECES = 8 * NT * XP
@@ -384,6 +397,9 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
     WW, XW = max(1, access.w_bytes // 4), max(1, access.x_bytes // 4)  # words per copy (2 bytes: one word of 2 loads)
     W_CPR = 8 * MT // WW            # copies per K row of a warp's transposed tile (one per lane and row: 32 rows)
     WPR = 16 // WW                  # copies per row of a K-contiguous weight's 32-element piece
+    ODD_CPR = 8 * MT + 1            # 4-byte copies per K row of a transposed tile with an odd pitch
+    W_LAST = (ROWS * K - 1) // 2 * 2  # the last even element of the weight: an odd pitch's copies start there at most
+    W_ALL = ROWS * K
     XC = BSTEP // (2 * XW)          # copies per X row of a block step (X K-contiguous)
     X_COPIES = 8 * NT * XC if not access.x_trans else 8 * NT * BSTEP // 2
     XC_ROUNDS = ceil_div(X_COPIES, THREADS)
@@ -407,13 +423,61 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
         """X[i0, i1] where ``ok``, else 0 (the address clamped into X: ``e0``, ``e1`` its extents)."""
         return T.if_then_else(ok, X[T.min(i0, e0 - 1), T.min(i1, e1 - 1)], ZERO)
 
+    def copy_odd(dst, W, e, ok, pitch):
+        """The 4-byte word of the weight (stored with ``pitch`` elements per row, odd) from its even
+        element ``e``: zero-filled where ``ok`` is false, its second half left out at the end of the
+        weight (the address clamped into it)."""
+        return T.ptx["cp.async.ca.shared.global"](
+            T.address_of(dst), T.address_of(W[T.min(e, W_LAST) // pitch, T.min(e, W_LAST) % pitch]), 4,
+            T.if_then_else(T.And(ok, e < W_ALL), T.if_then_else(e + 1 < W_ALL, T.uint32(4), T.uint32(2)),
+                           T.uint32(0)))
+
+    def odd_half(ring, row, e):
+        """The 16 bits at half ``e`` of the shared row starting at word ``row``, as the low half of a word."""
+        return T.bitwise_and(T.shift_right(ring[row + e // 2], T.Cast("uint32", e % 2 * 16)), T.uint32(0xFFFF))
+
+    def realigned(lo, hi, late):
+        """Two elements of a row that starts one element late: the high half of ``lo`` and the low
+        half of ``hi``, where ``late``; else ``lo``."""
+        return T.if_then_else(late, T.bitwise_or(T.shift_right(lo, T.uint32(16)), T.shift_left(hi, T.uint32(16))), lo)
+
     @T.macro
     def fetch_weight(ring, W, slot, bstep, warp, lane, row0):
         """The warp's weight pieces of block step ``bstep``: K-contiguous rows copied in pieces as wide
         as their pitch allows into decode_gemm's layout, or (``w_trans``) the stored K × rows tile,
         K row kk of each 32-element piece into row trans_position(kk) of the warp's tile."""
         for q in T.unroll(U):
-            if access.w_trans:
+            if access.w_trans and access.w_odd:
+                # K row kk of the piece: its 8·MT + 1 words from the even element at or before
+                # (k·ROWS + row0); k odd starts one element late (ROWS odd)
+                for j in T.unroll(ODD_CPR):
+                    T.evaluate(copy_odd(
+                        ring[slot * SLOT + (warp * U + q) * WQ + trans_position((j * 32 + lane) // ODD_CPR) * WP
+                             + (j * 32 + lane) % ODD_CPR],
+                        W, (bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // ODD_CPR) * ROWS + row0
+                        + (j * 32 + lane) % ODD_CPR * 2 - (j * 32 + lane) // ODD_CPR % 2,
+                        bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // ODD_CPR < K, ROWS))
+            elif access.w_odd:
+                # row g's 16 words (and a 17th) from the even element at or before (r·K + k), r odd
+                # starting one element late (K odd); rows past the weight's copy its last row
+                for i in T.unroll(MT):
+                    for h in T.unroll(2):
+                        for c in T.unroll(4):
+                            T.evaluate(copy_odd(
+                                ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 8 * RW
+                                     + (c * 32 + lane) // 16 * RW + lane % 16],
+                                W, T.min(row0 + 16 * i + 8 * h + (c * 32 + lane) // 16, ROWS - 1) * K
+                                + bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2
+                                - T.min(row0 + 16 * i + 8 * h + (c * 32 + lane) // 16, ROWS - 1) % 2,
+                                bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 < K, K))
+                        if lane < 8:
+                            T.evaluate(copy_odd(
+                                ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 8 * RW + lane * RW + 16],
+                                W, T.min(row0 + 16 * i + 8 * h + lane, ROWS - 1) * K
+                                + bstep * BSTEP + warp // WR * SUB + K_STEP * q + 32
+                                - T.min(row0 + 16 * i + 8 * h + lane, ROWS - 1) % 2,
+                                bstep * BSTEP + warp // WR * SUB + K_STEP * q + 32 < K + 1, K))
+            elif access.w_trans:
                 for j in T.unroll(W_CPR):
                     if access.w_bytes >= 4:
                         T.evaluate(copy_n(
@@ -502,13 +566,27 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
     @T.macro
     def weight_fragments(ring, wf, slot, warp, lane, q):
         """A transposed tile's mma fragments, piece ``q``: per m16 tile and mma, one ldmatrix.x4.trans
-        (lane l gives row h·16 + 8·(l / 16) + l % 8, rows 16i + 8·(l / 8 % 2) … + 7 of the warp's)."""
-        for i in T.unroll(MT):
-            for half in T.unroll(2):
-                T.evaluate(T.ptx_legacy.ldmatrix(
-                    True, 4, ".b16", wf.data, i * 8 + 4 * half, ring.access_ptr("r"),
-                    slot * SLOT + (warp * U + q) * WQ + (half * 16 + lane // 16 * 8 + lane % 8) * WP
-                    + i * 8 + lane // 8 % 2 * 4, dtype="uint32"))
+        (lane l gives row h·16 + 8·(l / 16) + l % 8, rows 16i + 8·(l / 8 % 2) … + 7 of the warp's).
+        With an odd pitch (the odd K rows start one element late: each holds its rows from the
+        element before), the lane gathers its fragments' elements itself: element r of position p
+        is half (r + p % 2) of the row's words."""
+        if access.w_odd:
+            for i in T.unroll(MT):
+                for half in T.unroll(2):
+                    for reg in T.unroll(4):  # a0..a3: rows g (+ 8 for a1, a3), slots 2c, 2c + 1 (+ 8 for a2, a3)
+                        wf[i * 8 + 4 * half + reg] = T.bitwise_or(
+                            odd_half(ring, slot * SLOT + (warp * U + q) * WQ + (half * 16 + reg // 2 * 8 + lane % 4 * 2)
+                                     * WP, 16 * i + reg % 2 * 8 + lane // 4),
+                            T.shift_left(odd_half(ring, slot * SLOT + (warp * U + q) * WQ
+                                                  + (half * 16 + reg // 2 * 8 + lane % 4 * 2 + 1) * WP,
+                                                  16 * i + reg % 2 * 8 + lane // 4 + 1), T.uint32(16)))
+        else:
+            for i in T.unroll(MT):
+                for half in T.unroll(2):
+                    T.evaluate(T.ptx_legacy.ldmatrix(
+                        True, 4, ".b16", wf.data, i * 8 + 4 * half, ring.access_ptr("r"),
+                        slot * SLOT + (warp * U + q) * WQ + (half * 16 + lane // 16 * 8 + lane % 8) * WP
+                        + i * 8 + lane // 8 % 2 * 4, dtype="uint32"))
 
     @T.macro
     def fetch(ring, Wu, Xu, Wh, Xh, slot, bstep, warp, lane, row0):
@@ -547,6 +625,17 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
         for q in T.unroll(U):
             if access.w_trans:
                 weight_fragments(ring, wf, slot, warp, lane, q)
+            elif access.w_odd:  # rows of 20 words; row g starts one element late where g is odd
+                for i in T.unroll(MT):
+                    for h in T.unroll(2):
+                        for v in T.vectorized(4):
+                            wt[v] = ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 8 * RW
+                                         + lane // 4 * RW + lane % 4 * 4 + v]
+                        for v in T.unroll(3):
+                            wf[i * 8 + 2 * v + h] = realigned(wt[v], wt[v + 1], lane // 4 % 2 == 1)
+                        wf[i * 8 + 6 + h] = realigned(
+                            wt[3], ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 8 * RW
+                                        + lane // 4 * RW + lane % 4 * 4 + 4], lane // 4 % 2 == 1)
             else:
                 for i in T.unroll(MT):
                     for h in T.unroll(2):

@@ -68,16 +68,20 @@ def _widest(pitch_elements: int) -> int:
     return next(b for b in (16, 8, 4, 2) if 2 * pitch_elements % b == 0)
 
 
-def access_of(wl) -> Access:
+def access_of(wl, odd_copy: int = 4) -> Access:
     """How ``wl``'s operands are read: the weight K-contiguous (columns form: A not transposed;
-    rows form: B stored N×K) or stored K × rows, X likewise, each copy as wide as its pitch allows."""
+    rows form: B stored N×K) or stored K × rows, X likewise, each copy as wide as its pitch allows;
+    a weight whose pitch is odd by 4-byte copies realigned on the way (``odd_copy`` 4) or by
+    2-byte loads (``odd_copy`` 2)."""
     form, tokens, rows = thin_form(wl) or ("rows", wl.M, wl.N)
     if form == "rows":
         w_trans, x_trans = not wl.trans_b, wl.trans_a
     else:
         w_trans, x_trans = wl.trans_a, not wl.trans_b
-    return Access(w_trans=w_trans, w_bytes=_widest(rows if w_trans else wl.K), x_trans=x_trans,
-                  x_bytes=2 if x_trans else _widest(wl.K))
+    w_bytes = _widest(rows if w_trans else wl.K)
+    odd = w_bytes == 2 and odd_copy == 4  # an odd pitch: 4-byte copies from the even element before each row
+    return Access(w_trans=w_trans, w_bytes=4 if odd else w_bytes, x_trans=x_trans,
+                  x_bytes=2 if x_trans else _widest(wl.K), w_odd=odd)
 
 
 @dataclass(frozen=True)
@@ -85,12 +89,17 @@ class ThinPlan(DecodePlan):
     """decode_gemm's plan, and whether the weight tile is the transposed one (its padded rows)."""
 
     w_trans: bool = False
+    w_odd: bool = False
 
     @property
     def slot_words(self) -> int:
-        if not self.w_trans:
+        if self.w_trans:
+            weight = self.warps * self.unroll * 32 * trans_pitch(self.m_tiles)
+        elif self.w_odd:  # rows of 20 words (Access.row_words)
+            weight = self.warps * self.unroll * self.m_tiles * 2 * 8 * 20
+        else:
             return super().slot_words
-        return self.warps * self.unroll * 32 * trans_pitch(self.m_tiles) + 8 * self.token_tiles * self.x_pitch
+        return weight + 8 * self.token_tiles * self.x_pitch
 
 
 def _as_nt(wl) -> Gemm:
@@ -99,7 +108,7 @@ def _as_nt(wl) -> Gemm:
 
 
 def thin_plan(cfg: "ThinConfig", wl, gpu) -> ThinPlan:
-    nt, access = _as_nt(wl), access_of(wl)
+    nt, access = _as_nt(wl), access_of(wl, cfg.odd_copy)
     if access.w_bytes == 2:
         # a weight copied by plain loads: a thread waits for each block step's loads before its mma,
         # so what hides their latency is how much one step loads (four 32-element pieces per warp
@@ -110,8 +119,8 @@ def thin_plan(cfg: "ThinConfig", wl, gpu) -> ThinPlan:
     while not cfg.row_warps and p.row_warps > 1 and p.row_blocks * p.splits < gpu.sms:
         p = _plan(replace(cfg, row_warps=p.row_warps // 2, k_warps=cfg.k_warps or p.k_warps), nt, gpu)
     w_trans = access.w_trans
-    thin = ThinPlan(**{f.name: getattr(p, f.name) for f in fields(DecodePlan)}, w_trans=w_trans)
-    if w_trans and not cfg.stages:  # the padded tile: as many slots as the same budget holds
+    thin = ThinPlan(**{f.name: getattr(p, f.name) for f in fields(DecodePlan)}, w_trans=w_trans, w_odd=access.w_odd)
+    if (w_trans or access.w_odd) and not cfg.stages:  # the padded rows: as many slots as the same budget holds
         budget = cfg.ring_bytes or gpu.smem_per_sm // 2 - 4 * thin.shared_floats - 8 * 1024
         thin = replace(thin, stages=max(2, min(8, budget // (4 * thin.slot_words))))
     return thin
@@ -124,6 +133,10 @@ class ThinConfig(DecodeConfig):
 
     layouts = LAYOUTS   # a transposed weight through ldmatrix.trans, X transposed on its way in
     arch_features = "cp.async, mma.sync, ldmatrix"
+    zero_means_auto = DecodeConfig.zero_means_auto
+    # a weight whose pitch is an odd number of elements: 4-byte cp.async from the even element at or
+    # before each row, realigned on the way to the mma (4), or two plain 2-byte loads per word (2)
+    odd_copy: int = 4
 
     @classmethod
     def scope_refusal(cls, wl) -> str | None:
@@ -141,6 +154,9 @@ class ThinConfig(DecodeConfig):
         if self.k_warps & (self.k_warps - 1):
             raise ScheduleParamError(f"thin_tc_gemm: k_warps must be a power of two (their sums are added in "
                                      f"halving rounds), got {self.k_warps}")
+        if self.odd_copy not in (2, 4):
+            raise ScheduleParamError(f"thin_tc_gemm: odd_copy is 4 (4-byte copies, realigned) or 2 (2-byte loads), "
+                                     f"got {self.odd_copy}")
         if self.warp_rows not in (0, 16, 32):
             raise ScheduleParamError(f"thin_tc_gemm: warp_rows must be 16 or 32 (one or two m16 tiles), "
                                      f"got {self.warp_rows}")
@@ -173,4 +189,4 @@ def thin_tc_gemm(wl: Gemm, cfg: ThinConfig = ThinConfig()):
     element is read once and 16 rows × 16 K of it meet up to 8 tokens in one mma instruction.
     """
     cfg.check(wl)
-    return s_tir.Schedule(decode_kernel(wl, cfg.plan(wl), access_of(wl)))
+    return s_tir.Schedule(decode_kernel(wl, cfg.plan(wl), access_of(wl, cfg.odd_copy)))

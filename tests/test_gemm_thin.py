@@ -15,11 +15,13 @@ from schedules.gemm_thin import ThinConfig, access_of, thin_form
 from schedules.gpus import profile
 from tests.helpers import build_spec, run_on_gpu
 
-# (workload, what its PTX holds): the transposed weight (ldmatrix.trans, plain 2-byte loads, split-K),
-# a K-contiguous weight in 8-byte cp.async with X transposed, and an epilogue into a 16-bit output
-BUILDS = [("gemm:8x495x2471:float16", ("ldmatrix.sync.aligned.m8n8.x4.trans",)),
-          ("gemm:3078x53x204:bfloat16", ("cp.async.ca.shared.global", "ld.global")),
-          ("gemm:22x7853x97:bfloat16:tt:out=bfloat16:bias:gelu_tanh:residual", ("ld.global",))]
+# (workload, what its PTX holds): a transposed weight with an odd pitch (4-byte cp.async, split-K), a
+# K-contiguous one with an odd pitch and X transposed (2-byte loads), and a transposed weight in 16-byte
+# pieces (ldmatrix.trans) with an epilogue into a 16-bit output
+BUILDS = [("gemm:8x495x2471:float16", ("cp.async.ca.shared.global",)),
+          ("gemm:3078x53x207:bfloat16", ("cp.async.ca.shared.global", "ld.global.nc.u16")),
+          ("gemm:22x7856x97:bfloat16:tn:out=bfloat16:bias:gelu_tanh:residual",
+           ("ldmatrix.sync.aligned.m8n8.x4.trans", "cp.async.cg.shared.global"))]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,8 @@ def test_compiles_for_sm90_without_spills_with_its_instructions(built, workload,
     ptype = {"bfloat16": "bf16", "float16": "f16"}[wl.dtype]
     assert f"mma.sync.aligned.m16n8k16.row.col.f32.{ptype}.{ptype}.f32" in b.device.ptx
     assert all(h in b.device.ptx for h in holds)
-    assert ("ldmatrix" in b.device.ptx) == access_of(wl).w_trans
+    access = access_of(wl)
+    assert ("ldmatrix" in b.device.ptx) == (access.w_trans and not access.w_odd)
     if wl.has_epilogue:  # the kernel that writes D stores the output type
         assert "nv_bfloat16" in b.device.cuda.split("extern \"C\" __global__")[-1]
 
@@ -44,14 +47,15 @@ def test_compiles_for_sm90_without_spills_with_its_instructions(built, workload,
 def test_the_same_source_assembles_for_sm80(built):
     from reports.engine.build import compile_cuda_source
 
-    for text in ("gemm:8x495x2471:float16", "gemm:3078x53x204:bfloat16"):
+    for text in ("gemm:8x495x2471:float16", "gemm:22x7856x97:bfloat16:tn:out=bfloat16:bias:gelu_tanh:residual"):
         code = compile_cuda_source(built[text].device.cuda, "sm_80")
         assert "mma.sync.aligned.m16n8k16" in code.ptx and all(k.spills == 0 for k in code.kernels)
 
 
 @pytest.mark.parametrize("workload, access", [
-    # M thin: the weight is B; nn stores it K × N (transposed tile), N odd: 2-byte pieces; X = A, K odd
-    ("gemm:22x7853x97:float16", Access(w_trans=True, w_bytes=2, x_trans=False, x_bytes=2)),
+    # M thin: the weight is B; nn stores it K × N (transposed tile), N odd: 4-byte copies from the even
+    # element before each K row, realigned; X = A, K odd: 2-byte loads
+    ("gemm:22x7853x97:float16", Access(w_trans=True, w_bytes=4, x_trans=False, x_bytes=2, w_odd=True)),
     # N thin in nn: the weight is A (K-contiguous, 8 bytes per row piece at K % 4 = 0), X = B stored K × N
     ("gemm:3078x53x204:float16", Access(w_trans=False, w_bytes=8, x_trans=True, x_bytes=2)),
     ("gemm:1000x24x1000:float16:tn", Access(w_trans=True, w_bytes=16, x_trans=True, x_bytes=2)),
@@ -60,6 +64,15 @@ def test_the_same_source_assembles_for_sm80(built):
 ])
 def test_each_operand_is_read_as_its_layout_and_pitch_allow(workload, access):
     assert access_of(parse_workload(workload)) == access
+
+
+def test_an_odd_pitch_can_be_read_by_2_byte_loads():
+    wl = parse_workload("gemm:22x7853x97:float16")
+    assert access_of(wl, odd_copy=2) == Access(w_trans=True, w_bytes=2, x_trans=False, x_bytes=2)
+    p = ThinConfig(odd_copy=2).plan(wl)  # loads a thread waits for: two slots, four pieces per warp where K has them
+    assert p.stages == 2 and not p.w_odd
+    with pytest.raises(ScheduleParamError, match="odd_copy"):
+        get("thin_tc_gemm").validate(wl, ThinConfig(odd_copy=3))
 
 
 def test_what_is_refused_in_one_line():
@@ -99,20 +112,22 @@ def test_not_for_large_products_decode_shapes_or_batches(h200, workload):
 
 
 def test_the_model_charges_narrow_copies_and_their_latency(h200):
-    """The same shape with 16-byte and 2-byte rows: the narrow one is estimated slower (its weight at
-    a smaller bandwidth share, no copies in flight)."""
+    """The same shape with 16-byte rows and odd ones: the odd one (the weight in 4-byte copies, X in
+    2-byte loads) is estimated slower, its weight at a smaller bandwidth share."""
     est = {}
     for text in ("gemm:18x8192x2048:float16", "gemm:18x8191x2047:float16"):
         wl = parse_workload(text)
         est[text] = next(e for e in dispatch.rank(wl, "fp16") if e.step == "thin_tc_gemm")
     wide, narrow = est.values()
-    assert wide.terms["copy_bytes"] == (16, 16) and narrow.terms["copy_bytes"] == (2, 2)
+    assert wide.terms["copy_bytes"] == (16, 16) and narrow.terms["copy_bytes"] == (4, 2)
     assert narrow.time_us > wide.time_us and narrow.terms["efficiency"] < wide.terms["efficiency"]
 
 
 GPU_CASES = [("gemm:37x3000x1000:float16", {}),        # nn, M thin, aligned: transposed weight in 16 bytes
-             ("gemm:22x7853x97:float16", {}),          # nn, M thin, misaligned: 2-byte pieces of both
-             ("gemm:9954x21x61:bfloat16", {}),         # nn, N thin, misaligned: X transposed
+             ("gemm:22x7853x97:float16", {}),          # nn, M thin, odd pitches: the transposed tile realigned
+             ("gemm:22x7853x97:float16", {"odd_copy": 2}),  # ... or by 2-byte loads
+             ("gemm:9954x21x61:bfloat16", {}),         # nn, N thin, odd K: realigned fragments, X transposed
+             ("gemm:9954x21x61:bfloat16", {"odd_copy": 2}),
              ("gemm:2000x24x1000:float16", {}),        # nn, N thin, aligned
              ("gemm:1000x40x514:float16:nt", {}),      # nt, N thin, 4-byte cp.async
              ("gemm:8x495x2476:bfloat16:nt", {}),      # nt, M thin, 8-byte cp.async, split-K
