@@ -8,8 +8,9 @@ split-K's sum) with two terms for what this step changes:
 
 * **narrower copies**: the weight's bandwidth share is multiplied by ``thin_copy_factor`` for the
   width its pitch allows (:data:`THIN_COPY_FACTOR`: 16 and 8 bytes by cp.async stream as decode's
-  pieces do; 4-byte cp.async issues four copies per 16 bytes; 2 bytes is two plain loads per shared
-  word, which a warp waits for); X's L2 term likewise for X's width (X stored K × tokens: 2 bytes);
+  pieces do; 4-byte cp.async issues four copies per 16 bytes, an odd pitch's realigned copies
+  included; 2 bytes (``odd_copy=2``) is two plain loads per shared word, which a warp waits for);
+  X's L2 term likewise for X's width (X stored K × tokens, or an odd K: 2-byte loads);
 * **latency**: a block walks its K slice one block step after the other, each a round trip to
   memory that ``stages - 1`` steps in flight hide (cp.async), or none where a copy is a plain load;
   a block takes at least ``fill_us`` + (steps + in flight − 1) / in flight × ``k_step_us`` (the SIMT

@@ -13,14 +13,21 @@ copy kernel first). This step is decode_gemm's kernel (one body, :func:`schedule
 decode_kernel`) with the operand reads switched per workload (:class:`schedules.gemm_decode.Access`):
 
 * a K-contiguous weight whose pitch is not a multiple of 16 bytes is copied into decode_gemm's
-  shared layout by 8- or 4-byte cp.async where the pitch allows it, else by two plain 2-byte loads
-  packed into one shared word (an odd K: no wider access is aligned on every row); past K and past
-  the last row the copies are zero-filled;
+  shared layout by 8- or 4-byte cp.async where the pitch allows it (consecutive lanes on
+  consecutive words of a row: coalesced); past K and past the last row the copies are zero-filled.
+  An odd pitch (an odd K: every other row starts at an odd element, where no 4-byte access is
+  aligned) is copied by 4-byte cp.async too, each row from the even element at or before its start
+  (a 17th word per 32 elements), and a lane realigns the rows that start late as it reads them (a
+  16-bit funnel of two words per register), so the copies stay asynchronous (``odd_copy=2``: two
+  plain 2-byte loads per shared word instead, which a warp waits for);
 * a weight stored K × rows (M thin in nn and tn: B is K×N; N thin in tn and tt: A is K×M) is
   copied as stored, each warp's rows of a K row as one piece (16, 8 or 4 bytes as the pitch allows,
   else packed pairs), into a K-row tile per warp whose rows follow the kernel's permuted K order,
   and read into the mma's A registers by ``ldmatrix.x4.trans`` (one per m16 tile and mma; the rows
-  padded to an odd number of 16-byte chunks: the 8 rows of each ldmatrix phase on distinct banks);
+  padded to an odd number of 16-byte chunks: the 8 rows of each ldmatrix phase on distinct banks).
+  With an odd pitch the odd K rows start one element late; they are copied from the element before
+  (4-byte cp.async), and each lane gathers its fragments' halves from the rows with their offsets
+  (no ldmatrix: it reads 16-byte aligned rows only);
 * X (at most 64 rows or columns) K-contiguous is copied as decode_gemm copies it, in narrower
   pieces where its pitch asks; stored K × tokens it is read two K rows at a time (consecutive
   threads on consecutive tokens, so the loads coalesce) and transposed into its slot as words of
@@ -180,8 +187,10 @@ def thin_tc_gemm(wl: Gemm, cfg: ThinConfig = ThinConfig()):
     """Thin 16-bit products (M ≤ 64 or N ≤ 64) on the tensor cores in every layout and at any row
     pitch: decode_gemm's kernel (mma.sync with the weight as the 16-row operand, a ring of cp.async
     copies, split-K, the epilogue in the write-back) with narrower copies where the weight's or
-    X's pitch is not a multiple of 16 bytes, a weight stored K × rows copied as stored and read by
-    ``ldmatrix.trans``, and X stored K × tokens transposed on its way into shared memory.
+    X's pitch is not a multiple of 16 bytes (an odd pitch: 4-byte copies from the even element
+    before each row, realigned as the lanes read them), a weight stored K × rows copied as stored
+    and read by ``ldmatrix.trans``, and X stored K × tokens transposed on its way into shared
+    memory.
 
     The SIMT tiles it replaces widen the 16-bit inputs to fp32 and spend an FMA per token per
     weight element; the TMA kernels pad a 64- or 128-wide tile around a few dozen rows and, for
