@@ -76,10 +76,12 @@ def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) 
     dram = (weight / w_factor + x + out) / (bw * eff * fill)
     l2 = x * p.row_blocks / (bw * cal["l2_factor"] * x_factor)
     in_flight = max(1, p.stages - 1) if access.w_bytes >= 4 else 1
-    waves = -(-blocks // (gpu.sms * max(1, min(8, 64 // p.warps))))
+    per_sm = max(1, min(gpu.smem_per_sm // (p.ring_bytes + 4 * p.shared_floats + 1024), 64 // p.warps))
+    waves = -(-blocks // (gpu.sms * per_sm))
     latency = waves * (cal["fill_us"] + (p.steps_per_slice + in_flight - 1) / in_flight * cal.get("k_step_us", 0.0))
     reduce = reduce_us(p.splits)
     terms = {"family": "thin", "efficiency": eff * w_factor, "fill": fill, "dram_us": dram, "l2_us": l2,
              "compute_us": latency, "reduce_us": reduce, "blocks": blocks, "splits": p.splits, "waves": waves,
+             "per_sm": per_sm,
              "copy_bytes": (access.w_bytes, x_width), "weight_transposed": access.w_trans}
     return cal["launch_us"] + max(dram, l2, latency) + reduce, terms
