@@ -681,7 +681,8 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
             n: T.let[T.int32] = T.min(KTS, KT - part * KTS)
             for s in T.unroll(S - 1):
                 if s < n:
-                    fetch(ring, Wu, Xu, B if W_ARG == "B" else A, A if W_ARG == "B" else B, s, part * KTS + s, warp, lane, row0)
+                    fetch(ring, Wu, Xu, B if W_ARG == "B" else A, A if W_ARG == "B" else B, s, part * KTS + s,
+                          warp, lane, row0)
                 T.ptx["cp.async.commit_group"]()
             for it in T.serial(n):
                 T.ptx["cp.async.wait_group"](S - 2)  # this thread's copies of step it have landed

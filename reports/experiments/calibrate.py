@@ -382,7 +382,8 @@ def _fit_thin_copy_factor(pts, cal, gpu):
     """thin_tc_gemm's weight copies narrower than 16 bytes (``thin_copy_factor``), per width in bytes."""
     for width in ("8", "4", "2"):
         _fit_factor(pts, cal, gpu, "thin_copy_factor", width,
-                    lambda wl, c, width=width: c.family == "thin" and str(access_of(wl, c.config.odd_copy).w_bytes) == width)
+                    lambda wl, c, width=width: (c.family == "thin"
+                                                and str(access_of(wl, c.config.odd_copy).w_bytes) == width))
 
 
 def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
