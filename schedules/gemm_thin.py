@@ -93,7 +93,9 @@ def access_of(wl, odd_copy: int = 4) -> Access:
 
 @dataclass(frozen=True)
 class ThinPlan(DecodePlan):
-    """decode_gemm's plan, and whether the weight tile is the transposed one (its padded rows)."""
+    """decode_gemm's plan, and the weight's layout in a slot where it is not decode_gemm's: the
+    transposed tile (K rows padded to an odd number of 16-byte chunks) or an odd pitch's rows (20
+    words per 32 elements)."""
 
     w_trans: bool = False
     w_odd: bool = False
@@ -115,6 +117,8 @@ def _as_nt(wl) -> Gemm:
 
 
 def thin_plan(cfg: "ThinConfig", wl, gpu) -> ThinPlan:
+    """:meth:`ThinConfig.plan`: decode_gemm's plan of the same shape in nt, its blocks halved while
+    they number fewer than the SMs, its ring refitted to the slot's size."""
     nt, access = _as_nt(wl), access_of(wl, cfg.odd_copy)
     if access.w_bytes == 2:
         # a weight copied by plain loads: a thread waits for each block step's loads before its mma,
