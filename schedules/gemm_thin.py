@@ -177,9 +177,6 @@ class ThinConfig(DecodeConfig):
         if 4 * p.shared_floats > SHARED_STATIC:
             raise ScheduleParamError(f"thin_tc_gemm: the sum of {p.k_warps} K warps needs {4 * p.shared_floats} "
                                      f"bytes of shared memory, more than {SHARED_STATIC}; fewer k_warps")
-        if access_of(wl, self.odd_copy).w_odd and p.rows * wl.K >= 2**31:
-            raise ScheduleParamError(f"thin_tc_gemm: an odd pitch's copies index the weight's {p.rows * wl.K} elements "
-                                     f"as one array: 64-bit indices; odd_copy=2")
         if p.splits > 1 and p.splits * wl.M * wl.N >= 2**31:
             raise ScheduleParamError(f"thin_tc_gemm: split_k={p.splits} partials need 64-bit indices; lower split_k")
 
