@@ -75,7 +75,8 @@ def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) 
     fill = min(1.0, blocks / gpu.sms)
     dram = (weight / w_factor + x + out) / (bw * eff * fill)
     l2 = x * p.row_blocks / (bw * cal["l2_factor"] * x_factor)
-    in_flight = max(1, p.stages - 1) if access.w_bytes >= 4 else 1
+    # plain loads (a 2-byte weight, X transposed or with an odd K) are waited for every block step
+    in_flight = max(1, p.stages - 1) if min(access.w_bytes, x_width) >= 4 else 1
     per_sm = max(1, min(gpu.smem_per_sm // (p.ring_bytes + 4 * p.shared_floats + 1024), 64 // p.warps))
     waves = -(-blocks // (gpu.sms * per_sm))
     latency = waves * (cal["fill_us"] + (p.steps_per_slice + in_flight - 1) / in_flight * cal.get("k_step_us", 0.0))

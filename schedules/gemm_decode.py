@@ -405,7 +405,6 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
     XC_ROUNDS = ceil_div(X_COPIES, THREADS)
     XC_EDGE = X_COPIES % THREADS != 0
     T8 = 8 * NT
-    ZERO = T.float16(0) if DT == "float16" else T.bfloat16(0)
 
     def copy_n(dst, src, ok, size):
         """One cp.async of ``size`` bytes (16: .cg, 4 or 8: .ca), zero-filled where ``ok`` is false."""
@@ -416,12 +415,15 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
         return T.Cast("uint32", T.reinterpret("uint16", v))
 
     def pack(lo, hi):
-        """Two 16-bit elements as one shared word (``lo`` at the lower address)."""
-        return T.bitwise_or(bits(lo), T.shift_left(bits(hi), T.uint32(16)))
+        """Two 16-bit elements' bits (:func:`element`) as one shared word (``lo`` at the lower address)."""
+        return T.bitwise_or(lo, T.shift_left(hi, T.uint32(16)))
 
     def element(X, i0, i1, ok, e0, e1):
-        """X[i0, i1] where ``ok``, else 0 (the address clamped into X: ``e0``, ``e1`` its extents)."""
-        return T.if_then_else(ok, X[T.min(i0, e0 - 1), T.min(i1, e1 - 1)], ZERO)
+        """The bits of X[i0, i1] where ``ok``, else 0 (+0.0). The address is clamped into X (``e0``,
+        ``e1`` its extents) and the load made whatever ``ok``, its bits masked after: no branch, so a
+        thread's loads of a block step issue back to back rather than one branch at a time."""
+        return T.bitwise_and(bits(X[T.min(i0, e0 - 1), T.min(i1, e1 - 1)]),
+                             T.Select(ok, T.uint32(0xFFFF), T.uint32(0)))
 
     def copy_odd(dst, W, e, ok, pitch):
         """The 4-byte word of the weight (stored with ``pitch`` elements per row, odd) from its even

@@ -126,8 +126,10 @@ def thin_plan(cfg: "ThinConfig", wl, gpu) -> ThinPlan:
         # where K has them), not the ring's depth (two slots: one filling while one is read)
         cfg = replace(cfg, unroll=cfg.unroll or (4 if wl.K >= 8 * K_STEP else 0), stages=cfg.stages or 2)
     p = _plan(cfg, nt, gpu)
-    # fewer blocks than SMs: smaller blocks, down to one warp's rows, until the grid reaches them
-    while not cfg.row_warps and p.row_warps > 1 and p.row_blocks * p.splits < gpu.sms:
+    # fewer blocks than SMs: smaller blocks, down to one warp's rows, until the grid reaches them, but
+    # not fewer weight rows than X's (8 per token group): each block loads all of X for its K
+    while (not cfg.row_warps and p.row_warps > 1 and p.row_blocks * p.splits < gpu.sms
+           and p.block_rows // 2 >= 8 * p.token_tiles):
         p = _plan(replace(cfg, row_warps=p.row_warps // 2, k_warps=cfg.k_warps or p.k_warps), nt, gpu)
     w_trans = access.w_trans
     thin = ThinPlan(**{f.name: getattr(p, f.name) for f in fields(DecodePlan)}, w_trans=w_trans, w_odd=access.w_odd)
