@@ -34,6 +34,8 @@ from .workloads import itemsize
 # bytes: that kernel family's 0.8; 2 bytes: two plain loads and a shared store per word, which the
 # warp waits for (its ring no longer keeps copies in flight: the latency term counts that), 0.5
 THIN_COPY_FACTOR = {16: 1.0, 8: 1.0, 4: 0.8, 2: 0.5}
+# warps per SM at which a block step whose loads are waited for costs one k_step_us (fewer: more, see thin_us)
+THIN_SATURATING_WARPS = 8
 # decode_gemm's bandwidth share by token groups of 8 (dispatch.DECODE_EFFICIENCY, fitted on nt decode
 # shapes), for the same kernel
 THIN_EFFICIENCY = {1: 1.2, 2: 1.2, 4: 1.2, 8: 0.5}
@@ -79,7 +81,12 @@ def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) 
     in_flight = max(1, p.stages - 1) if min(access.w_bytes, x_width) >= 4 else 1
     per_sm = max(1, min(gpu.smem_per_sm // (p.ring_bytes + 4 * p.shared_floats + 1024), 64 // p.warps))
     waves = -(-blocks // (gpu.sms * per_sm))
-    latency = waves * (cal["fill_us"] + (p.steps_per_slice + in_flight - 1) / in_flight * cal.get("k_step_us", 0.0))
+    # a step waited for is slower where an SM has few warps to switch to (measured on an H200 with X
+    # transposed: 2 warps per SM took 1.4-3.8 µs per step, 4610x34x12629's 99 steps 3.8), by the square
+    # root of the shortfall (a milder term moved four of eight thin shapes measured faster on it to SIMT)
+    warps_per_sm = p.warps * min(per_sm, -(-blocks // gpu.sms))
+    step_us = cal.get("k_step_us", 0.0) * (max(1.0, THIN_SATURATING_WARPS / warps_per_sm) ** 0.5 if in_flight == 1 else 1.0)
+    latency = waves * (cal["fill_us"] + (p.steps_per_slice + in_flight - 1) / in_flight * step_us)
     reduce = reduce_us(p.splits)
     terms = {"family": "thin", "efficiency": eff * w_factor, "fill": fill, "dram_us": dram, "l2_us": l2,
              "compute_us": latency, "reduce_us": reduce, "blocks": blocks, "splits": p.splits, "waves": waves,
