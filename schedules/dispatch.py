@@ -72,6 +72,7 @@ from dataclasses import asdict, dataclass, field
 from .calibration import CALIBRATION
 from .common import GpuSpec, ceil_div, current_gpu, limits_of
 from .dispatch_short_k import short_k_configs, short_k_us
+from .dispatch_thin import thin_configs, thin_us
 from .errors import ScheduleParamError
 from .gemm_decode import DecodeConfig, decode_form
 from .gemm_fast import SkinnyConfig, WarpTileConfig
@@ -272,6 +273,14 @@ def decode_candidates(wl, limits=None):
     return [cand] if _valid(cand.step, wl, cfg, limits) else []
 
 
+def thin_candidates(wl, limits=None):
+    """A thin 16-bit product decode_gemm does not take (another layout, a K not a multiple of 8):
+    thin_tc_gemm (:mod:`schedules.dispatch_thin`)."""
+    taken = bool(decode_candidates(wl, limits))
+    return [Candidate("thin_tc_gemm", cfg, "thin", key)
+            for cfg, key in thin_configs(wl, lambda cfg: _valid("thin_tc_gemm", wl, cfg, limits), taken)]
+
+
 def _decode_us(wl, cand: Candidate, gpu: GpuSpec, cal: dict) -> tuple[float, dict]:
     """decode_gemm: launch + every byte once (the weight, X, the output, the epilogue's bias and R)
     at its share of the bandwidth, scaled by the share of the SMs its grid occupies where it has
@@ -332,9 +341,10 @@ def fp16_candidates(wl, limits=None):
         wmma = wmma_candidates(wl, limits) if wl.dtype == "float16" else []
         if not wmma:  # bf16 (WMMA here takes fp16), or no WMMA tile builds here: every SIMT tile
             return (simt_candidates(wl, general=True, limits=limits) + short_k_candidates(wl, limits) + gemv_candidates(wl)
-                    + decode_candidates(wl, limits))
+                    + decode_candidates(wl, limits) + thin_candidates(wl, limits))
         skinny = simt_candidates(wl, general=False, limits=limits) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
-        return wmma + skinny + short_k_candidates(wl, limits) + gemv_candidates(wl) + decode_candidates(wl, limits)
+        return (wmma + skinny + short_k_candidates(wl, limits) + gemv_candidates(wl) + decode_candidates(wl, limits)
+                + thin_candidates(wl, limits))
     out = []
     pad = _misaligned(wl)  # rows a tensor map cannot take: the TMA kernel copies them into padded buffers
     for bm, bn, st in TMA_TILES:
@@ -351,7 +361,8 @@ def fp16_candidates(wl, limits=None):
     out = [c for c in out if _valid(c.step, wl, c.config, limits)]
     # a few output rows or columns: the skinny SIMT tiles (16-bit inputs widened to fp32)
     skinny = simt_candidates(wl, general=False, limits=limits) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
-    return out + skinny + short_k_candidates(wl, limits) + gemv_candidates(wl) + decode_candidates(wl, limits)
+    return (out + skinny + short_k_candidates(wl, limits) + gemv_candidates(wl) + decode_candidates(wl, limits)
+            + thin_candidates(wl, limits))
 
 
 def tf32_candidates(wl, limits=None):
@@ -536,6 +547,10 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     if fam == "decode":
         time_us, terms = _decode_us(wl, cand, gpu, cal)
         return Estimate(cand, time_us, terms)
+    if fam == "thin":
+        time_us, terms = thin_us(wl, cand, gpu, cal, _out_bytes(wl), _epilogue_bytes(wl),
+                                 lambda splits: _reduce_us(wl, splits, gpu, cal))
+        return Estimate(cand, time_us, terms)
     if fam == "short_k":
         time_us, terms = short_k_us(wl, cand, gpu, cal, _store_bytes(wl), _epilogue_bytes(wl), _batches(wl))
         return Estimate(cand, time_us, terms)
@@ -678,7 +693,7 @@ def describe(cand: Candidate) -> str:
         extra += f", K tile {cfg.block_k}"
     if cand.family == "simt" and cfg.async_copy:
         extra += f", cp.async ring of {cfg.stages}"
-    if cand.family == "decode":
+    if cand.family in ("decode", "thin"):
         extra += f", {cfg.warp_rows} rows per warp, {cfg.row_warps}x{cfg.k_warps} warps, ring of {cfg.stages}"
     return f"{cand.step} [{cand.key}{extra}]"
 

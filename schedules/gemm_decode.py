@@ -64,6 +64,52 @@ PIECE = 16               # bytes of one cp.async (8 elements)
 SHARED_STATIC = 48 * 1024  # the cross-warp sum's buffer: static shared memory
 
 
+@dataclass(frozen=True)
+class Access:
+    """How the kernel reads its operands (decode_gemm's: both K-contiguous, 16-byte pieces; the
+    thin-product step, :mod:`schedules.gemm_thin`, takes the others). ``w_trans``: the weight is
+    stored K × rows (its rows contiguous), copied as stored into a K-row tile per warp and read by
+    ``ldmatrix.trans``; ``w_bytes``/``x_bytes``: bytes per copy of the weight/X (16, 8 or 4 by
+    cp.async, as the row pitch allows; 2: two plain loads packed into one shared word);
+    ``x_trans``: X is stored K × tokens, loaded two K rows at a time and transposed on its way
+    into the slot. ``w_odd``: the weight's pitch is an odd number of elements, so every other row
+    starts at an odd element: each row is copied by 4-byte cp.async from the even element at or
+    before its start (one word more), and the rows that start late are realigned on their way to
+    the mma (a 16-bit funnel shift of the words a lane reads; in a transposed tile, by the row's
+    lane in shared memory before ldmatrix)."""
+
+    w_trans: bool = False
+    w_bytes: int = 16
+    x_trans: bool = False
+    x_bytes: int = 16
+    w_odd: bool = False  # an odd pitch (in elements) copied by 4-byte cp.async, odd rows one element late
+
+    @property
+    def row_words(self) -> int:
+        """uint32 words per row of a K-contiguous weight's 32-element piece in a slot: 16, or 20
+        where the pitch is odd (a 17th word: the row read from the even element before it; padded
+        to keep 16-byte reads aligned)."""
+        return 20 if self.w_odd and not self.w_trans else 16
+
+    @property
+    def decode(self) -> bool:
+        return self == Access()
+
+
+def trans_pitch(m_tiles: int) -> int:
+    """uint32 words per K row of a warp's transposed weight tile (16·m_tiles elements): padded by
+    16 bytes to an odd number of 16-byte chunks, so that the 8 rows one ldmatrix phase reads fall
+    on distinct banks."""
+    return 8 * m_tiles + 4
+
+
+def trans_position(kk):
+    """The row of K offset ``kk`` (0-31 of a 32-element piece) in a transposed weight tile: the
+    permuted K order of the pieces (mma #h takes the elements 8c + 4h … 8c + 4h + 3) laid out so
+    that each ldmatrix reads 8 consecutive rows: row h·16 + s for mma slot s."""
+    return kk % 8 // 4 * 16 + kk % 4 // 2 * 8 + kk // 8 * 2 + kk % 2
+
+
 def decode_form(wl) -> tuple[str, int, int] | None:
     """``(form, tokens, rows)`` of a GEMM this kernel takes, or None: "rows" when M is the few
     rows (the weight is B, stored N×K), "columns" when N is (the weight is A, stored M×K; the
@@ -323,9 +369,10 @@ def make_store(wl: Gemm, form: str, tokens: int, rows: int):
     return store
 
 
-def decode_kernel(wl: Gemm, p: DecodePlan):
+def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
     """The TIR PrimFunc of plan ``p`` for ``wl`` (see the module's docstring): ``main(A, B, C)``, or
-    with an epilogue or another output type ``main(A, B, [bias], [R], D)``."""
+    with an epilogue or another output type ``main(A, B, [bias], [R], D)``. ``access``: how the
+    operands are read (:class:`Access`; decode_gemm's by default)."""
     DT, K = wl.dtype, wl.K
     PT = PTX_TYPE[DT]
     FORM, TOK, ROWS = p.form, p.tokens, p.rows
@@ -340,7 +387,10 @@ def decode_kernel(wl: Gemm, p: DecodePlan):
     ACC = p.acc
     K2 = K // 2                     # the operands as uint32 pairs: 16 bytes = 4 of them
     SLOT, XPITCH = p.slot_words, p.x_pitch
-    W_WORDS = WARPS * U * MT * 2 * 128   # a slot's weight pieces: per warp, piece, tile, row half
+    WP = trans_pitch(MT)            # words per K row of a transposed weight tile
+    RW = access.row_words           # words per weight row of a (piece, tile, row half): 16 (decode_gemm's) or 20
+    WQ = 32 * WP if access.w_trans else MT * 2 * 8 * RW  # words of one warp's weight per 32-element piece
+    W_WORDS = WARPS * U * WQ        # a slot's weight pieces: per warp, piece, tile, row half
     XP = BSTEP // 8                 # 16-byte pieces of one X row per step
     X_PIECES = 8 * NT * XP
     X_ROUNDS = ceil_div(X_PIECES, THREADS)
@@ -358,28 +408,234 @@ def decode_kernel(wl: Gemm, p: DecodePlan):
         return T.ptx["cp.async.cg.shared.global"](T.address_of(dst), T.address_of(src), PIECE,
                                                   T.if_then_else(ok, T.uint32(PIECE), T.uint32(0)))
 
+    # the thin-product paths (access other than decode_gemm's): narrower copies, a transposed weight
+    # tile, X transposed on its way in. Sizes in uint32 words of the slot (two 16-bit elements)
+    W_PIECES = not access.w_trans and access.w_bytes == 16   # decode_gemm's weight copies
+    X_PIECES16 = not access.x_trans and access.x_bytes == 16  # ... and X's
+    WW, XW = max(1, access.w_bytes // 4), max(1, access.x_bytes // 4)  # words per copy (2 bytes: one word of 2 loads)
+    W_CPR = 8 * MT // WW            # copies per K row of a warp's transposed tile (one per lane and row: 32 rows)
+    WPR = 16 // WW                  # copies per row of a K-contiguous weight's 32-element piece
+    ODD_CPR = 8 * MT + 1            # 4-byte copies per K row of a transposed tile with an odd pitch
+    W_LAST = (ROWS * K - 1) // 2 * 2  # the last even element of the weight: an odd pitch's copies start there at most
+    W_ALL = ROWS * K
+    XC = BSTEP // (2 * XW)          # copies per X row of a block step (X K-contiguous)
+    X_COPIES = 8 * NT * XC if not access.x_trans else 8 * NT * BSTEP // 2
+    XC_ROUNDS = ceil_div(X_COPIES, THREADS)
+    XC_EDGE = X_COPIES % THREADS != 0
+    T8 = 8 * NT
+
+    def copy_n(dst, src, ok, size):
+        """One cp.async of ``size`` bytes (16: .cg, 4 or 8: .ca), zero-filled where ``ok`` is false."""
+        return T.ptx["cp.async.cg.shared.global" if size == 16 else "cp.async.ca.shared.global"](
+            T.address_of(dst), T.address_of(src), size, T.if_then_else(ok, T.uint32(size), T.uint32(0)))
+
+    def bits(v):
+        return T.Cast("uint32", T.reinterpret("uint16", v))
+
+    def pack(lo, hi):
+        """Two 16-bit elements' bits (:func:`element`) as one shared word (``lo`` at the lower address)."""
+        return T.bitwise_or(lo, T.shift_left(hi, T.uint32(16)))
+
+    def element(X, i0, i1, ok, e0, e1):
+        """The bits of X[i0, i1] where ``ok``, else 0 (+0.0). The address is clamped into X (``e0``,
+        ``e1`` its extents) and the load made whatever ``ok``, its bits masked after: no branch, so a
+        thread's loads of a block step issue back to back rather than one branch at a time."""
+        return T.bitwise_and(bits(X[T.min(i0, e0 - 1), T.min(i1, e1 - 1)]),
+                             T.Select(ok, T.uint32(0xFFFF), T.uint32(0)))
+
+    def copy_odd(dst, W, e, ok, pitch):
+        """The 4-byte word of the weight (stored with ``pitch`` elements per row, odd) from its even
+        element ``e``: zero-filled where ``ok`` is false, its second half left out at the end of the
+        weight (the address clamped into it)."""
+        return T.ptx["cp.async.ca.shared.global"](
+            T.address_of(dst), T.address_of(W[T.min(e, W_LAST) // pitch, T.min(e, W_LAST) % pitch]), 4,
+            T.if_then_else(T.And(ok, e < W_ALL), T.if_then_else(e + 1 < W_ALL, T.uint32(4), T.uint32(2)),
+                           T.uint32(0)))
+
+    def odd_half(ring, row, e):
+        """The 16 bits at half ``e`` of the shared row starting at word ``row``, as the low half of a word."""
+        return T.bitwise_and(T.shift_right(ring[row + e // 2], T.Cast("uint32", e % 2 * 16)), T.uint32(0xFFFF))
+
+    def realigned(lo, hi, late):
+        """Two elements of a row that starts one element late: the high half of ``lo`` and the low
+        half of ``hi``, where ``late``; else ``lo``."""
+        return T.if_then_else(late, T.bitwise_or(T.shift_right(lo, T.uint32(16)), T.shift_left(hi, T.uint32(16))), lo)
+
     @T.macro
-    def fetch(ring, Wu, Xu, slot, bstep, warp, lane, row0):
+    def fetch_weight(ring, W, slot, bstep, warp, lane, row0):
+        """The warp's weight pieces of block step ``bstep``: K-contiguous rows copied in pieces as wide
+        as their pitch allows into decode_gemm's layout, or (``w_trans``) the stored K × rows tile,
+        K row kk of each 32-element piece into row trans_position(kk) of the warp's tile."""
+        for q in T.unroll(U):
+            if access.w_trans and access.w_odd:
+                # K row kk of the piece: its 8·MT + 1 words from the even element at or before
+                # (k·ROWS + row0); k odd starts one element late (ROWS odd)
+                for j in T.unroll(ODD_CPR):
+                    T.evaluate(copy_odd(
+                        ring[slot * SLOT + (warp * U + q) * WQ + trans_position((j * 32 + lane) // ODD_CPR) * WP
+                             + (j * 32 + lane) % ODD_CPR],
+                        W, (bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // ODD_CPR) * ROWS + row0
+                        + (j * 32 + lane) % ODD_CPR * 2 - (j * 32 + lane) // ODD_CPR % 2,
+                        bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // ODD_CPR < K, ROWS))
+            elif access.w_odd:
+                # row g's 16 words (and a 17th) from the even element at or before (r·K + k), r odd
+                # starting one element late (K odd); rows past the weight's copy its last row
+                for i in T.unroll(MT):
+                    for h in T.unroll(2):
+                        for c in T.unroll(4):
+                            T.evaluate(copy_odd(
+                                ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 8 * RW
+                                     + (c * 32 + lane) // 16 * RW + lane % 16],
+                                W, T.min(row0 + 16 * i + 8 * h + (c * 32 + lane) // 16, ROWS - 1) * K
+                                + bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2
+                                - T.min(row0 + 16 * i + 8 * h + (c * 32 + lane) // 16, ROWS - 1) % 2,
+                                bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 < K, K))
+                        if lane < 8:
+                            T.evaluate(copy_odd(
+                                ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 8 * RW + lane * RW + 16],
+                                W, T.min(row0 + 16 * i + 8 * h + lane, ROWS - 1) * K
+                                + bstep * BSTEP + warp // WR * SUB + K_STEP * q + 32
+                                - T.min(row0 + 16 * i + 8 * h + lane, ROWS - 1) % 2,
+                                bstep * BSTEP + warp // WR * SUB + K_STEP * q + 32 < K + 1, K))
+            elif access.w_trans:
+                for j in T.unroll(W_CPR):
+                    if access.w_bytes >= 4:
+                        T.evaluate(copy_n(
+                            ring[slot * SLOT + (warp * U + q) * WQ + trans_position((j * 32 + lane) // W_CPR) * WP
+                                 + (j * 32 + lane) % W_CPR * WW],
+                            W[T.min(bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR, K - 1),
+                              T.min(row0 + (j * 32 + lane) % W_CPR * 2 * WW, ROWS - 2 * WW)],
+                            T.And(bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR < K,
+                                  row0 + (j * 32 + lane) % W_CPR * 2 * WW < ROWS), access.w_bytes))
+                    else:
+                        ring[slot * SLOT + (warp * U + q) * WQ + trans_position((j * 32 + lane) // W_CPR) * WP
+                             + (j * 32 + lane) % W_CPR] = pack(
+                            element(W, bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR,
+                                    row0 + (j * 32 + lane) % W_CPR * 2,
+                                    T.And(bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR
+                                          < K, row0 + (j * 32 + lane) % W_CPR * 2 < ROWS), K, ROWS),
+                            element(W, bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR,
+                                    row0 + (j * 32 + lane) % W_CPR * 2 + 1,
+                                    T.And(bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR
+                                          < K, row0 + (j * 32 + lane) % W_CPR * 2 + 1 < ROWS), K, ROWS))
+            else:
+                # the 128 words of a (piece, tile, row half) are its 8 rows' 32 elements in order (lane
+                # 4g + c reads row g's words 4c …): any thread may fill any word, so consecutive lanes
+                # take consecutive words of a row (coalesced), WPR copies per row
+                for i in T.unroll(MT):
+                    for h in T.unroll(2):
+                        for c in T.unroll(4 // WW):
+                            if access.w_bytes >= 4:
+                                T.evaluate(copy_n(
+                                    ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128
+                                         + (c * 32 + lane) // WPR * 16 + (c * 32 + lane) % WPR * WW],
+                                    W[T.min(row0 + 16 * i + 8 * h + (c * 32 + lane) // WPR, ROWS - 1),
+                                      T.min(bstep * BSTEP + warp // WR * SUB + K_STEP * q
+                                            + (c * 32 + lane) % WPR * 2 * WW, K - 2 * WW)],
+                                    bstep * BSTEP + warp // WR * SUB + K_STEP * q + (c * 32 + lane) % WPR * 2 * WW < K,
+                                    access.w_bytes))
+                            else:
+                                ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + c * 32 + lane] = pack(
+                                    element(W, row0 + 16 * i + 8 * h + (c * 32 + lane) // 16,
+                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2,
+                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 < K, ROWS, K),
+                                    element(W, row0 + 16 * i + 8 * h + (c * 32 + lane) // 16,
+                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 + 1,
+                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 + 1 < K,
+                                            ROWS, K))
+
+    @T.macro
+    def fetch_x(ring, X, slot, bstep, warp, lane):
+        """X's rows of block step ``bstep`` into the slot (token t's K elements contiguous, as
+        decode_gemm lays them out): K-contiguous X in pieces as wide as its pitch allows, or X
+        stored K × tokens two K rows at a time (consecutive threads on consecutive tokens: the
+        loads coalesce), each pair of elements one shared word."""
+        for x in T.unroll(XC_ROUNDS):
+            if T.Or(not XC_EDGE, x * THREADS + warp * 32 + lane < X_COPIES):
+                if access.x_trans:
+                    ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) % T8 * XPITCH
+                         + (x * THREADS + warp * 32 + lane) // T8] = pack(
+                        element(X, bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2,
+                                (x * THREADS + warp * 32 + lane) % T8,
+                                T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 < K,
+                                      (x * THREADS + warp * 32 + lane) % T8 < TOK), K, TOK),
+                        element(X, bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 + 1,
+                                (x * THREADS + warp * 32 + lane) % T8,
+                                T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 + 1 < K,
+                                      (x * THREADS + warp * 32 + lane) % T8 < TOK), K, TOK))
+                elif access.x_bytes >= 4:
+                    T.evaluate(copy_n(
+                        ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) // XC * XPITCH
+                             + (x * THREADS + warp * 32 + lane) % XC * XW],
+                        X[T.min((x * THREADS + warp * 32 + lane) // XC, TOK - 1),
+                          T.min(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 * XW, K - 2 * XW)],
+                        T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 * XW < K,
+                              (x * THREADS + warp * 32 + lane) // XC < TOK), access.x_bytes))
+                else:
+                    ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) // XC * XPITCH
+                         + (x * THREADS + warp * 32 + lane) % XC] = pack(
+                        element(X, (x * THREADS + warp * 32 + lane) // XC,
+                                bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2,
+                                T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 < K,
+                                      (x * THREADS + warp * 32 + lane) // XC < TOK), TOK, K),
+                        element(X, (x * THREADS + warp * 32 + lane) // XC,
+                                bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 + 1,
+                                T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 + 1 < K,
+                                      (x * THREADS + warp * 32 + lane) // XC < TOK), TOK, K))
+
+    @T.macro
+    def weight_fragments(ring, wf, slot, warp, lane, q):
+        """A transposed tile's mma fragments, piece ``q``: per m16 tile and mma, one ldmatrix.x4.trans
+        (lane l gives row h·16 + 8·(l / 16) + l % 8, rows 16i + 8·(l / 8 % 2) … + 7 of the warp's).
+        With an odd pitch (the odd K rows start one element late: each holds its rows from the
+        element before), the lane gathers its fragments' elements itself: element r of position p
+        is half (r + p % 2) of the row's words."""
+        if access.w_odd:
+            for i in T.unroll(MT):
+                for half in T.unroll(2):
+                    for reg in T.unroll(4):  # a0..a3: rows g (+ 8 for a1, a3), slots 2c, 2c + 1 (+ 8 for a2, a3)
+                        wf[i * 8 + 4 * half + reg] = T.bitwise_or(
+                            odd_half(ring, slot * SLOT + (warp * U + q) * WQ + (half * 16 + reg // 2 * 8 + lane % 4 * 2)
+                                     * WP, 16 * i + reg % 2 * 8 + lane // 4),
+                            T.shift_left(odd_half(ring, slot * SLOT + (warp * U + q) * WQ
+                                                  + (half * 16 + reg // 2 * 8 + lane % 4 * 2 + 1) * WP,
+                                                  16 * i + reg % 2 * 8 + lane // 4 + 1), T.uint32(16)))
+        else:
+            for i in T.unroll(MT):
+                for half in T.unroll(2):
+                    T.evaluate(T.ptx_legacy.ldmatrix(
+                        True, 4, ".b16", wf.data, i * 8 + 4 * half, ring.access_ptr("r"),
+                        slot * SLOT + (warp * U + q) * WQ + (half * 16 + lane // 16 * 8 + lane % 8) * WP
+                        + i * 8 + lane // 8 % 2 * 4, dtype="uint32"))
+
+    @T.macro
+    def fetch(ring, Wu, Xu, Wh, Xh, slot, bstep, warp, lane, row0):
         """Block step ``bstep`` into ring slot ``slot``: each lane's weight pieces (its rows g and
         g + 8 of each tile, elements 8c … 8c+7 of each of its warp's ``unroll`` 32-element pieces),
         then X's rows for the whole step, spread over the block's threads."""
-        for q in T.unroll(U):
-            for i in T.unroll(MT):
-                for h in T.unroll(2):
+        if W_PIECES:
+            for q in T.unroll(U):
+                for i in T.unroll(MT):
+                    for h in T.unroll(2):
+                        T.evaluate(copy(
+                            ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + lane * 4],
+                            Wu[T.min(row0 + 16 * i + 8 * h + lane // 4, ROWS - 1),
+                               T.min(bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8, K - 8) // 2],
+                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 < K))
+        else:
+            fetch_weight(ring, Wh, slot, bstep, warp, lane, row0)
+        if X_PIECES16:
+            for x in T.unroll(X_ROUNDS):
+                if T.Or(not X_EDGE, x * THREADS + warp * 32 + lane < X_PIECES):
                     T.evaluate(copy(
-                        ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + lane * 4],
-                        Wu[T.min(row0 + 16 * i + 8 * h + lane // 4, ROWS - 1),
-                           T.min(bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8, K - 8) // 2],
-                        bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 4 * 8 < K))
-        for x in T.unroll(X_ROUNDS):
-            if T.Or(not X_EDGE, x * THREADS + warp * 32 + lane < X_PIECES):
-                T.evaluate(copy(
-                    ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) // XP * XPITCH
-                         + (x * THREADS + warp * 32 + lane) % XP * 4],
-                    Xu[T.min((x * THREADS + warp * 32 + lane) // XP, TOK - 1),
-                       T.min(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XP * 8, K - 8) // 2],
-                    T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XP * 8 < K,
-                          (x * THREADS + warp * 32 + lane) // XP < TOK)))
+                        ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) // XP * XPITCH
+                             + (x * THREADS + warp * 32 + lane) % XP * 4],
+                        Xu[T.min((x * THREADS + warp * 32 + lane) // XP, TOK - 1),
+                           T.min(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XP * 8, K - 8) // 2],
+                        T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XP * 8 < K,
+                              (x * THREADS + warp * 32 + lane) // XP < TOK)))
+        else:
+            fetch_x(ring, Xh, slot, bstep, warp, lane)
 
     @T.macro
     def compute(ring, acc, wt, wf, xf, slot, warp, lane):
@@ -387,12 +643,26 @@ def decode_kernel(wl: Gemm, p: DecodePlan):
         and g + 8 interleaved into the mma's A registers) and X's token groups, read back with
         16-byte shared loads."""
         for q in T.unroll(U):
-            for i in T.unroll(MT):
-                for h in T.unroll(2):
-                    for v in T.vectorized(4):
-                        wt[v] = ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + lane * 4 + v]
-                    for v in T.unroll(4):
-                        wf[i * 8 + 2 * v + h] = wt[v]
+            if access.w_trans:
+                weight_fragments(ring, wf, slot, warp, lane, q)
+            elif access.w_odd:  # rows of 20 words; row g starts one element late where g is odd
+                for i in T.unroll(MT):
+                    for h in T.unroll(2):
+                        for v in T.vectorized(4):
+                            wt[v] = ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 8 * RW
+                                         + lane // 4 * RW + lane % 4 * 4 + v]
+                        for v in T.unroll(3):
+                            wf[i * 8 + 2 * v + h] = realigned(wt[v], wt[v + 1], lane // 4 % 2 == 1)
+                        wf[i * 8 + 6 + h] = realigned(
+                            wt[3], ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 8 * RW
+                                        + lane // 4 * RW + lane % 4 * 4 + 4], lane // 4 % 2 == 1)
+            else:
+                for i in T.unroll(MT):
+                    for h in T.unroll(2):
+                        for v in T.vectorized(4):
+                            wt[v] = ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + lane * 4 + v]
+                        for v in T.unroll(4):
+                            wf[i * 8 + 2 * v + h] = wt[v]
             for j in T.unroll(NT):
                 for v in T.vectorized(4):
                     xf[j * 4 + v] = ring[slot * SLOT + W_WORDS + (8 * j + lane // 4) * XPITCH
@@ -431,13 +701,15 @@ def decode_kernel(wl: Gemm, p: DecodePlan):
             n: T.let[T.int32] = T.min(KTS, KT - part * KTS)
             for s in T.unroll(S - 1):
                 if s < n:
-                    fetch(ring, Wu, Xu, s, part * KTS + s, warp, lane, row0)
+                    fetch(ring, Wu, Xu, B if W_ARG == "B" else A, A if W_ARG == "B" else B, s, part * KTS + s,
+                          warp, lane, row0)
                 T.ptx["cp.async.commit_group"]()
             for it in T.serial(n):
                 T.ptx["cp.async.wait_group"](S - 2)  # this thread's copies of step it have landed
                 T.cuda.cta_sync()  # ... everyone's, and everyone is done with slot (it - 1) % S
                 if it + S - 1 < n:
-                    fetch(ring, Wu, Xu, (it + S - 1) % S, part * KTS + it + S - 1, warp, lane, row0)
+                    fetch(ring, Wu, Xu, B if W_ARG == "B" else A, A if W_ARG == "B" else B,
+                          (it + S - 1) % S, part * KTS + it + S - 1, warp, lane, row0)
                 T.ptx["cp.async.commit_group"]()
                 compute(ring, acc, wt, wf, xf, it % S, warp, lane)
             # the K warps of each row group add up their sums, halving each round: warps

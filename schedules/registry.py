@@ -52,6 +52,8 @@ LADDERS = {
         "unfused_epilogue_gemm", "fused_epilogue_gemm",
         # short K (≤ 64), large output: storing C is the work
         "short_k_gemm",
+        # thin 16-bit products (a few dozen rows or columns) on the tensor cores, every layout and row pitch
+        "thin_tc_gemm",
     ),
     "gemv": ("warp_gemv", "vectorized_gemv", "multi_row_gemv", "multi_warp_gemv", "split_k_gemv", "gemv_dispatch",
              "column_gemv_t"),

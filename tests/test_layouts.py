@@ -26,7 +26,7 @@ def odd_workload(spec, layout, batched=False):
     shape = (BMM_ODD if batched else ODD)[dtype]
     if spec.name == "tma_tf32_gemm":
         shape = "67x44x36"  # a tensor map's row pitch is a multiple of 16 bytes
-    if spec.name == "decode_gemm":
+    if spec.name in ("decode_gemm", "thin_tc_gemm"):
         shape = "13x264x72"  # a decode-sized product: a few rows (13) against a weight
     return str(parse_workload(f"{'bmm' if batched else 'gemm'}:{shape}:{dtype}:{layout}"))
 

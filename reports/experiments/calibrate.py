@@ -50,6 +50,7 @@ import pandas as pd
 from schedules import ScheduleParamError, dispatch, dispatch_fp8, get, parse_workload
 from schedules.calibration import CALIBRATION, ENV, calibration_path
 from schedules.common import GpuSpec
+from schedules.gemm_thin import access_of
 
 from ..engine.files import OutputError, atomic_write, ensure_out_dir
 from ..engine.harness import job_id
@@ -79,7 +80,9 @@ CLASSES = {
     "misaligned rows, large (narrow loads or padded copies)": ((3001, 1999, 5003), (2500, 501, 9001),
                                                                (7001, 1203, 1201), (1500, 2500, 3333)),
     "few outputs, long K (deep split-K)": ((9, 7, 15000), (40, 70, 16000), (120, 100, 4000), (300, 30, 12000)),
-    "thin outputs": ((7, 3000, 3000), (3000, 7, 3000), (20, 9000, 700)),
+    "thin outputs": ((7, 3000, 3000), (3000, 7, 3000), (20, 9000, 700),
+                     # rows not 16-byte aligned (thin_tc_gemm's narrower copies; an odd K or N: 2-byte ones)
+                     (5001, 23, 301), (13, 7001, 999), (30, 6002, 1500)),
     "small products (a K loop of dependent loads, launch and latency bound)": (
         (160, 200, 2000), (2000, 48, 256), (600, 900, 128), (96, 96, 6000), (300, 1200, 400)),
     "a few waves of large tiles (wave quantization against split-K)": ((3000, 600, 3000), (5000, 300, 2000)),
@@ -375,6 +378,14 @@ def _fit_cp_copy_factor(pts, cal, gpu):
         _fit_factor(pts, cal, gpu, "copy_factor", width, applies(width))
 
 
+def _fit_thin_copy_factor(pts, cal, gpu):
+    """thin_tc_gemm's weight copies narrower than 16 bytes (``thin_copy_factor``), per width in bytes."""
+    for width in ("8", "4", "2"):
+        _fit_factor(pts, cal, gpu, "thin_copy_factor", width,
+                    lambda wl, c, width=width: (c.family == "thin"
+                                                and str(access_of(wl, c.config.odd_copy).w_bytes) == width))
+
+
 def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     """(new calibration, report) fitted to a calibration sweep's results."""
     if gpu is None:
@@ -440,6 +451,7 @@ def _fit_all(pts, df, gpu, what: str, on: dict) -> tuple[dict, dict]:
         if not improved:
             break
     _fit_cp_copy_factor(pts, cal, gpu)
+    _fit_thin_copy_factor(pts, cal, gpu)
     after = _errors(pts, cal, gpu)
     cal["source"] = f"fitted by schedlab calibrate to {what}; {len(pts)} measured kernels)"
     # the GPU the constants describe: the dispatcher says so where it chooses for another one

@@ -1,0 +1,95 @@
+"""The dispatcher's candidates and cost for thin_tc_gemm (:mod:`schedules.gemm_thin`): thin 16-bit
+products (M ≤ 64 or N ≤ 64) in the layouts and row pitches decode_gemm does not take (any layout
+but nt, or K not a multiple of 8).
+
+Its time is decode_gemm's model (:func:`schedules.dispatch._decode_us`: every byte once at a share of
+the bandwidth, scaled by the share of the SMs its grid reaches, X from L2 once per block of rows,
+split-K's sum) with two terms for what this step changes:
+
+* **narrower copies**: the weight's bandwidth share is multiplied by ``thin_copy_factor`` for the
+  width its pitch allows (:data:`THIN_COPY_FACTOR`: 16 and 8 bytes by cp.async stream as decode's
+  pieces do; 4-byte cp.async issues four copies per 16 bytes, an odd pitch's realigned copies
+  included; 2 bytes (``odd_copy=2``) is two plain loads per shared word, which a warp waits for);
+  X's L2 term likewise for X's width (X stored K × tokens, or an odd K: 2-byte loads);
+* **latency**: a block walks its K slice one block step after the other, each a round trip to
+  memory that ``stages - 1`` steps in flight hide (cp.async), or none where a copy is a plain load;
+  a block takes at least ``fill_us`` + (steps + in flight − 1) / in flight × ``k_step_us`` (the SIMT
+  tiles' latency floor, :func:`schedules.dispatch._waves_compute`). The products this step serves
+  are a few µs, where this term and the launches decide.
+
+Candidates: the plan's configuration, and the same without split-K where the plan splits (its sum is
+a second launch, which a product of a few µs feels). The constants are defaults until a calibration
+sweep fits them (``thin_copy_factor`` in the calibration overrides the table).
+"""
+
+from __future__ import annotations
+
+from .common import current_gpu
+from .gemm_thin import ThinConfig, access_of, thin_form
+from .gemv import vector_form
+from .workloads import itemsize
+
+# the weight's (and X's) bandwidth share per copy width in bytes, relative to 16-byte cp.async:
+# uncalibrated. 8 bytes: as 16 (the cp wgmma kernels' calibrated copy_factor is 1.0 for both); 4
+# bytes: that kernel family's 0.8; 2 bytes: two plain loads and a shared store per word, which the
+# warp waits for (its ring no longer keeps copies in flight: the latency term counts that), 0.5
+THIN_COPY_FACTOR = {16: 1.0, 8: 1.0, 4: 0.8, 2: 0.5}
+# warps per SM at which a block step whose loads are waited for costs one k_step_us (fewer: more, see thin_us)
+THIN_SATURATING_WARPS = 8
+# decode_gemm's bandwidth share by token groups of 8 (dispatch.DECODE_EFFICIENCY, fitted on nt decode
+# shapes), for the same kernel
+THIN_EFFICIENCY = {1: 1.2, 2: 1.2, 4: 1.2, 8: 0.5}
+
+
+def thin_configs(wl, valid, decode_taken: bool) -> list[tuple[ThinConfig, str]]:
+    """(configuration, calibration key) of thin_tc_gemm for a thin 16-bit product that decode_gemm
+    does not take (``decode_taken``): its plan's configuration on this GPU, and without split-K
+    where the plan splits. ``valid(cfg)``: the dispatcher's check. A matrix-vector product without
+    an epilogue stays with the GEMV family (as for decode_gemm)."""
+    if decode_taken or wl.dtype not in ThinConfig.dtypes or thin_form(wl) is None:
+        return []
+    if vector_form(wl) is not None and not getattr(wl, "has_epilogue", False):
+        return []
+    p = ThinConfig().plan(wl, current_gpu())
+    out = []
+    for splits in sorted({p.splits, 1}, reverse=True):
+        cfg = ThinConfig(warp_rows=16 * p.m_tiles, row_warps=p.row_warps, k_warps=p.k_warps, unroll=p.unroll,
+                         stages=p.stages, split_k=splits)
+        if valid(cfg):
+            out.append((cfg, f"thin t{8 * p.token_tiles}"))
+    return out
+
+
+def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) -> tuple[float, dict]:
+    """(µs, terms) of a thin_tc_gemm candidate (the module's model). ``out_bytes``: per output;
+    ``epilogue_bytes``: the bias and R; ``reduce_us(splits)``: split-K's sum."""
+    p = cand.config.plan(wl, gpu)
+    access = access_of(wl, cand.config.odd_copy)
+    copy = cal.get("thin_copy_factor", {})
+    w_factor = copy.get(str(access.w_bytes), THIN_COPY_FACTOR[access.w_bytes])
+    x_width = 2 if access.x_trans else access.x_bytes
+    x_factor = copy.get(str(x_width), THIN_COPY_FACTOR[x_width])
+    eff = cal["efficiency"].get(cand.key) or THIN_EFFICIENCY[min(k for k in THIN_EFFICIENCY if k >= p.token_tiles)]
+    item, bw = itemsize(wl.dtype), gpu.memory_gbps * 1e3
+    weight, x = item * p.rows * wl.K, item * p.tokens * wl.K
+    out = out_bytes * wl.M * wl.N + epilogue_bytes
+    blocks = p.row_blocks * p.splits
+    fill = min(1.0, blocks / gpu.sms)
+    dram = (weight / w_factor + x + out) / (bw * eff * fill)
+    l2 = x * p.row_blocks / (bw * cal["l2_factor"] * x_factor)
+    # plain loads (a 2-byte weight, X transposed or with an odd K) are waited for every block step
+    in_flight = max(1, p.stages - 1) if min(access.w_bytes, x_width) >= 4 else 1
+    per_sm = max(1, min(gpu.smem_per_sm // (p.ring_bytes + 4 * p.shared_floats + 1024), 64 // p.warps))
+    waves = -(-blocks // (gpu.sms * per_sm))
+    # a step waited for is slower where an SM has few warps to switch to (measured on an H200 with X
+    # transposed: 2 warps per SM took 1.4-3.8 µs per step, 4610x34x12629's 99 steps 3.8), by the square
+    # root of the shortfall (a milder term moved four of eight thin shapes measured faster on it to SIMT)
+    warps_per_sm = p.warps * min(per_sm, -(-blocks // gpu.sms))
+    step_us = cal.get("k_step_us", 0.0) * (max(1.0, THIN_SATURATING_WARPS / warps_per_sm) ** 0.5 if in_flight == 1 else 1.0)
+    latency = waves * (cal["fill_us"] + (p.steps_per_slice + in_flight - 1) / in_flight * step_us)
+    reduce = reduce_us(p.splits)
+    terms = {"family": "thin", "efficiency": eff * w_factor, "fill": fill, "dram_us": dram, "l2_us": l2,
+             "compute_us": latency, "reduce_us": reduce, "blocks": blocks, "splits": p.splits, "waves": waves,
+             "per_sm": per_sm,
+             "copy_bytes": (access.w_bytes, x_width), "weight_transposed": access.w_trans}
+    return cal["launch_us"] + max(dram, l2, latency) + reduce, terms

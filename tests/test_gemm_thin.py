@@ -1,0 +1,147 @@
+"""thin_tc_gemm (gemm 35): thin 16-bit products on the tensor cores in every layout and row pitch.
+It compiles for sm_90 and sm_80 without spills with the instructions of its paths (mma.sync; a
+weight stored K × rows read by ldmatrix.trans; narrower cp.async where a pitch is not a multiple of
+16 bytes), each operand is read the way its layout and pitch allow, the dispatcher chooses it for
+thin misaligned products and not for large ones or where decode_gemm takes the product, and (on a
+GPU) it is right against float64 in each layout, for M or N thin, aligned or not, with an epilogue
+and a 16-bit output."""
+
+import pytest
+
+from schedules import ScheduleParamError, dispatch, get, parse_workload
+from schedules.common import use_gpu
+from schedules.gemm_decode import Access
+from schedules.gemm_thin import ThinConfig, access_of, thin_form
+from schedules.gpus import profile
+from tests.helpers import build_spec, run_on_gpu
+
+# (workload, what its PTX holds): a transposed weight with an odd pitch (4-byte cp.async, split-K), a
+# K-contiguous one with an odd pitch and X transposed (2-byte loads), and a transposed weight in 16-byte
+# pieces (ldmatrix.trans) with an epilogue into a 16-bit output
+BUILDS = [("gemm:8x495x2471:float16", ("cp.async.ca.shared.global",)),
+          ("gemm:3078x53x207:bfloat16", ("cp.async.ca.shared.global", "ld.global.nc.u16")),
+          ("gemm:22x7856x97:bfloat16:tn:out=bfloat16:bias:gelu_tanh:residual",
+           ("ldmatrix.sync.aligned.m8n8.x4.trans", "cp.async.cg.shared.global"))]
+
+
+@pytest.fixture(scope="module")
+def built():
+    return {text: build_spec(get("thin_tc_gemm"), text) for text, _ in BUILDS}
+
+
+@pytest.mark.parametrize("workload, holds", BUILDS)
+def test_compiles_for_sm90_without_spills_with_its_instructions(built, workload, holds):
+    b, wl = built[workload], parse_workload(workload)
+    p = ThinConfig().plan(wl)
+    assert "for 'sm_90" in b.device.ptxas_log
+    assert len(b.device.kernels) == 1 + (p.splits > 1) and all(k.spills == 0 for k in b.device.kernels)
+    ptype = {"bfloat16": "bf16", "float16": "f16"}[wl.dtype]
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{ptype}.{ptype}.f32" in b.device.ptx
+    assert all(h in b.device.ptx for h in holds)
+    access = access_of(wl)
+    assert ("ldmatrix" in b.device.ptx) == (access.w_trans and not access.w_odd)
+    if wl.has_epilogue:  # the kernel that writes D stores the output type
+        assert "nv_bfloat16" in b.device.cuda.split("extern \"C\" __global__")[-1]
+
+
+def test_the_same_source_assembles_for_sm80(built):
+    from reports.engine.build import compile_cuda_source
+
+    code = compile_cuda_source(built[BUILDS[2][0]].device.cuda, "sm_80")  # ldmatrix.trans, an epilogue
+    assert "mma.sync.aligned.m16n8k16" in code.ptx and "ldmatrix" in code.ptx
+    assert all(k.spills == 0 for k in code.kernels)
+
+
+@pytest.mark.parametrize("workload, access", [
+    # M thin: the weight is B; nn stores it K × N (transposed tile), N odd: 4-byte copies from the even
+    # element before each K row, realigned; X = A, K odd: 2-byte loads
+    ("gemm:22x7853x97:float16", Access(w_trans=True, w_bytes=4, x_trans=False, x_bytes=2, w_odd=True)),
+    # N thin in nn: the weight is A (K-contiguous, 8 bytes per row piece at K % 4 = 0), X = B stored K × N
+    ("gemm:3078x53x204:float16", Access(w_trans=False, w_bytes=8, x_trans=True, x_bytes=2)),
+    ("gemm:1000x24x1000:float16:tn", Access(w_trans=True, w_bytes=16, x_trans=True, x_bytes=2)),
+    ("gemm:40x1000x514:bfloat16:tt", Access(w_trans=False, w_bytes=4, x_trans=True, x_bytes=2)),
+    ("gemm:40x1000x512:bfloat16:nt", Access()),  # decode_gemm's own
+])
+def test_each_operand_is_read_as_its_layout_and_pitch_allow(workload, access):
+    assert access_of(parse_workload(workload)) == access
+
+
+def test_an_odd_pitch_can_be_read_by_2_byte_loads():
+    wl = parse_workload("gemm:22x7853x97:float16")
+    assert access_of(wl, odd_copy=2) == Access(w_trans=True, w_bytes=2, x_trans=False, x_bytes=2)
+    p = ThinConfig(odd_copy=2).plan(wl)  # loads a thread waits for: two slots, four pieces per warp where K has them
+    assert p.stages == 2 and not p.w_odd
+    with pytest.raises(ScheduleParamError, match="odd_copy"):
+        get("thin_tc_gemm").validate(wl, ThinConfig(odd_copy=3))
+
+
+def test_what_is_refused_in_one_line():
+    spec = get("thin_tc_gemm")
+    assert thin_form(parse_workload("gemm:9954x21x61:float16")) == ("columns", 21, 9954)
+    for text, word in (("gemm:65x6144x4096:bfloat16", "M ≤ 64"), ("bmm:2x16x6144x97:float16", "batch"),
+                       ("gemm:16x6144x97", "float16")):
+        with pytest.raises(ScheduleParamError, match=word) as err:
+            spec.validate(parse_workload(text))
+        assert "\n" not in str(err.value)
+
+
+@pytest.fixture
+def h200():
+    from schedules.common import current_gpu
+
+    before = current_gpu()
+    yield use_gpu(profile("H200"))
+    use_gpu(before)
+
+
+@pytest.mark.parametrize("workload", ["gemm:9954x21x61:float16", "gemm:8x495x2471:float16",
+                                      "gemm:22x7853x97:bfloat16:tn:out=bfloat16:bias"])
+def test_best_fp16_chooses_it_for_thin_misaligned_products(h200, workload):
+    wl = parse_workload(workload)
+    choice = get("best_fp16_gemm").config().choose(wl)
+    assert choice.step == "thin_tc_gemm" and "thin t" in choice.text
+    text = dispatch.explain(wl, "bf16" if wl.dtype == "bfloat16" else "fp16")
+    assert "chosen: thin_tc_gemm [thin t" in text
+
+
+@pytest.mark.parametrize("workload", ["gemm:4096x4096x4096:float16", "gemm:16x6144x4096:bfloat16:nt",
+                                      "bmm:4x16x6144x97:float16"])
+def test_not_for_large_products_decode_shapes_or_batches(h200, workload):
+    wl = parse_workload(workload)
+    assert all(e.step != "thin_tc_gemm" for e in dispatch.rank(wl, "fp16" if wl.dtype == "float16" else "bf16"))
+
+
+def test_the_model_charges_narrow_copies_and_their_latency(h200):
+    """The same shape with 16-byte rows and odd ones: the odd one (the weight in 4-byte copies, X in
+    2-byte loads) is estimated slower, its weight at a smaller bandwidth share."""
+    est = {}
+    for text in ("gemm:18x8192x2048:float16", "gemm:18x8191x2047:float16"):
+        wl = parse_workload(text)
+        est[text] = next(e for e in dispatch.rank(wl, "fp16") if e.step == "thin_tc_gemm")
+    wide, narrow = est.values()
+    assert wide.terms["copy_bytes"] == (16, 16) and narrow.terms["copy_bytes"] == (4, 2)
+    assert narrow.time_us > wide.time_us and narrow.terms["efficiency"] < wide.terms["efficiency"]
+
+
+GPU_CASES = [("gemm:37x3000x1000:float16", {}),        # nn, M thin, aligned: transposed weight in 16 bytes
+             ("gemm:22x7853x97:float16", {}),          # nn, M thin, odd pitches: the transposed tile realigned
+             ("gemm:22x7853x97:float16", {"odd_copy": 2}),  # ... or by 2-byte loads
+             ("gemm:9954x21x61:bfloat16", {}),         # nn, N thin, odd K: realigned fragments, X transposed
+             ("gemm:9954x21x61:bfloat16", {"odd_copy": 2}),
+             ("gemm:2000x24x1000:float16", {}),        # nn, N thin, aligned
+             ("gemm:1000x40x514:float16:nt", {}),      # nt, N thin, 4-byte cp.async
+             ("gemm:8x495x2476:bfloat16:nt", {}),      # nt, M thin, 8-byte cp.async, split-K
+             ("gemm:40x1000x512:float16:tn", {}),      # tn, M thin, aligned: both transposed
+             ("gemm:1001x17x300:bfloat16:tn", {}),     # tn, N thin, misaligned transposed weight
+             ("gemm:13x3002x777:float16:tt", {"split_k": 3}),  # tt, M thin, misaligned
+             ("gemm:3078x53x207:float16:tt", {}),      # tt, N thin: 4-byte transposed weight, 2-byte X
+             ("gemm:8x495x2471:bfloat16:out=bfloat16:bias:silu", {}),  # split-K's sum computes it
+             ("gemm:22x7853x97:bfloat16:tn:out=bfloat16:bias:gelu_tanh:residual", {})]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload, params", GPU_CASES, ids=lambda c: str(c))
+def test_right_on_the_gpu(harness, workload, params):
+    err = run_on_gpu(harness, get("thin_tc_gemm"), workload, **params)
+    tol = get("thin_tc_gemm").tolerance_for(parse_workload(workload))
+    assert err < max(tol, 1e-5), f"{workload} {params}: relative error {err:.3g}"
