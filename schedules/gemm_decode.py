@@ -443,14 +443,16 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
         return T.bitwise_and(bits(X[T.min(i0, e0 - 1), T.min(i1, e1 - 1)]),
                              T.Select(ok, T.uint32(0xFFFF), T.uint32(0)))
 
-    def copy_odd(dst, W, e, ok, pitch):
+    def copy_odd(dst, W, e, ok, pitch, whole=True):
         """The 4-byte word of the weight (stored with ``pitch`` elements per row, odd) from its even
-        element ``e``: zero-filled where ``ok`` is false, its second half left out at the end of the
-        weight (the address clamped into it)."""
+        element ``e``: zero-filled where ``ok`` is false, its second half left out (zero-filled) at
+        the end of the weight (the address clamped into it) and where ``whole`` is false: there it
+        is the next row's first element, which the mma would multiply by X's zero padding (an inf
+        or NaN there would turn the row's output into NaN)."""
         return T.ptx["cp.async.ca.shared.global"](
             T.address_of(dst), T.address_of(W[T.min(e, W_LAST) // pitch, T.min(e, W_LAST) % pitch]), 4,
-            T.if_then_else(T.And(ok, e < W_ALL), T.if_then_else(e + 1 < W_ALL, T.uint32(4), T.uint32(2)),
-                           T.uint32(0)))
+            T.if_then_else(T.And(ok, e < W_ALL),
+                           T.if_then_else(T.And(whole, e + 1 < W_ALL), T.uint32(4), T.uint32(2)), T.uint32(0)))
 
     def odd_half(ring, row, e):
         """The 16 bits at half ``e`` of the shared row starting at word ``row``, as the low half of a word."""
@@ -489,7 +491,10 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
                                 W, T.min(row0 + 16 * i + 8 * h + (c * 32 + lane) // 16, ROWS - 1) * K
                                 + bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2
                                 - T.min(row0 + 16 * i + 8 * h + (c * 32 + lane) // 16, ROWS - 1) % 2,
-                                bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 < K, K))
+                                bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 < K, K,
+                                # a row that starts on an even element: its word at K - 1 ends in the next row
+                                T.Or(T.min(row0 + 16 * i + 8 * h + (c * 32 + lane) // 16, ROWS - 1) % 2 == 1,
+                                     bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 + 1 < K)))
                         if lane < 8:
                             T.evaluate(copy_odd(
                                 ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 8 * RW + lane * RW + 16],

@@ -145,3 +145,25 @@ def test_right_on_the_gpu(harness, workload, params):
     err = run_on_gpu(harness, get("thin_tc_gemm"), workload, **params)
     tol = get("thin_tc_gemm").tolerance_for(parse_workload(workload))
     assert err < max(tol, 1e-5), f"{workload} {params}: relative error {err:.3g}"
+
+
+@pytest.mark.gpu
+def test_an_inf_in_the_next_row_stays_out_of_an_odd_pitch_row():
+    """K odd and the weight K-contiguous (A of a thin-N nn product, stored M×K, 61 elements a row):
+    the 4-byte copy that holds an even row's last element would also hold the next row's first, which
+    the mma multiplies by X's zero padding; an inf there must not turn the row's outputs into NaN."""
+    import torch
+
+    from reports.engine.kernel import compile_kernel
+
+    k = compile_kernel("thin_tc_gemm", "gemm:300x20x61:float16")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(300, 61, dtype=torch.float16, device="cuda", generator=gen)
+    b = torch.randn(61, 20, dtype=torch.float16, device="cuda", generator=gen)
+    a[1::2, 0] = float("inf")  # the first element of every odd row: right after an even row's last
+    out = k(a, b)
+    torch.cuda.synchronize()
+    even = out[0::2].double()
+    want = a[0::2].double() @ b.double()
+    assert torch.isfinite(even).all()
+    assert torch.allclose(even, want, rtol=0, atol=1e-3 * float(want.abs().max()))
