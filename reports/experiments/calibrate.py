@@ -83,6 +83,10 @@ CLASSES = {
     "small products (a K loop of dependent loads, launch and latency bound)": (
         (160, 200, 2000), (2000, 48, 256), (600, 900, 128), (96, 96, 6000), (300, 1200, 400)),
     "a few waves of large tiles (wave quantization against split-K)": ((3000, 600, 3000), (5000, 300, 2000)),
+    # a fraction of a round of 128 x 256 tiles over a long K, and a few tiles over a very long K:
+    # stream-K against whole tiles, smaller tiles and split-K
+    "a fraction of a round (stream-K against whole tiles)": ((1000, 14336, 4096), (1000, 13824, 5120),
+                                                             (1892, 1042, 7208), (2000, 11008, 4096)),
     "thin and wide (a few rows across thousands of columns: how far to split a skinny tile)": (
         (3, 12000, 1500), (12000, 3, 1500), (6, 5000, 600), (5000, 6, 600), (48, 8000, 400), (8000, 48, 400),
         (16, 16000, 2500)),
@@ -145,11 +149,14 @@ def _pipeline(c) -> tuple:
 
 def _variants(first):
     """Tests for the variants of ``first``'s kind a calibration sweep measures beside it: without
-    split-K, with another split-K factor, with the other padding choice (copies or none), and
+    split-K (nor stream-K), with another split-K factor, with the other padding choice (copies or
+    none), with stream-K where it has none and without where it has, and
     (SIMT) at each other K tile and with each other K pipeline."""
     split = getattr(first.config, "split_k", 1)
-    tests = [lambda c: getattr(c.config, "split_k", 1) == 1,
-             lambda c: getattr(c.config, "split_k", 1) not in (1, split), lambda c: _pad(c) != _pad(first)]
+    stream = getattr(first.config, "stream_k", False)
+    tests = [lambda c: getattr(c.config, "split_k", 1) == 1 and not getattr(c.config, "stream_k", False),
+             lambda c: getattr(c.config, "split_k", 1) not in (1, split), lambda c: _pad(c) != _pad(first),
+             lambda c: getattr(c.config, "stream_k", False) != stream]
     if first.family == "simt":
         tests += [lambda c, d=d: c.config.block_k == d for d in dispatch.SIMT_BLOCK_K if d != first.config.block_k]
         tests += [lambda c, p=p: _pipeline(c) == p for p in dispatch.SIMT_PIPELINES if p != _pipeline(first)]
