@@ -363,14 +363,18 @@ def fp16_candidates(wl, limits=None, sms: int | None = None):
     return out + skinny + short_k_candidates(wl, limits) + gemv_candidates(wl) + decode_candidates(wl, limits)
 
 
-def tf32_candidates(wl, limits=None):
+def tf32_candidates(wl, limits=None, sms: int | None = None):
     """tf32 tensor-core kernels (Hopper's alone: wgmma), and the fp32 SIMT and GEMV kernels, which
     are all there is where the GPU has no wgmma."""
     out = []
     pad = _misaligned(wl)
+    sms = sms or current_gpu().sms
     for bm, bn, st in TF32_TMA_TILES:
         for s in _splits(wl.K, 32, 32):
             out.append(Candidate("tma_tf32_gemm", Tf32TmaConfig(block_m=bm, block_n=bn, stages=st, split_k=s,
+                                                                pad_operands=pad), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
+        if stream_k_offered(wl, bm, bn, sms, 32):
+            out.append(Candidate("tma_tf32_gemm", Tf32TmaConfig(block_m=bm, block_n=bn, stages=st, stream_k=True,
                                                                 pad_operands=pad), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
     for bm, bn, st in TF32_CP_TILES:
         out.append(Candidate("wgmma_tf32_gemm", Tf32WgmmaConfig(block_m=bm, block_n=bn, stages=st,
@@ -395,7 +399,7 @@ def candidates(wl, precision: str, gpu: GpuSpec | None = None):
     if precision == "fp32":
         return gemv_candidates(wl) or simt_candidates(wl, limits=limits) + short_k_candidates(wl, limits)
     if precision == "tf32":
-        return tf32_candidates(wl, limits)
+        return tf32_candidates(wl, limits, gpu.sms)
     return fp16_candidates(wl, limits, gpu.sms)
 
 

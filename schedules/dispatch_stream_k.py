@@ -10,12 +10,13 @@ from .common import GpuSpec, ceil_div
 from .tma_common import stream_k_grid, stream_plan
 
 
-def stream_k_offered(wl, bm: int, bn: int, sms: int) -> bool:
+def stream_k_offered(wl, bm: int, bn: int, sms: int, bk: int = 64) -> bool:
     """Whether a persistent TMA tile is also offered with stream-K: where its tiles are not a whole
     number of rounds of the ``sms`` blocks (the last round would leave SMs idle, or, with fewer tiles
-    than SMs over a long K, most of them), and K is at least two K tiles (a split needs both halves)."""
+    than SMs over a long K, most of them), and K is at least two K tiles of ``bk`` (a split needs
+    both halves)."""
     tiles = ceil_div(wl.M, bm) * ceil_div(wl.N, bn)
-    return not getattr(wl, "batched", False) and tiles % sms != 0 and ceil_div(wl.K, 64) >= 2
+    return not getattr(wl, "batched", False) and tiles % sms != 0 and ceil_div(wl.K, bk) >= 2
 
 
 def stream_k_us(wl, cfg, tiles: int, bk: int, flops_per_k_tile: float, rate: float, gpu: GpuSpec, cal: dict,

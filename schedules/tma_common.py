@@ -490,21 +490,32 @@ class StreamUnits:
         return n_sk + self.DPW
 
     # --- a unit: i-th of the block ------------------------------------------------------------
+    def _part(self, i, n_sk, shared, whole):
+        """``shared`` for a unit of the stream-K range, ``whole`` for a whole tile after it; without
+        whole tiles (DPW = 0) the first alone: the device passes' simplifier, given the facts of an
+        unreachable branch, can fold its offsets into negative constants (a uint32 cast fails)."""
+        return shared if self.DPW == 0 else _sel(i < n_sk, shared, whole)
+
     def tile(self, b, begin, n_sk, i):
         """The unit's tile (index in the tile order)."""
-        return _sel(i < n_sk, self.first_tile(begin) + i, self.SK + b + (i - n_sk) * self.G)
+        return self._part(i, n_sk, self.first_tile(begin) + i, self.SK + b + (i - n_sk) * self.G)
 
     def k0(self, begin, n_sk, i, tile):
         """The unit's first K tile (in its tile)."""
-        return _sel(i < n_sk, _max(begin - tile * self.KT, 0), 0)
+        return self._part(i, n_sk, _max(begin - tile * self.KT, 0), 0)
 
     def k_count(self, begin, end, n_sk, i, tile):
-        """The unit's K tiles (≥ 1); KT for a whole tile."""
-        return _sel(i < n_sk, _min(end - tile * self.KT, self.KT) - _max(begin - tile * self.KT, 0), self.KT)
+        """The unit's K tiles (≥ 1); KT for a whole tile. The outer max, as in :meth:`position`, bounds
+        the count for the device passes' interval analysis (nothing changes: every unit has one)."""
+        return _max(self._part(i, n_sk, _min(end - tile * self.KT, self.KT) - _max(begin - tile * self.KT, 0),
+                               self.KT), 1)
 
     def position(self, begin, end, n_sk, i, tile):
-        """Where the unit starts in the block's stream of K tiles (the ring's position)."""
-        return _sel(i < n_sk, _max(tile * self.KT, begin) - begin, end - begin + (i - n_sk) * self.KT)
+        """Where the unit starts in the block's stream of K tiles (the ring's position). The outer
+        max changes nothing (positions are ≥ 0); it bounds the position for the device passes, which
+        must prove the ring offsets computed from it non-negative (the interval of a uint32 cast's operand
+        in the tf32 kernel)."""
+        return _max(self._part(i, n_sk, _max(tile * self.KT, begin) - begin, end - begin + (i - n_sk) * self.KT), 0)
 
     def piece(self, b, i):
         """The workspace piece of a partial unit: the block's first (2b) or last (2b + 1)."""

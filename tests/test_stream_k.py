@@ -1,8 +1,9 @@
-"""Stream-K on the persistent TMA kernels (``stream_k=True``): the decoding every block runs covers
-each (tile, K tile) of the product exactly once and the fix-up finds every piece of every split
-tile; the kernels compile for sm_90a (a fix-up kernel beside the product); the knob is refused where
-it cannot apply; the dispatcher offers it where tiles are not a whole number of rounds and picks it
-where a fraction of a round would idle most of the GPU; (on a GPU) the products are right."""
+"""Stream-K on the persistent TMA kernels, fp16/bf16 and tf32 (``stream_k=True``): the decoding
+every block runs covers each (tile, K tile) of the product exactly once and the fix-up finds every
+piece of every split tile; the kernels compile for sm_90a (a fix-up kernel beside the product); the
+knob is refused where it cannot apply; the dispatcher offers it where tiles are not a whole number
+of rounds and picks it where a fraction of a round would idle most of the GPU; (on a GPU) the
+products are right."""
 
 import pytest
 
@@ -86,6 +87,13 @@ def test_stream_k_compiles_with_its_fix_up_kernel(fused_build):
     assert "bf16.bf16" in b.device.ptx and "W = T.alloc_buffer" in b.lowered
 
 
+def test_tf32_stream_k_compiles():
+    # fewer tiles than SMs (every tile shared out), K tiles of 32 in pairs of fragment sets
+    b = build_spec(get("tma_tf32_gemm"), "gemm:1000x1000x2000", stream_k=True)
+    assert len(b.device.kernels) == 2 and all(k.spills == 0 for k in b.device.kernels)
+    assert ".tf32.tf32" in b.device.ptx
+
+
 @pytest.mark.slow
 def test_stream_k_compiles_on_clusters():
     b = build_spec(get("cluster_gemm"), "gemm:1100x512x2104:float16", stream_k=True)
@@ -102,6 +110,9 @@ def test_stream_k_is_refused_where_it_cannot_apply():
     with pytest.raises(ScheduleParamError, match="batch"):
         get("persistent_gemm").validate(parse_workload("bmm:4x256x128x64:float16"),
                                         get("persistent_gemm").config(stream_k=True))
+    with pytest.raises(ScheduleParamError, match="stream_k is for"):
+        get("fp8_tma_gemm").validate(parse_workload("gemm:256x256x256:float8_e4m3fn:nt"),
+                                     get("fp8_tma_gemm").config(stream_k=True))
     cfg = get("persistent_gemm").config(stream_k=True)
     assert cfg.describe().endswith("streamk") and cfg.workspace_bytes(wl) > 0
 
@@ -117,8 +128,10 @@ def test_dispatcher_takes_stream_k_for_a_fraction_of_a_round():
     assert best.config.stream_k and best.terms["spread"] == 1.0
     assert best.terms["stream_k"]["split_tiles"] > 0 and best.terms["reduce_us"] > 0
     assert "stream-K" in dispatch.explain(wl, "bf16", gpu=h200).splitlines()[1]
-    # a few tiles over a long K
+    # a few tiles over a long K; tf32's 256 x 128 tiles at 3.4 rounds
     assert dispatch.rank(parse_workload("gemm:1892x1042x7208:float16"), "fp16", h200)[0].config.stream_k
+    best = dispatch.rank(parse_workload("gemm:1000x14336x4096"), "tf32", h200)[0]
+    assert best.step == "tma_tf32_gemm" and best.config.stream_k
     # whole rounds of tiles for every tile shape: not offered
     whole = parse_workload("gemm:8448x8192x4096:float16")
     assert not any(getattr(c.config, "stream_k", False) for c in dispatch.candidates(whole, "fp16", h200))
@@ -138,3 +151,11 @@ def test_dispatcher_takes_stream_k_for_a_fraction_of_a_round():
 ])
 def test_stream_k_is_right(harness, name, workload, params):
     assert run_on_gpu(harness, get(name), workload, stream_k=True, **params) < 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload,params", [("gemm:1000x1000x2000", {}),  # every tile shared out
+                                             ("gemm:2000x5000x1000", {}),  # whole tiles after them
+                                             ("gemm:1001x3001x777:tn", dict(pad_operands=True))])  # ragged K, A copied
+def test_tf32_stream_k_is_right(harness, workload, params):
+    assert 1e-6 < run_on_gpu(harness, get("tma_tf32_gemm"), workload, stream_k=True, **params) < 2e-3
