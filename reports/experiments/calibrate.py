@@ -86,7 +86,7 @@ CLASSES = {
     # a fraction of a round of 128 x 256 tiles over a long K, and a few tiles over a very long K:
     # stream-K against whole tiles, smaller tiles and split-K
     "a fraction of a round (stream-K against whole tiles)": ((1000, 14336, 4096), (1000, 13824, 5120),
-                                                             (1892, 1042, 7208), (2000, 11008, 4096)),
+                                                             (1892, 1042, 7208)),
     "thin and wide (a few rows across thousands of columns: how far to split a skinny tile)": (
         (3, 12000, 1500), (12000, 3, 1500), (6, 5000, 600), (5000, 6, 600), (48, 8000, 400), (8000, 48, 400),
         (16, 16000, 2500)),
