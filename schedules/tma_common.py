@@ -551,13 +551,13 @@ class StreamUnits:
 def stream_plan(tiles: int, grid: int, KT: int) -> dict:
     """Python: what a stream-K grid does (the dispatcher's model): the most K tiles and units a
     block walks, the partial pieces stored, the tiles the fix-up finishes, and per block (K tiles,
-    whole tiles stored, pieces stored)."""
+    whole tiles stored, pieces stored, K tiles of its stream-K range)."""
     units = StreamUnits(tiles, grid, KT)
     per_block = [units.units_of(b) for b in range(grid)]
     pieces = sum(u[4] is not None for us in per_block for u in us)
     split = sum(units.first_block(t) != units.last_block(t) for t in range(units.SK))
-    blocks = [(sum(u[2] for u in us), sum(u[4] is None for u in us), sum(u[4] is not None for u in us))
-              for us in per_block]
+    blocks = [(sum(u[2] for u in us), sum(u[4] is None for u in us), sum(u[4] is not None for u in us),
+               sum(u[2] for u in us) - units.DPW * KT) for us in per_block]
     return {"sk_tiles": units.SK, "k_tiles": max(b[0] for b in blocks), "units": max(len(us) for us in per_block),
             "pieces": pieces, "split_tiles": split, "blocks": blocks}
 

@@ -2,8 +2,8 @@
 every block runs covers each (tile, K tile) of the product exactly once and the fix-up finds every
 piece of every split tile; the kernels compile for sm_90a (a fix-up kernel beside the product); the
 knob is refused where it cannot apply; the dispatcher offers it where tiles are not a whole number
-of rounds and picks it where a fraction of a round would idle most of the GPU; (on a GPU) the
-products are right."""
+of rounds and models it (no partial round; the shared-out K tiles at their measured rate); (on a
+GPU) the products are right."""
 
 import pytest
 
@@ -117,25 +117,61 @@ def test_stream_k_is_refused_where_it_cannot_apply():
     assert cfg.describe().endswith("streamk") and cfg.workspace_bytes(wl) > 0
 
 
-def test_dispatcher_takes_stream_k_for_a_fraction_of_a_round():
+def test_dispatcher_models_stream_k_against_whole_rounds():
+    import copy
+
     from schedules import dispatch
+    from schedules.calibration import CALIBRATION
     from schedules.gpus import profile
 
     h200 = profile("H200")
-    # 8 x 54 tiles of 128 x 256 = 3.3 rounds on 132 SMs: the last round on a third of the GPU
-    wl = parse_workload("gemm:1000x13824x5120:bfloat16:nt:out=bfloat16")
-    best = dispatch.rank(wl, "bf16", h200)[0]
+    wl = parse_workload("gemm:1000x13824x5120:bfloat16:nt:out=bfloat16")  # 8 x 54 tiles of 128 x 256: 3.3 rounds
+    # shared-out K tiles as fast as whole tiles' (stream_k_factor 1): no SM idles in a last partial
+    # round, which outweighs the pieces and the fix-up kernel
+    even = copy.deepcopy(CALIBRATION)
+    even["stream_k_factor"] = 1.0
+    best = dispatch.rank(wl, "bf16", h200, even)[0]
     assert best.config.stream_k and best.terms["spread"] == 1.0
     assert best.terms["stream_k"]["split_tiles"] > 0 and best.terms["reduce_us"] > 0
-    assert "stream-K" in dispatch.explain(wl, "bf16", gpu=h200).splitlines()[1]
-    # a few tiles over a long K; tf32's 256 x 128 tiles at 3.4 rounds
-    assert dispatch.rank(parse_workload("gemm:1892x1042x7208:float16"), "fp16", h200)[0].config.stream_k
-    best = dispatch.rank(parse_workload("gemm:1000x14336x4096"), "tf32", h200)[0]
+    assert "stream-K" in dispatch.explain(wl, "bf16", gpu=h200, cal=even).splitlines()[1]
+    assert dispatch.rank(parse_workload("gemm:1892x1042x7208:float16"), "fp16", h200, even)[0].config.stream_k
+    best = dispatch.rank(parse_workload("gemm:1000x14336x4096"), "tf32", h200, even)[0]
     assert best.step == "tma_tf32_gemm" and best.config.stream_k
+    # at the measured rate (0.55: staggered K offsets share little of L2) whole tiles win, as they did
+    # on the H200
+    assert CALIBRATION["stream_k_factor"] < 1.0
+    ranked = dispatch.rank(wl, "bf16", h200)
+    assert not ranked[0].config.stream_k
+    slow = next(e for e in ranked if e.config.stream_k and e.config.block_n == 256)
+    assert slow.time_us > dispatch.rank(wl, "bf16", h200, even)[0].time_us
     # whole rounds of tiles for every tile shape: not offered
     whole = parse_workload("gemm:8448x8192x4096:float16")
     assert not any(getattr(c.config, "stream_k", False) for c in dispatch.candidates(whole, "fp16", h200))
-    assert not dispatch.rank(whole, "fp16", h200)[0].config.stream_k
+
+
+def test_the_calibration_solves_the_stream_k_factor_apart_from_the_tile_efficiency():
+    import copy
+
+    from reports.experiments import calibrate
+    from schedules import dispatch
+    from schedules.calibration import CALIBRATION
+    from schedules.gpus import profile
+
+    h200 = profile("H200")
+    truth = copy.deepcopy(CALIBRATION)
+    truth["stream_k_factor"] = 0.7
+    pts = []
+    for text in ("gemm:1024x1280x16384:float16", "gemm:1000x1000x8192:float16"):  # every tile shared out
+        wl = parse_workload(text)
+        for sk in (False, True):
+            cfg = get("persistent_gemm").config(stream_k=sk)
+            cand = dispatch.Candidate("persistent_gemm", cfg, "tma", "tma 128x256")
+            pts.append((wl, "fp16", cand, dispatch.estimate(wl, cand, h200, truth).time_us))
+    cal = copy.deepcopy(CALIBRATION)
+    calibrate._fit_efficiencies(pts, cal, h200)
+    calibrate._fit_stream_k_factor(pts, cal, h200)
+    assert cal["efficiency"]["tma 128x256"] == pytest.approx(truth["efficiency"]["tma 128x256"], rel=0.01)
+    assert cal["stream_k_factor"] == pytest.approx(0.7, rel=0.02)
 
 
 @pytest.mark.gpu

@@ -18,6 +18,8 @@ measurements and, with ``--write FILE``, writes the constants :mod:`schedules.ca
   regret (below);
 * ``simt_copy_factor``, ``simt_async_factor``: SIMT loads narrower than configured, and SIMT
   kernels with a cp.async ring, against their kind's efficiency;
+* ``stream_k_factor``: the stream-K kernels' shared-out K tiles against their tile's efficiency
+  (which is solved on whole-tile points alone);
 * ``copy_factor``: for cp.async copies narrower than 16 bytes, measured against predicted;
 * ``short_k_store_efficiency``: short_k_gemm's share of the DRAM bandwidth on its stores, on
   the short-K shapes where its stores set the time (every short_k_gemm tile is measured there).
@@ -297,6 +299,8 @@ def _fit_efficiencies(pts, cal, gpu):
     by_key: dict[str, list[float]] = {}
     full_width: dict[str, list[float]] = {}  # SIMT points whose loads are as wide as configured
     for wl, _, c, t in pts:
+        if getattr(c.config, "stream_k", False):  # its tile's efficiency from whole tiles: stream_k_factor is its own
+            continue
         value, terms = _solve_unknown(wl, c, t, gpu, cal, lambda probe, x, key=c.key: probe["efficiency"].update({key: x}))
         if value is None:
             continue
@@ -349,6 +353,16 @@ def _fit_simt_async_factor(pts, cal, gpu):
                            lambda probe, x: probe.update(simt_async_factor=x), 0.05, 1.1)
     if value is not None:
         cal["simt_async_factor"] = value
+
+
+def _fit_stream_k_factor(pts, cal, gpu):
+    """Stream-K's shared-out K tiles against their tile's efficiency (``stream_k_factor``: their
+    pieces, the fix-up and the L2 their staggered K offsets do not share), on the stream-K points
+    where the arithmetic sets the time."""
+    value = _solved_median(pts, cal, gpu, lambda wl, c: getattr(c.config, "stream_k", False),
+                           lambda probe, x: probe.update(stream_k_factor=x), 0.1, 1.2)
+    if value is not None:
+        cal["stream_k_factor"] = value
 
 
 def _fit_short_k_store(pts, cal, gpu):
@@ -424,6 +438,7 @@ def _fit_all(pts, df, gpu, what: str, on: dict) -> tuple[dict, dict]:
         _fit_efficiencies(pts, trial, gpu)
         _fit_simt_copy_factor(pts, trial, gpu)
         _fit_simt_async_factor(pts, trial, gpu)
+        _fit_stream_k_factor(pts, trial, gpu)
         _fit_short_k_store(pts, trial, gpu)
         counts = _fit_efficiencies(pts, trial, gpu)
         return float(np.mean(_errors(pts, trial, gpu) ** 2)), regret(pts, trial, gpu)["geomean"], counts
