@@ -10,13 +10,20 @@ from .common import GpuSpec, ceil_div
 from .tma_common import stream_k_grid, stream_plan
 
 
+# The least share of a persistent grid's SM-time that its last partial round must leave idle for a
+# tile to be offered with stream-K as well: below it (many rounds, or a nearly full last one) the
+# gain is within the model's error, and whole tiles are what was measured
+STREAM_K_MIN_IDLE = 0.1
+
+
 def stream_k_offered(wl, bm: int, bn: int, sms: int, bk: int = 64) -> bool:
     """Whether a persistent TMA tile is also offered with stream-K: where its tiles are not a whole
-    number of rounds of the ``sms`` blocks (the last round would leave SMs idle, or, with fewer tiles
-    than SMs over a long K, most of them), and K is at least two K tiles of ``bk`` (a split needs
-    both halves)."""
+    number of rounds of the ``sms`` blocks and the last round leaves at least STREAM_K_MIN_IDLE of
+    the grid's SM-time idle (a fraction of a round over a few rounds, or fewer tiles than SMs over
+    a long K), and K is at least two K tiles of ``bk`` (a split needs both halves)."""
     tiles = ceil_div(wl.M, bm) * ceil_div(wl.N, bn)
-    return not getattr(wl, "batched", False) and tiles % sms != 0 and ceil_div(wl.K, bk) >= 2
+    idle = (-tiles) % sms / (ceil_div(tiles, sms) * sms)
+    return not getattr(wl, "batched", False) and idle >= STREAM_K_MIN_IDLE and ceil_div(wl.K, bk) >= 2
 
 
 # The rate of a stream-K block's shared-out K tiles against its whole tiles' (the tile's calibrated

@@ -35,9 +35,10 @@ the host part, which TVM allocates on every call from the device's workspace poo
 ``split_k=1`` the generated CUDA is the same as without the option.
 
 ``stream_k=True`` (persistent kernels): for tiles that are not a whole number of rounds of the
-grid (a fraction of a round, or fewer tiles than SMs over a long K). The K tiles of one round plus
-the partial one are shared out evenly, a contiguous range of (tile, K tile) per block, the other
-tiles taken whole (tma_common.StreamUnits); a unit is a tile's K tiles inside the block's range, of
+grid (a fraction of a round, or fewer tiles than SMs over a long K). The whole rounds of tiles go
+first, one tile per block and round; the K tiles of the partial last round are then shared out
+evenly, a contiguous range of (tile, K tile) per block (tma_common.StreamUnits); a unit is a tile's
+K tiles inside the block's range, of
 any length, at a stream position the producer and the consumers compute alike. Whole tiles are
 stored from the accumulators; the parts of split tiles go to fp32 workspace pieces, which a fix-up
 kernel (tma_common.stream_fixup_kernel) adds and stores through the epilogue: C is written once, and

@@ -428,13 +428,20 @@ def _sel(cond, a, b):
     return (a if cond else b) if isinstance(cond, bool) and _ints(a, b) else T.if_then_else(cond, a, b)
 
 
-def stream_k_tiles(tiles: int, grid: int) -> int:
-    """Output tiles shared out K tile by K tile (the rest go whole, one per block and round): all of
-    them where there are fewer than two rounds of tiles, else one round plus the partial last one
-    (CUTLASS's data-parallel + stream-K hybrid). Each block then walks at least one tile's worth of
-    K tiles in its stream-K part, so a tile is split over two blocks, rarely three, and most tiles
-    are still computed whole and stored once, straight from the accumulators."""
-    return tiles if tiles < 2 * grid else grid + tiles % grid
+def stream_k_tiles(tiles: int, grid: int, KT: int) -> int:
+    """Output tiles shared out K tile by K tile, after the others, which go whole, one per block and
+    round (CUTLASS's data-parallel + stream-K hybrid): all of them where there are no more tiles
+    than blocks; else the partial last round (one more round where it holds fewer K tiles than there
+    are blocks, which every block must have one of; one round where the tiles are whole rounds: each
+    block then takes one tile whole). The whole rounds walk K together from K = 0, so the A and B
+    panels their tiles share are read from DRAM once; only the last round's few tiles are walked at
+    staggered K offsets, and their panels fit in L2."""
+    if tiles <= grid:
+        return tiles
+    rest = tiles % grid
+    if rest == 0:
+        return grid
+    return rest if rest * KT >= grid else rest + grid
 
 
 def stream_k_grid(tiles: int, k_tiles: int, sms: int) -> int:
@@ -449,24 +456,26 @@ class StreamUnits:
     check in Python). ``tiles`` output tiles (cluster tiles) of ``KT`` K tiles on a grid of ``grid``
     blocks (clusters); ``tile_of(t, rank)``: the block's (tile_m, tile_n) of tile ``t``.
 
-    The first ``SK`` tiles (:func:`stream_k_tiles`) form an iteration space of ``SK · KT`` K tiles,
-    tile-major, which block ``b`` walks from ``⌊b · SKI / G⌋`` to ``⌊(b + 1) · SKI / G⌋`` (every
-    block the same number of K tiles, ±1): one *unit* per tile its range touches, from its first K
-    tile in that tile to its last. Then the block takes whole tiles ``SK + b``, ``SK + b + G``, ...
-    (``DPW`` of them: the rest is a whole number of rounds). The ring's stream position of a unit
-    is where it starts in the block's sequence of K tiles (closed form, as for split-K).
+    The first ``DP`` tiles go whole: block ``b`` takes tiles ``b``, ``b + G``, ... (``DPW`` of them,
+    a whole number of rounds). The last ``SK`` tiles (:func:`stream_k_tiles`) then form an iteration
+    space of ``SK · KT`` K tiles, tile-major, which block ``b`` walks from ``⌊b · SKI / G⌋`` to
+    ``⌊(b + 1) · SKI / G⌋`` (every block the same number of K tiles, ±1): one *unit* per tile its
+    range touches, from its first K tile in that tile to its last. The ring's stream position of a
+    unit is where it starts in the block's sequence of K tiles (closed form, as for split-K). Tiles
+    of the stream-K part are numbered from 0 (*local*: tile ``DP + t``) by the fix-up's methods.
 
     A unit that covers its whole tile stores C as usual. A partial one stores its fp32 sums into
-    *piece* ``2b`` (the block's first unit) or ``2b + 1`` (its last), and a fix-up kernel adds the
+    *piece* ``2b`` (the block's first stream-K unit) or ``2b + 1`` (its last), and a fix-up kernel adds the
     pieces of each split tile (blocks :meth:`first_block` .. :meth:`last_block`, in order) and
     applies the epilogue: C is written once, and no block waits for another (no flags, no spin
     waits: nothing can deadlock when fewer blocks are resident than launched)."""
 
     def __init__(self, tiles: int, grid: int, KT: int, tile_of=None):
         self.TILES, self.G, self.KT, self.tile_of = tiles, grid, KT, tile_of
-        self.SK = stream_k_tiles(tiles, grid)
+        self.SK = stream_k_tiles(tiles, grid, KT)
         self.SKI = self.SK * KT  # K tiles shared out
-        self.DPW = (tiles - self.SK) // grid  # whole tiles per block after its stream-K range
+        self.DP = tiles - self.SK  # tiles walked whole, first
+        self.DPW = self.DP // grid  # whole tiles per block, before its stream-K range
         self.PIECES = 2 * grid
 
     # --- a block ------------------------------------------------------------------------------
@@ -478,7 +487,7 @@ class StreamUnits:
         return _div((b + 1) * self.SKI, self.G)
 
     def first_tile(self, begin):
-        """The tile of the block's first unit (``begin``: :meth:`begin`)."""
+        """The local tile of the block's first stream-K unit (``begin``: :meth:`begin`)."""
         return _div(begin, self.KT)
 
     def sk_units(self, begin, end):
@@ -490,24 +499,26 @@ class StreamUnits:
         return n_sk + self.DPW
 
     # --- a unit: i-th of the block ------------------------------------------------------------
-    def _part(self, i, n_sk, shared, whole):
-        """``shared`` for a unit of the stream-K range, ``whole`` for a whole tile after it; without
-        whole tiles (DPW = 0) the first alone: the device passes' simplifier, given the facts of an
-        unreachable branch, can fold its offsets into negative constants (a uint32 cast fails)."""
-        return shared if self.DPW == 0 else _sel(i < n_sk, shared, whole)
+    def _part(self, i, shared, whole):
+        """``whole`` for one of the block's whole tiles (its first DPW units), ``shared`` for a unit
+        of its stream-K range; without whole tiles (DPW = 0) the first alone: the device passes'
+        simplifier, given the facts of an unreachable branch, can fold its offsets into negative
+        constants (a uint32 cast fails)."""
+        return shared if self.DPW == 0 else _sel(i < self.DPW, whole, shared)
 
     def tile(self, b, begin, n_sk, i):
         """The unit's tile (index in the tile order)."""
-        return self._part(i, n_sk, self.first_tile(begin) + i, self.SK + b + (i - n_sk) * self.G)
+        return self._part(i, self.DP + self.first_tile(begin) + i - self.DPW, b + i * self.G)
 
     def k0(self, begin, n_sk, i, tile):
         """The unit's first K tile (in its tile)."""
-        return self._part(i, n_sk, _max(begin - tile * self.KT, 0), 0)
+        return self._part(i, _max(begin - (tile - self.DP) * self.KT, 0), 0)
 
     def k_count(self, begin, end, n_sk, i, tile):
         """The unit's K tiles (≥ 1); KT for a whole tile. The outer max, as in :meth:`position`, bounds
         the count for the device passes' interval analysis (nothing changes: every unit has one)."""
-        return _max(self._part(i, n_sk, _min(end - tile * self.KT, self.KT) - _max(begin - tile * self.KT, 0),
+        local = tile - self.DP
+        return _max(self._part(i, _min(end - local * self.KT, self.KT) - _max(begin - local * self.KT, 0),
                                self.KT), 1)
 
     def position(self, begin, end, n_sk, i, tile):
@@ -515,15 +526,16 @@ class StreamUnits:
         max changes nothing (positions are ≥ 0); it bounds the position for the device passes, which
         must prove the ring offsets computed from it non-negative (the interval of a uint32 cast's operand
         in the tf32 kernel)."""
-        return _max(self._part(i, n_sk, _max(tile * self.KT, begin) - begin, end - begin + (i - n_sk) * self.KT), 0)
+        return _max(self._part(i, self.DPW * self.KT + _max((tile - self.DP) * self.KT, begin) - begin,
+                               i * self.KT), 0)
 
     def piece(self, b, i):
-        """The workspace piece of a partial unit: the block's first (2b) or last (2b + 1)."""
-        return b * 2 + _sel(i == 0, 0, 1)
+        """The workspace piece of a partial unit: the block's first stream-K unit (2b) or last (2b + 1)."""
+        return b * 2 + _sel(i == self.DPW, 0, 1)
 
     # --- the fix-up: a stream-K tile ----------------------------------------------------------
     def first_block(self, t):
-        """The block whose range holds tile ``t``'s first K tile: the last b with begin(b) ≤ t·KT."""
+        """The block whose range holds local tile ``t``'s first K tile: the last b with begin(b) ≤ t·KT."""
         return _div((t * self.KT + 1) * self.G - 1, self.SKI)
 
     def last_block(self, t):
@@ -555,7 +567,7 @@ def stream_plan(tiles: int, grid: int, KT: int) -> dict:
     units = StreamUnits(tiles, grid, KT)
     per_block = [units.units_of(b) for b in range(grid)]
     pieces = sum(u[4] is not None for us in per_block for u in us)
-    split = sum(units.first_block(t) != units.last_block(t) for t in range(units.SK))
+    split = sum(units.first_block(t) != units.last_block(t) for t in range(units.SK))  # local tiles
     blocks = [(sum(u[2] for u in us), sum(u[4] is None for u in us), sum(u[4] is not None for u in us),
                sum(u[2] for u in us) - units.DPW * KT) for us in per_block]
     return {"sk_tiles": units.SK, "k_tiles": max(b[0] for b in blocks), "units": max(len(us) for us in per_block),
@@ -576,7 +588,7 @@ def check_stream_k(cfg, wl: Gemm, tiles: int):
         raise ScheduleParamError(f"{name}: stream_k takes no batch (a bmm fills the GPU with its products)")
     KT = ceil_div(wl.K, cfg.block_k)
     grid = stream_k_grid(tiles, KT, sms_of(cfg) // getattr(cfg, "cluster_m", 1))
-    if (stream_k_tiles(tiles, grid) * KT + KT) * grid >= 2**31:
+    if (stream_k_tiles(tiles, grid, KT) * KT + KT) * grid >= 2**31:
         raise ScheduleParamError(f"{name}: stream_k's iteration space ({tiles} tiles x {KT} K tiles on {grid} "
                                  f"blocks) needs 64-bit indices")
 
@@ -677,7 +689,7 @@ def stream_fixup_kernel(units: StreamUnits, CL: int, threads: int, n_acc: int, f
                         for e in T.vectorized(4):
                             facc[q * 4 + e] = facc[q * 4 + e] + W[piece_index(
                                 (b0 + 1 + p) * 2 * CL + frank, q, ftid, e, n_acc, threads)]
-                tm_, tn_ = T.meta_var(units.tile_of(t, frank))
+                tm_, tn_ = T.meta_var(units.tile_of(units.DP + t, frank))
                 tile_m: T.let[T.int32] = tm_
                 tile_n: T.let[T.int32] = tn_
                 finish(C, bias, R, facc, tile_m, tile_n, ftid)

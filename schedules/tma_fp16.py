@@ -35,7 +35,8 @@ class TmaConfig(StepConfig):
     slices (warp-specialized kernel only): the work units become (output tile, K slice) pairs, each
     storing an fp32 partial tile into a workspace that a second kernel sums into C (see
     :meth:`k_split`); ``stream_k`` (persistent warp-specialized kernel, ``split_k`` 1): the K tiles
-    of all output tiles shared out evenly over the blocks (tma_common.StreamUnits), so that a
+    of the partial last round of output tiles (all tiles, where there are fewer than SMs) shared out
+    evenly over the blocks after the whole rounds (tma_common.StreamUnits), so that a
     fraction of a round of tiles (448 tiles on 132 SMs: 3.4 rounds) or a few tiles over a long K
     leave no SM idle; the tiles split between blocks are finished by a fix-up kernel that adds the
     blocks' fp32 pieces and writes C once (:meth:`workspace_bytes`)."""

@@ -42,28 +42,32 @@ def test_the_work_split_covers_every_k_tile_once_and_the_fix_up_every_piece(tile
     for KT in (1, 2, 3, 7, 64, 113):
         grid = stream_k_grid(tiles, KT, sms)
         units, pieces, whole = _walk(tiles, grid, KT)
-        for t in range(units.SK):  # the fix-up kernel's view of each stream-K tile
+        for t in range(units.SK):  # the fix-up kernel's view of each stream-K tile (local index t)
             b0, b1 = units.first_block(t), units.last_block(t)
             assert b0 <= b1
             if b0 == b1:
-                assert t in whole  # one block walked it whole and stored it
+                assert units.DP + t in whole  # one block walked it whole and stored it
                 continue
-            assert t not in whole
+            assert units.DP + t not in whole
             covered = []
             for b in range(b0, b1 + 1):
                 piece = units.piece_of(b, t) if b == b0 else 2 * b  # the fix-up kernel's indexing
                 tile, ks = pieces.pop(piece)
-                assert tile == t
+                assert tile == units.DP + t
                 covered += list(ks)
             assert sorted(covered) == list(range(KT))
         assert not pieces, f"pieces no fix-up reads: {pieces}"
-        assert whole | set(range(units.SK)) == set(range(tiles))
+        assert whole | {units.DP + t for t in range(units.SK)} == set(range(tiles))
+        assert set(range(units.DP)) <= whole and units.DP % grid == 0  # whole rounds first
 
 
 def test_balanced_hybrid_split():
-    # 448 tiles on 132 SMs: one round plus the partial one shared out (184 tiles), two rounds whole;
-    # every block walks 3.39 tiles' worth of K tiles (±1), the persistent grid's busiest 4
-    assert stream_k_tiles(448, 132) == 184 and stream_k_tiles(75, 132) == 75 and stream_k_tiles(264, 132) == 132
+    # 448 tiles on 132 SMs: three rounds whole, then the partial one (52 tiles) shared out; every
+    # block walks 3.39 tiles' worth of K tiles (±1), the persistent grid's busiest 4. A partial round
+    # of fewer K tiles than blocks takes one more round with it; whole rounds: one round of single tiles
+    assert stream_k_tiles(448, 132, 64) == 52 and stream_k_tiles(75, 132, 64) == 75
+    assert stream_k_tiles(264, 132, 64) == 132 and stream_k_tiles(133, 132, 64) == 133
+    assert stream_k_tiles(265, 132, 64) == 133 and stream_k_tiles(300, 132, 64) == 36
     units = StreamUnits(448, 132, 64)
     counts = {sum(u[2] for u in units.units_of(b)) for b in range(132)}
     assert counts <= {448 * 64 // 132, 448 * 64 // 132 + 1}
