@@ -16,13 +16,17 @@ Every candidate is one of the lab's kernels with one configuration. Its time is 
   tensor-core instructions in flight). A SIMT block's K loop also costs at
   least ``k_step_us`` per K tile it waits for: every tile with the register double buffer, one in
   ``stages - 1`` with a cp.async ring (whose efficiency carries a fitted ``simt_async_factor``).
-  Persistent kernels walk ⌈units / SMs⌉ tiles per block instead.
+  Persistent kernels walk ⌈units / SMs⌉ tiles per block instead; with stream-K
+  (``stream_k``: the K tiles of all tiles shared out evenly over the blocks) the most K tiles one
+  block walks, and the block's stores: whole tiles in the output type, the pieces of split tiles in
+  fp32 (:func:`schedules.tma_common.stream_plan` decodes the grid exactly as the kernel does).
 * **memory**: every input byte from DRAM once, the output once (in its type: 2 bytes an output for a
   16-bit one), the epilogue's inputs once (the bias, a residual R), plus each block's panels of A and B
   from L2 (A is read once per column of blocks, B once per row of blocks), at the measured DRAM
   bandwidth and ``l2_factor`` times it; split-K adds its partial sums, written and read once more
   (split-K is a candidate only where they fit in L2).
-* **launch**: a kernel's fixed cost, per kernel (split-K's sum is a second kernel); and per wave of
+* **launch**: a kernel's fixed cost, per kernel (split-K's sum and stream-K's fix-up, which reads
+  the pieces and writes the split tiles, are second kernels); and per wave of
   blocks, the time to fill their pipelines (``fill_us``) and to store their output tiles
   (``sm_store_gbps`` per SM; rows of C that are not 16-byte aligned store at ``unaligned_store`` of
   that).
@@ -72,6 +76,7 @@ from dataclasses import asdict, dataclass, field
 from .calibration import CALIBRATION
 from .common import GpuSpec, ceil_div, current_gpu, limits_of
 from .dispatch_short_k import short_k_configs, short_k_us
+from .dispatch_stream_k import stream_k_offered, stream_k_us
 from .dispatch_thin import thin_configs, thin_us
 from .errors import ScheduleParamError
 from .gemm_decode import DecodeConfig, decode_form
@@ -335,8 +340,9 @@ def wmma_candidates(wl, limits=None):
     return [c for c in out if _valid(c.step, wl, c.config, limits)]
 
 
-def fp16_candidates(wl, limits=None):
+def fp16_candidates(wl, limits=None, sms: int | None = None):
     limits = limits or limits_of(current_gpu())
+    sms = sms or current_gpu().sms
     if not hopper_kernels(limits):  # no wgmma, no TMA kernels here
         wmma = wmma_candidates(wl, limits) if wl.dtype == "float16" else []
         if not wmma:  # bf16 (WMMA here takes fp16), or no WMMA tile builds here: every SIMT tile
@@ -350,6 +356,9 @@ def fp16_candidates(wl, limits=None):
     for bm, bn, st in TMA_TILES:
         for s in _splits(wl.K, 64, 32):
             out.append(Candidate("persistent_gemm", PersistentConfig(block_m=bm, block_n=bn, stages=st, split_k=s,
+                                                                     pad_operands=pad), "tma", f"tma {bm}x{bn}"))
+        if stream_k_offered(wl, bm, bn, sms):  # the same tile, its K tiles shared out evenly over the SMs
+            out.append(Candidate("persistent_gemm", PersistentConfig(block_m=bm, block_n=bn, stages=st, stream_k=True,
                                                                      pad_operands=pad), "tma", f"tma {bm}x{bn}"))
     for bm, bn, st in TMA_SMALL_TILES:
         out.append(Candidate("tma_gemm", TmaLoadConfig(block_m=bm, block_n=bn, stages=st, consumers=1), "tma_small",
@@ -365,14 +374,18 @@ def fp16_candidates(wl, limits=None):
             + thin_candidates(wl, limits))
 
 
-def tf32_candidates(wl, limits=None):
+def tf32_candidates(wl, limits=None, sms: int | None = None):
     """tf32 tensor-core kernels (Hopper's alone: wgmma), and the fp32 SIMT and GEMV kernels, which
     are all there is where the GPU has no wgmma."""
     out = []
     pad = _misaligned(wl)
+    sms = sms or current_gpu().sms
     for bm, bn, st in TF32_TMA_TILES:
         for s in _splits(wl.K, 32, 32):
             out.append(Candidate("tma_tf32_gemm", Tf32TmaConfig(block_m=bm, block_n=bn, stages=st, split_k=s,
+                                                                pad_operands=pad), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
+        if stream_k_offered(wl, bm, bn, sms, 32):
+            out.append(Candidate("tma_tf32_gemm", Tf32TmaConfig(block_m=bm, block_n=bn, stages=st, stream_k=True,
                                                                 pad_operands=pad), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
     for bm, bn, st in TF32_CP_TILES:
         out.append(Candidate("wgmma_tf32_gemm", Tf32WgmmaConfig(block_m=bm, block_n=bn, stages=st,
@@ -392,12 +405,13 @@ def candidates(wl, precision: str, gpu: GpuSpec | None = None):
         raise ScheduleParamError(f"the dispatcher chooses GEMM kernels, not {wl.kind}")
     if wl.dtype != DTYPE_OF[precision]:
         raise ScheduleParamError(f"{precision} takes {DTYPE_OF[precision]} inputs, not {wl.dtype}")
-    limits = limits_of(gpu or current_gpu())
+    gpu = gpu or current_gpu()
+    limits = limits_of(gpu)
     if precision == "fp32":
         return gemv_candidates(wl) or simt_candidates(wl, limits=limits) + short_k_candidates(wl, limits)
     if precision == "tf32":
-        return tf32_candidates(wl, limits)
-    return fp16_candidates(wl, limits)
+        return tf32_candidates(wl, limits, gpu.sms)
+    return fp16_candidates(wl, limits, gpu.sms)
 
 
 def fallback_note(wl, precision: str, gpu: GpuSpec | None = None) -> str | None:
@@ -600,7 +614,12 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         a_bytes, b_bytes = cfg.copy_widths(wl)
         eff *= cal["copy_factor"][str(a_bytes if tf32 else min(a_bytes, b_bytes))]
         terms.update(efficiency=eff, copy_bytes=(a_bytes, b_bytes))
-    if fam in ("tma", "tma_tf32") and getattr(cfg, "persistent", True):
+    stream = None
+    if getattr(cfg, "stream_k", False):
+        comp, stream = stream_k_us(wl, cfg, tiles, bk, flops / kts, peak * 1e6 * eff, gpu, cal,
+                                   _store_bytes(wl), _store_factor(wl, cal))
+        waves, per_sm = round(stream["k_tiles"] / ceil_div(K, bk), 2), 1
+    elif fam in ("tma", "tma_tf32") and getattr(cfg, "persistent", True):
         units = tiles * splits
         grid = min(gpu.sms, units)
         per_block = ceil_div(units, grid)
@@ -620,11 +639,17 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal,
                                      _store_bytes(wl) * bm * bn, _store_factor(wl, cal) * scalar_store)
     dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal)
-    spread = stream_spread(tiles * splits, gpu, persistent=fam in ("tma", "tma_tf32") and getattr(cfg, "persistent", True))
+    # stream-K: every SM walks the same number of K tiles, so no SM streams more than its share
+    spread = 1.0 if stream else stream_spread(tiles * splits, gpu, persistent=fam in ("tma", "tma_tf32")
+                                               and getattr(cfg, "persistent", True))
     dram *= spread
     reduce = _reduce_us(wl, splits, gpu, cal) + _pad_us(wl, cfg, gpu, cal)  # the extra kernels
-    terms.update(blocks=tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp, dram_us=dram, l2_us=l2,
-                 reduce_us=reduce, splits=splits, spread=spread)
+    if stream:  # the pieces written (DRAM term) and the fix-up kernel
+        dram += stream["pieces"] * bm * bn * 4 / (gpu.memory_gbps * 1e3)
+        reduce += stream["fixup_us"]
+        terms.update(stream_k={k: stream[k] for k in ("sk_tiles", "split_tiles", "pieces", "k_tiles")})
+    terms.update(blocks=stream["grid"] if stream else tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp,
+                 dram_us=dram, l2_us=l2, reduce_us=reduce, splits=splits, spread=spread)
     return Estimate(cand, cal["launch_us"] + max(comp, dram, l2) + reduce, terms)
 
 
@@ -685,6 +710,8 @@ def describe(cand: Candidate) -> str:
     split = getattr(cfg, "split_k", 1)
     if split and split > 1:
         extra += f", split-K {split}"
+    if getattr(cfg, "stream_k", False):
+        extra += ", stream-K"
     if getattr(cfg, "pad_operands", False):
         extra += ", padded copies of A/B"
     if cand.family == "cp":
@@ -728,7 +755,7 @@ def explain_text(x: dict) -> str:
     lines = [f"{x['workload']} ({precision}) on {g['name']} ({g['arch']}): {g['sms']} SMs, {g['regs_per_sm']} registers "
              f"and {g['smem_per_sm'] // 1024} KiB shared memory per SM",
              f"chosen: {best['description']}, estimated {best['time_us']:.1f} µs",
-             f"  model: time = launch + max(compute, DRAM, L2) [+ extra kernels: split-K sum, padded copies]; calibration: "
+             f"  model: time = launch + max(compute, DRAM, L2) [+ extra kernels: split-K sum, stream-K fix-up, padded copies]; calibration: "
              f"{x['calibration']}"]
     if x.get("calibration_note"):
         lines.append(f"  {x['calibration_note']}")

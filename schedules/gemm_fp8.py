@@ -99,6 +99,9 @@ class Fp8TmaConfig(TmaConfig):
         if self.split_k != 1:
             raise ScheduleParamError(f"{name}: split_k must be 1 (the epilogue applies the scales to the whole sum), "
                                      f"got {self.split_k}")
+        if self.stream_k:
+            raise ScheduleParamError(f"{name}: stream_k is for the 16-bit and tf32 steps (the FP8 kernel scales whole "
+                                     f"sums in its epilogue)")
         if not self.warp_specialized:
             raise ScheduleParamError(f"{name}: the FP8 kernel is warp-specialized (warp_specialized=true)")
         if self.pingpong:

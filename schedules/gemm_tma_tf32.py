@@ -16,10 +16,11 @@ from .common import ceil_div
 from .errors import ScheduleParamError
 from .registry import register
 from .step_config import StepConfig
-from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, check_split_k, encode_map,
-                         grouped_tile, pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done,
-                         sms_of, split_k_tiles, split_slices, split_sum_kernel, split_workspace_bytes, tma_launch,
-                         tma_load, transpose_kernel)
+from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, StreamUnits, WorkUnits, check_split_k,
+                         check_stream_k, encode_map, grouped_tile, pad_copy_kernel, release_slot, ring_barriers,
+                         ring_producer, ring_unit_done, sms_of, split_k_tiles, split_slices, split_sum_kernel,
+                         split_workspace_bytes, stream_fixup_kernel, stream_k_grid, stream_pieces, stream_producer,
+                         stream_store_piece, stream_unit_done, tma_launch, tma_load, transpose_kernel)
 from .tma_fp16 import TmaConfig
 from .workloads import LAYOUTS, Gemm
 
@@ -40,7 +41,7 @@ class Tf32TmaConfig(StepConfig):
     ``consumers`` warpgroups (64 or 128 columns each); K tiles of 32 (one 128-byte row).
     ``tf32_round``: tensor maps of type CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 (TVM's runtime comment: TMA
     rounds fp32 to tf32 to nearest on load, as cuBLAS rounds; unverified); False: plain FLOAT32 maps,
-    the MMA truncates."""
+    the MMA truncates. ``split_k`` and ``stream_k`` as :class:`schedules.tma_fp16.TmaConfig`'s."""
 
     block_m: int = 256
     block_n: int = 128
@@ -55,6 +56,7 @@ class Tf32TmaConfig(StepConfig):
     l2_promotion: int = 2
     pad_operands: bool = False  # rows not a multiple of 16 bytes: copy A / B into padded workspaces first
     split_k: int = 1  # K slices, as TmaConfig.split_k
+    stream_k: bool = False  # K tiles shared out evenly over the blocks, as TmaConfig.stream_k
     warp_specialized = True
     cluster_m = 1
     dtypes = ("float32",)
@@ -97,6 +99,10 @@ class Tf32TmaConfig(StepConfig):
 
     def grid(self, M: int, N: int, K: int | None = None, batch: int = 1) -> int:
         tm, tn = self.tiles(M, N)
+        if self.stream_k:
+            if K is None:
+                raise ValueError(f"{self.step_name}: the grid of stream_k depends on K: grid(M, N, K)")
+            return stream_k_grid(tm * tn, ceil_div(K, self.block_k), sms_of(self))
         units = tm * tn * split_slices(self, K) * batch
         return min(sms_of(self), units) if self.persistent else units
 
@@ -106,6 +112,8 @@ class Tf32TmaConfig(StepConfig):
 
     def workspace_bytes(self, wl: Gemm) -> int:
         """Bytes of the fp32 partial products (0 without split-K), as :meth:`TmaConfig.workspace_bytes`."""
+        if self.stream_k:
+            return 4 * stream_pieces(self, wl) * self.block_m * self.block_n
         return split_workspace_bytes(self, wl)
 
     def check(self, wl: Gemm):
@@ -141,6 +149,7 @@ class Tf32TmaConfig(StepConfig):
             raise ScheduleParamError(f"{name}: {self.stages} stages need {self.shared_bytes()} bytes of "
                                      f"shared memory (2 ≤ stages, ≤ 227 KiB)")
         check_split_k(self, wl)
+        check_stream_k(self, wl, ceil_div(M, self.block_m) * ceil_div(N, self.block_n))
 
     def copied(self, wl: Gemm) -> tuple[bool, bool]:
         """(A, B): whether a copy kernel runs first: A stored K×M is always transposed into an M×K
@@ -153,12 +162,12 @@ class Tf32TmaConfig(StepConfig):
     def pass_config(self) -> dict:
         """As :attr:`TmaConfig.pass_config`: split-K partials beside a copied operand (padded, or A
         transposed, which the configuration alone cannot tell) must not share its memory."""
-        return {"tirx.disable_storage_rewrite": True} if self.split_k > 1 else {}
+        return {"tirx.disable_storage_rewrite": True} if self.split_k > 1 or self.stream_k else {}
 
     def describe(self) -> str:
         return (f"tf32 {self.block_m}x{self.block_n}x{self.block_k} s{self.stages} ws {self.consumers}c"
                 f"{' pers' if self.persistent else ''}{'' if self.tf32_round else ' trunc'}"
-                f"{f' sk{self.split_k}' if self.split_k > 1 else ''}")
+                f"{f' sk{self.split_k}' if self.split_k > 1 else ''}{' streamk' if self.stream_k else ''}")
 
 
 def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
@@ -172,8 +181,13 @@ def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
     GRID = cfg.grid(M, N, K)
     # split-K: units (tile, K slice), slice-major (unit = slice·TILES + tile), KTS K tiles each
     KTS, SPLIT = cfg.k_split(K)
-    units = WorkUnits(TILES, GRID, KT, KTS, SPLIT, 0, lambda t, rank: grouped_tile(t, cfg.group_m, TM, TN))
-    PAD = units.PAD  # the last slice's last K tiles lie past K: not loaded, not multiplied
+    STREAM = cfg.stream_k  # stream-K units (tma_common.StreamUnits), as in ws_kernel
+    if STREAM:
+        units = StreamUnits(TILES, GRID, KT, lambda t, rank: grouped_tile(t, cfg.group_m, TM, TN))
+        PAD = False
+    else:
+        units = WorkUnits(TILES, GRID, KT, KTS, SPLIT, 0, lambda t, rank: grouped_tile(t, cfg.group_m, TM, TN))
+        PAD = units.PAD  # the last slice's last K tiles lie past K: not loaded, not multiplied
     if SPLIT > 1:
         split_sum, _ = split_sum_kernel(M, N, SPLIT)
     # layouts: A stored K×M (tn, tt) is transposed into an M×K workspace first (the wgmma reads
@@ -267,8 +281,33 @@ def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
 
     # the ring of gemm 21-23 (no clusters): NC consumer warpgroups release each slot
     init_ring = ring_barriers(S, NC)
-    produce = ring_producer(units, S, cfg.producer_regs, load, full_let=True)
-    unit_done = ring_unit_done(units, S, 1, ACC)
+    if STREAM:
+        produce = stream_producer(units, S, cfg.producer_regs, load, full_let=True)
+        unit_done = stream_unit_done(S, 1, ACC)
+    else:
+        produce = ring_producer(units, S, cfg.producer_regs, load, full_let=True)
+        unit_done = ring_unit_done(units, S, 1, ACC)
+
+    @T.macro
+    def store_c(C, acc, tile_m, tile_n, w, lane):
+        # D = C^T: accumulator (row r, col c) of subtile mt is C[tile_m*BM + c, n0 + r]
+        for mt in T.unroll(MT):
+            for j in T.unroll(BM // 8):
+                for h in T.unroll(2):
+                    for e in T.unroll(2):
+                        row = T.meta_var(tile_m * BM + j * 8 + lane % 4 * 2 + e)
+                        col = T.meta_var(tile_n * BN + w * WGC + mt * 64 + lane // 32 * 16 + lane % 32 // 4 + h * 8)
+                        if T.And(row < M if ROW_CHECK else True, col < N if COL_CHECK else True):
+                            C[row, col] = acc[mt * NACC + j * 4 + h * 2 + e]
+
+    if STREAM:
+        store_piece = stream_store_piece(ACC, NC * WARPGROUP)
+
+        @T.macro
+        def finish(C, bias, R, acc, tile_m, tile_n, thread):  # no epilogue here: bias and R are None
+            store_c(C, acc, tile_m, tile_n, thread // WARPGROUP, thread % WARPGROUP)
+
+        fixup, _ = stream_fixup_kernel(units, 1, NC * WARPGROUP, ACC, finish)
 
     @T.prim_func
     def main(A: T.Buffer(wl.a_shape, "float32"), B: T.Buffer(wl.b_shape, "float32"),
@@ -289,6 +328,8 @@ def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
         if SPLIT > 1:
             # the partial products (workspace from the device's pool, see ws_kernel)
             P = T.alloc_buffer((SPLIT, M, N), "float32", scope="global")
+        if STREAM:  # the pieces of split tiles (see ws_kernel)
+            W = T.alloc_buffer((units.PIECES * BM * BN,), "float32", scope="global")
         with T.launch_thread("blockIdx.x", GRID) as bid:
             tid = T.launch_thread("threadIdx.x", cfg.threads)
             T.attr(0, "tirx.max_registers", cfg.launch_regs)
@@ -304,10 +345,39 @@ def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
             ring_w: T.let[T.int32] = T.cast(ring - base, "int32") // 4  # the ring in smem_w elements
             wg = T.meta_var(tid // WARPGROUP)
             lane = T.meta_var(tid % WARPGROUP)
-            n_tiles: T.let[T.int32] = units.count(bid)
+            if STREAM:
+                sk_begin: T.let[T.int32] = units.begin(bid)
+                sk_end: T.let[T.int32] = units.end(bid)
+                n_sk: T.let[T.int32] = units.sk_units(sk_begin, sk_end)
+                n_tiles: T.let[T.int32] = units.count(n_sk)
+            else:
+                n_tiles: T.let[T.int32] = units.count(bid)
             init_ring(bars, tid)
             if wg == 0:
-                produce(A_map, B_map, ring, bars, lane, n_tiles, bid, 0)
+                if STREAM:
+                    produce(A_map, B_map, ring, bars, lane, n_tiles, bid, 0, sk_begin, sk_end, n_sk)
+                else:
+                    produce(A_map, B_map, ring, bars, lane, n_tiles, bid, 0)
+            elif STREAM:
+                T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
+                w = T.meta_var(wg - 1)
+                for i in T.serial(n_tiles):
+                    t: T.let[T.int32] = units.tile(bid, sk_begin, n_sk, i)
+                    n_k: T.let[T.int32] = units.k_count(sk_begin, sk_end, n_sk, i, t)
+                    pos: T.let[T.int32] = units.position(sk_begin, sk_end, n_sk, i, t)
+                    for kt2 in T.serial(n_k // 2):  # fragment sets alternate, as below
+                        consume(acc, frag, smem_w, ring_w, ring, bars, pos + kt2 * 2, kt2 * 2, w, lane, 0)
+                        consume(acc, frag, smem_w, ring_w, ring, bars, pos + kt2 * 2 + 1, kt2 * 2 + 1, w, lane, 1)
+                    if n_k % 2 == 1:
+                        consume(acc, frag, smem_w, ring_w, ring, bars, pos + n_k - 1, n_k - 1, w, lane, 0)
+                    unit_done(acc, bars, pos + n_k - 1, lane)
+                    tm_, tn_ = T.meta_var(units.tile_of(t, 0))
+                    tile_m: T.let[T.int32] = tm_
+                    tile_n: T.let[T.int32] = tn_
+                    if n_k == KT:
+                        store_c(C, acc, tile_m, tile_n, w, lane)
+                    else:
+                        store_piece(W, acc, units.piece(bid, i), w * WARPGROUP + lane)
             else:
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
                 w = T.meta_var(wg - 1)
@@ -347,6 +417,8 @@ def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
                                             C[row, col] = acc[mt * NACC + j * 4 + h * 2 + e]
         if SPLIT > 1:
             split_sum(P, C)
+        if STREAM:
+            fixup(W, C, None, None)
 
     return main
 

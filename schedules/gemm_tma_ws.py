@@ -35,6 +35,16 @@ the host part, which TVM allocates on every call from the device's workspace poo
 (``TVMBackendAllocWorkspace``); a second kernel in the same PrimFunc sums the slices into C. With
 ``split_k=1`` the generated CUDA is the same as without the option.
 
+``stream_k=True`` (persistent kernels): for tiles that are not a whole number of rounds of the
+grid (a fraction of a round, or fewer tiles than SMs over a long K). The whole rounds of tiles go
+first, one tile per block and round; the K tiles of the partial last round are then shared out
+evenly, a contiguous range of (tile, K tile) per block (tma_common.StreamUnits); a unit is a tile's
+K tiles inside the block's range, of
+any length, at a stream position the producer and the consumers compute alike. Whole tiles are
+stored from the accumulators; the parts of split tiles go to fp32 workspace pieces, which a fix-up
+kernel (tma_common.stream_fixup_kernel) adds and stores through the epilogue: C is written once, and
+no block waits for another.
+
 A linear layer's epilogue and a 16-bit output (``gemm:...:out=bfloat16:bias:gelu_tanh``): the
 consumers compute it on their accumulators and store D instead of C (wgmma_epilogue.py); with
 split-K the slices still store fp32 partials and the sum kernel applies the epilogue to the sum.
@@ -49,8 +59,9 @@ from tvm.script import tirx as T
 
 from .common import ceil_div
 from .registry import register
-from .tma_common import (WARPGROUP, WorkUnits, grouped_tile, pad_copy_kernel, release_slot, ring_barriers,
-                         ring_producer, ring_unit_done, split_sum_kernel)
+from .tma_common import (WARPGROUP, StreamUnits, WorkUnits, grouped_tile, pad_copy_kernel, release_slot, ring_barriers,
+                         ring_producer, ring_unit_done, split_sum_kernel, stream_fixup_kernel, stream_producer,
+                         stream_store_piece, stream_unit_done)
 from .tma_fp16 import (Geometry, TmaConfig, encode_maps, make_epilogue, make_fused_epilogue, make_loader, make_mma,
                        simple_kernel)
 from .wgmma_epilogue import kernel_entry, split_sum_epilogue
@@ -86,14 +97,35 @@ def ws_kernel(wl: Gemm, cfg):
         cm, cn = grouped_tile(c, cfg.group_m, TM_CL // CL, g.TN)
         return cm * CL + rank, cn
 
-    units = WorkUnits(CL_TILES, CL_GRID, KT, KTS, SPLIT, BATCH, block_tile)
-    PAD = units.PAD  # the last slice's last K tiles lie past K: not loaded, not multiplied
+    STREAM = cfg.stream_k
+    if STREAM:  # stream-K: (tile, K range) units, a block's K tiles one stream (see StreamUnits)
+        units = StreamUnits(CL_TILES, CL_GRID, KT, block_tile)
+        PAD = False
+    else:
+        units = WorkUnits(CL_TILES, CL_GRID, KT, KTS, SPLIT, BATCH, block_tile)
+        PAD = units.PAD  # the last slice's last K tiles lie past K: not loaded, not multiplied
     # every consumer warpgroup (of every block of the cluster) reads each slot
     init_ring = ring_barriers(S, NC * CL, CL)
-    produce = ring_producer(units, S, cfg.producer_regs, load)
-    unit_done = ring_unit_done(units, S, CL, g.ACC)
+    if STREAM:
+        produce = stream_producer(units, S, cfg.producer_regs, load)
+        unit_done = stream_unit_done(S, CL, g.ACC)
+    else:
+        produce = ring_producer(units, S, cfg.producer_regs, load)
+        unit_done = ring_unit_done(units, S, CL, g.ACC)
     FUSED = wl.has_epilogue  # the epilogue on the accumulators (with split-K: in the sum kernel)
     fused = make_fused_epilogue(g, wl) if FUSED and SPLIT == 1 else None
+    if STREAM:
+        CONSUMER_THREADS = NC * WARPGROUP
+        store_piece = stream_store_piece(g.ACC, CONSUMER_THREADS)
+
+        @T.macro
+        def finish(C, bias, R, acc, tile_m, tile_n, thread):  # a whole tile: the epilogue, C stored once
+            if FUSED:
+                fused(C, bias, R, acc, tile_m, tile_n, thread // WARPGROUP * ROW0, thread % WARPGROUP, 0)
+            else:
+                epilogue(C, acc, tile_m, tile_n, thread // WARPGROUP * ROW0, thread % WARPGROUP)
+
+        fixup, _ = stream_fixup_kernel(units, CL, CONSUMER_THREADS, g.ACC, finish)
     if SPLIT > 1:
         split_sum, _ = split_sum_epilogue(wl, SPLIT) if FUSED else split_sum_kernel(M, N, SPLIT)
     # rows a tensor map cannot describe (pad_operands): copied first into 16-byte-pitched buffers
@@ -122,6 +154,8 @@ def ws_kernel(wl: Gemm, cfg):
             # the partial products: a global buffer of the host part, i.e. TVMBackendAllocWorkspace
             # (the device's workspace pool) on every call, freed after the second kernel
             P = T.alloc_buffer((SPLIT, M, N), "float32", scope="global")
+        if STREAM:  # the pieces of split tiles, two block tiles per block (same pool)
+            W = T.alloc_buffer((units.PIECES * CL * BM * g.BN,), "float32", scope="global")
         with T.launch_thread("blockIdx.x", GRID) as bid:
             if CL > 1:
                 crank = T.launch_thread("clusterCtaIdx.x", CL)  # -> cuLaunchKernelEx cluster dims
@@ -143,12 +177,45 @@ def ws_kernel(wl: Gemm, cfg):
             else:
                 rank = T.meta_var(0)
                 cid = T.meta_var(bid)
-            # this block's (cluster) units: cid, cid + CL_GRID, ... (one per block if not persistent)
-            n_tiles: T.let[T.int32] = units.count(cid)
+            if STREAM:
+                # this block's (cluster's) range of the stream-K iteration space, then whole tiles
+                sk_begin: T.let[T.int32] = units.begin(cid)
+                sk_end: T.let[T.int32] = units.end(cid)
+                n_sk: T.let[T.int32] = units.sk_units(sk_begin, sk_end)
+                n_tiles: T.let[T.int32] = units.count(n_sk)
+            else:
+                # this block's (cluster) units: cid, cid + CL_GRID, ... (one per block if not persistent)
+                n_tiles: T.let[T.int32] = units.count(cid)
             init_ring(bars, tid)
             if wg == 0:
                 # ---- producer warpgroup: one thread issues every TMA load ----
-                produce(A_map, B_map, ring, bars, lane, n_tiles, cid, rank)
+                if STREAM:
+                    produce(A_map, B_map, ring, bars, lane, n_tiles, cid, rank, sk_begin, sk_end, n_sk)
+                else:
+                    produce(A_map, B_map, ring, bars, lane, n_tiles, cid, rank)
+            elif STREAM:
+                # ---- consumer warpgroups, stream-K units ----
+                T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
+                w = T.meta_var(wg - 1)
+                for i in T.serial(n_tiles):
+                    t: T.let[T.int32] = units.tile(cid, sk_begin, n_sk, i)
+                    n_k: T.let[T.int32] = units.k_count(sk_begin, sk_end, n_sk, i, t)
+                    pos: T.let[T.int32] = units.position(sk_begin, sk_end, n_sk, i, t)
+                    for kt in T.serial(n_k):
+                        it: T.let[T.int32] = pos + kt
+                        T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
+                        mma(acc, ring, it % S, w * ROW0, kt)  # kt == 0: scale-d 0 starts the unit's sum
+                        T.ptx.wgmma.wait_group.sync.aligned(1)
+                        if T.And(kt > 0, lane == 0):
+                            release_slot(bars, S + (it - 1) % S, CL)
+                    unit_done(acc, bars, pos + n_k - 1, lane)
+                    tm_, tn_ = T.meta_var(units.tile_of(t, rank))
+                    tile_m: T.let[T.int32] = tm_
+                    tile_n: T.let[T.int32] = tn_
+                    if n_k == KT:  # a whole tile: stored as without stream-K
+                        finish(C, bias, R, acc, tile_m, tile_n, w * WARPGROUP + lane)
+                    else:  # a part of a split tile: fp32 sums to the block's piece, the fix-up adds them
+                        store_piece(W, acc, units.piece(cid, i) * CL + rank, w * WARPGROUP + lane)
             else:
                 # ---- consumer warpgroups ----
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
@@ -193,6 +260,8 @@ def ws_kernel(wl: Gemm, cfg):
                 split_sum(P, bias, R, C)
             else:
                 split_sum(P, C)
+        if STREAM:
+            fixup(W, C, bias, R)
 
     return kernel_entry(wl, body)
 

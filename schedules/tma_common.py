@@ -403,3 +403,300 @@ def ring_unit_done(units: WorkUnits, S: int, CL: int, n_acc: int):
         fence_acc(acc, n_acc)
 
     return done
+
+
+# ------------------------------------------------------------------------------------------------
+# stream-K: the K tiles of all output tiles split evenly over the persistent blocks
+# ------------------------------------------------------------------------------------------------
+def _ints(*xs) -> bool:
+    return all(isinstance(x, int) for x in xs)
+
+
+def _div(a, b):  # non-negative operands: C division (see grouped_tile), or Python's on plain ints
+    return a // b if _ints(a, b) else T.truncdiv(a, b)
+
+
+def _min(a, b):
+    return min(a, b) if _ints(a, b) else T.min(a, b)
+
+
+def _max(a, b):
+    return max(a, b) if _ints(a, b) else T.max(a, b)
+
+
+def _sel(cond, a, b):
+    return (a if cond else b) if isinstance(cond, bool) and _ints(a, b) else T.if_then_else(cond, a, b)
+
+
+def stream_k_tiles(tiles: int, grid: int, KT: int) -> int:
+    """Output tiles shared out K tile by K tile, after the others, which go whole, one per block and
+    round (CUTLASS's data-parallel + stream-K hybrid): all of them where there are no more tiles
+    than blocks; else the partial last round (one more round where it holds fewer K tiles than there
+    are blocks, which every block must have one of; one round where the tiles are whole rounds: each
+    block then takes one tile whole). The whole rounds walk K together from K = 0, so the A and B
+    panels their tiles share are read from DRAM once; only the last round's few tiles are walked at
+    staggered K offsets, and their panels fit in L2."""
+    if tiles <= grid:
+        return tiles
+    rest = tiles % grid
+    if rest == 0:
+        return grid
+    return rest if rest * KT >= grid else rest + grid
+
+
+def stream_k_grid(tiles: int, k_tiles: int, sms: int) -> int:
+    """Blocks (clusters) of a stream-K grid: one per SM, fewer only where there are fewer K tiles
+    in all than SMs (every block walks at least one K tile)."""
+    return min(sms, tiles * k_tiles)
+
+
+class StreamUnits:
+    """The work of a stream-K kernel and how a block decodes it (expressions that are TIR on TIR
+    values and plain integers on integers, so that the decoding a kernel runs is the one the tests
+    check in Python). ``tiles`` output tiles (cluster tiles) of ``KT`` K tiles on a grid of ``grid``
+    blocks (clusters); ``tile_of(t, rank)``: the block's (tile_m, tile_n) of tile ``t``.
+
+    The first ``DP`` tiles go whole: block ``b`` takes tiles ``b``, ``b + G``, ... (``DPW`` of them,
+    a whole number of rounds). The last ``SK`` tiles (:func:`stream_k_tiles`) then form an iteration
+    space of ``SK · KT`` K tiles, tile-major, which block ``b`` walks from ``⌊b · SKI / G⌋`` to
+    ``⌊(b + 1) · SKI / G⌋`` (every block the same number of K tiles, ±1): one *unit* per tile its
+    range touches, from its first K tile in that tile to its last. The ring's stream position of a
+    unit is where it starts in the block's sequence of K tiles (closed form, as for split-K). Tiles
+    of the stream-K part are numbered from 0 (*local*: tile ``DP + t``) by the fix-up's methods.
+
+    A unit that covers its whole tile stores C as usual. A partial one stores its fp32 sums into
+    *piece* ``2b`` (the block's first stream-K unit) or ``2b + 1`` (its last), and a fix-up kernel adds the
+    pieces of each split tile (blocks :meth:`first_block` .. :meth:`last_block`, in order) and
+    applies the epilogue: C is written once, and no block waits for another (no flags, no spin
+    waits: nothing can deadlock when fewer blocks are resident than launched)."""
+
+    def __init__(self, tiles: int, grid: int, KT: int, tile_of=None):
+        self.TILES, self.G, self.KT, self.tile_of = tiles, grid, KT, tile_of
+        self.SK = stream_k_tiles(tiles, grid, KT)
+        self.SKI = self.SK * KT  # K tiles shared out
+        self.DP = tiles - self.SK  # tiles walked whole, first
+        self.DPW = self.DP // grid  # whole tiles per block, before its stream-K range
+        self.PIECES = 2 * grid
+
+    # --- a block ------------------------------------------------------------------------------
+    def begin(self, b):
+        """First K tile of block ``b``'s range of the stream-K iteration space."""
+        return _div(b * self.SKI, self.G)
+
+    def end(self, b):
+        return _div((b + 1) * self.SKI, self.G)
+
+    def first_tile(self, begin):
+        """The local tile of the block's first stream-K unit (``begin``: :meth:`begin`)."""
+        return _div(begin, self.KT)
+
+    def sk_units(self, begin, end):
+        """Units of the block's stream-K range: the tiles it touches (ranges are never empty: the
+        grid has at most SKI blocks)."""
+        return _div(end - 1, self.KT) - _div(begin, self.KT) + 1
+
+    def count(self, n_sk):
+        return n_sk + self.DPW
+
+    # --- a unit: i-th of the block ------------------------------------------------------------
+    def _part(self, i, shared, whole):
+        """``whole`` for one of the block's whole tiles (its first DPW units), ``shared`` for a unit
+        of its stream-K range; without whole tiles (DPW = 0) the first alone: the device passes'
+        simplifier, given the facts of an unreachable branch, can fold its offsets into negative
+        constants (a uint32 cast fails)."""
+        return shared if self.DPW == 0 else _sel(i < self.DPW, whole, shared)
+
+    def tile(self, b, begin, n_sk, i):
+        """The unit's tile (index in the tile order)."""
+        return self._part(i, self.DP + self.first_tile(begin) + i - self.DPW, b + i * self.G)
+
+    def k0(self, begin, n_sk, i, tile):
+        """The unit's first K tile (in its tile)."""
+        return self._part(i, _max(begin - (tile - self.DP) * self.KT, 0), 0)
+
+    def k_count(self, begin, end, n_sk, i, tile):
+        """The unit's K tiles (≥ 1); KT for a whole tile. The outer max, as in :meth:`position`, bounds
+        the count for the device passes' interval analysis (nothing changes: every unit has one)."""
+        local = tile - self.DP
+        return _max(self._part(i, _min(end - local * self.KT, self.KT) - _max(begin - local * self.KT, 0),
+                               self.KT), 1)
+
+    def position(self, begin, end, n_sk, i, tile):
+        """Where the unit starts in the block's stream of K tiles (the ring's position). The outer
+        max changes nothing (positions are ≥ 0); it bounds the position for the device passes, which
+        must prove the ring offsets computed from it non-negative (the interval of a uint32 cast's operand
+        in the tf32 kernel)."""
+        return _max(self._part(i, self.DPW * self.KT + _max((tile - self.DP) * self.KT, begin) - begin,
+                               i * self.KT), 0)
+
+    def piece(self, b, i):
+        """The workspace piece of a partial unit: the block's first stream-K unit (2b) or last (2b + 1)."""
+        return b * 2 + _sel(i == self.DPW, 0, 1)
+
+    # --- the fix-up: a stream-K tile ----------------------------------------------------------
+    def first_block(self, t):
+        """The block whose range holds local tile ``t``'s first K tile: the last b with begin(b) ≤ t·KT."""
+        return _div((t * self.KT + 1) * self.G - 1, self.SKI)
+
+    def last_block(self, t):
+        """The block whose range holds tile ``t``'s last K tile."""
+        return _div((t + 1) * self.KT * self.G - 1, self.SKI)
+
+    def piece_of(self, b, t):
+        """Block ``b``'s piece of tile ``t`` (t its first unit's tile: piece 2b, else 2b + 1)."""
+        return b * 2 + _sel(self.first_tile(self.begin(b)) == t, 0, 1)
+
+    def units_of(self, b):
+        """Python: block ``b``'s units as (tile, first K tile, K tiles, stream position, piece or
+        None for a whole tile), what the kernel's decoding gives."""
+        begin, end = self.begin(b), self.end(b)
+        n_sk = self.sk_units(begin, end)
+        out = []
+        for i in range(self.count(n_sk)):
+            t = self.tile(b, begin, n_sk, i)
+            n_k = self.k_count(begin, end, n_sk, i, t)
+            out.append((t, self.k0(begin, n_sk, i, t), n_k, self.position(begin, end, n_sk, i, t),
+                        None if n_k == self.KT else self.piece(b, i)))
+        return out
+
+
+def stream_plan(tiles: int, grid: int, KT: int) -> dict:
+    """Python: what a stream-K grid does (the dispatcher's model): the most K tiles and units a
+    block walks, the partial pieces stored, the tiles the fix-up finishes, and per block (K tiles,
+    whole tiles stored, pieces stored, K tiles of its stream-K range)."""
+    units = StreamUnits(tiles, grid, KT)
+    per_block = [units.units_of(b) for b in range(grid)]
+    pieces = sum(u[4] is not None for us in per_block for u in us)
+    split = sum(units.first_block(t) != units.last_block(t) for t in range(units.SK))  # local tiles
+    blocks = [(sum(u[2] for u in us), sum(u[4] is None for u in us), sum(u[4] is not None for u in us),
+               sum(u[2] for u in us) - units.DPW * KT) for us in per_block]
+    return {"sk_tiles": units.SK, "k_tiles": max(b[0] for b in blocks), "units": max(len(us) for us in per_block),
+            "pieces": pieces, "split_tiles": split, "blocks": blocks}
+
+
+def check_stream_k(cfg, wl: Gemm, tiles: int):
+    """The stream-K knob's conditions: a persistent warp-specialized kernel, no split-K, no batch;
+    the iteration space's products in 32 bits."""
+    name = cfg.step_name
+    if not cfg.stream_k:
+        return
+    if cfg.split_k != 1:
+        raise ScheduleParamError(f"{name}: stream_k shares out K itself: split_k must be 1, got {cfg.split_k}")
+    if not (cfg.persistent and cfg.warp_specialized):
+        raise ScheduleParamError(f"{name}: stream_k needs the persistent warp-specialized kernel")
+    if wl.batched:
+        raise ScheduleParamError(f"{name}: stream_k takes no batch (a bmm fills the GPU with its products)")
+    KT = ceil_div(wl.K, cfg.block_k)
+    grid = stream_k_grid(tiles, KT, sms_of(cfg) // getattr(cfg, "cluster_m", 1))
+    if (stream_k_tiles(tiles, grid, KT) * KT + KT) * grid >= 2**31:
+        raise ScheduleParamError(f"{name}: stream_k's iteration space ({tiles} tiles x {KT} K tiles on {grid} "
+                                 f"blocks) needs 64-bit indices")
+
+
+def stream_producer(units: StreamUnits, S: int, producer_regs: int, load, full_let: bool = False):
+    """:func:`ring_producer` for stream-K units: a unit's K tiles (its first K tile and count from
+    the decoding) go to the ring from its stream position on; every K tile is inside K."""
+
+    @T.macro
+    def produce(A_map, B_map, ring, bars, lane, n_units, first, rank, sk_begin, sk_end, n_sk):
+        T.ptx["setmaxnreg.dec.sync.aligned.u32"](producer_regs)
+        if lane == 0:
+            T.ptx.prefetch.tensormap(T.address_of(A_map))
+            T.ptx.prefetch.tensormap(T.address_of(B_map))
+            for i in T.serial(n_units):
+                t: T.let[T.int32] = units.tile(first, sk_begin, n_sk, i)
+                k0: T.let[T.int32] = units.k0(sk_begin, n_sk, i, t)
+                n_k: T.let[T.int32] = units.k_count(sk_begin, sk_end, n_sk, i, t)
+                pos: T.let[T.int32] = units.position(sk_begin, sk_end, n_sk, i, t)
+                tm_, tn_ = T.meta_var(units.tile_of(t, rank))
+                tile_m: T.let[T.int32] = tm_
+                tile_n: T.let[T.int32] = tn_
+                for kt in T.serial(n_k):
+                    it: T.let[T.int32] = pos + kt
+                    slot: T.let[T.int32] = it % S
+                    if full_let:
+                        full_u32: T.let[T.uint32] = T.cuda.cvta_generic_to_shared(T.address_of(bars[slot]))
+                    else:
+                        full_u32 = T.meta_var(T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])))
+                    T.cuda.mbarrier_wait(T.address_of(bars[S + slot]), it // S % 2 ^ 1)
+                    load(A_map, B_map, ring, full_u32, slot, k0 + kt, tile_m, tile_n, rank, 0)
+
+    return produce
+
+
+def stream_unit_done(S: int, CL: int, n_acc: int):
+    """A macro ending a consumer warpgroup's stream-K unit whose last K tile sits at stream position
+    ``last``: wait for its wgmmas, release its slot, fence the accumulators (no K tile past K)."""
+
+    @T.macro
+    def done(acc, bars, last, lane):
+        T.ptx.wgmma.wait_group.sync.aligned(0)
+        if lane == 0:
+            release_slot(bars, S + last % S, CL)
+        fence_acc(acc, n_acc)
+
+    return done
+
+
+def piece_index(piece, q, thread, e, n_acc: int, threads: int):
+    """Element of a partial piece in the stream-K workspace: thread ``thread``'s accumulators
+    4q..4q+3 (``e``), laid out so that the consumers' 16-byte stores and the fix-up's loads of one
+    register group are coalesced across the threads."""
+    return ((piece * (n_acc // 4) + q) * threads + thread) * 4 + e
+
+
+def stream_store_piece(n_acc: int, threads: int):
+    """A macro: one consumer warpgroup's fp32 accumulators into a workspace piece (float4 stores)."""
+
+    @T.macro
+    def store(W, acc, piece, thread):
+        for q in T.unroll(n_acc // 4):
+            for e in T.vectorized(4):
+                W[piece_index(piece, q, thread, e, n_acc, threads)] = acc[q * 4 + e]
+
+    return store
+
+
+def stream_fixup_kernel(units: StreamUnits, CL: int, threads: int, n_acc: int, finish):
+    """(macro ``fixup(W, C, bias, R)``, blocks): stream-K's fix-up kernel. One block per stream-K
+    (block) tile, the consumer warpgroups' threads: a tile split over blocks first .. last sums
+    their pieces in block order (deterministic) into the same registers the consumers held, and
+    ``finish(C, bias, R, acc, tile_m, tile_n, thread)`` applies the epilogue and stores the tile, as
+    the main kernel does for whole tiles; a tile that one block computed whole is skipped (that
+    block stored it). The pieces were written by the kernel before it (same stream): no waits."""
+    BLOCKS = units.SK * CL
+
+    @T.macro
+    def fixup(W, C, bias, R):
+        with T.launch_thread("blockIdx.x", BLOCKS) as fbid:
+            ftid = T.launch_thread("threadIdx.x", threads)
+            facc = T.alloc_buffer((n_acc,), "float32", scope="local")
+            if CL > 1:
+                t: T.let[T.int32] = fbid // CL
+                frank = T.meta_var(fbid % CL)
+            else:
+                t: T.let[T.int32] = fbid
+                frank = T.meta_var(0)
+            b0: T.let[T.int32] = units.first_block(t)
+            b1: T.let[T.int32] = units.last_block(t)
+            if b0 < b1:
+                first_piece: T.let[T.int32] = units.piece_of(b0, t) * CL + frank
+                for q in T.unroll(n_acc // 4):
+                    for e in T.vectorized(4):
+                        facc[q * 4 + e] = W[piece_index(first_piece, q, ftid, e, n_acc, threads)]
+                for p in T.serial(b1 - b0):  # the later blocks start inside the tile: their first piece
+                    for q in T.unroll(n_acc // 4):
+                        for e in T.vectorized(4):
+                            facc[q * 4 + e] = facc[q * 4 + e] + W[piece_index(
+                                (b0 + 1 + p) * 2 * CL + frank, q, ftid, e, n_acc, threads)]
+                tm_, tn_ = T.meta_var(units.tile_of(units.DP + t, frank))
+                tile_m: T.let[T.int32] = tm_
+                tile_n: T.let[T.int32] = tn_
+                finish(C, bias, R, facc, tile_m, tile_n, ftid)
+
+    return fixup, BLOCKS
+
+
+def stream_pieces(cfg, wl: Gemm) -> int:
+    """Workspace pieces (block tiles of fp32) of a stream-K configuration: two per block."""
+    return 2 * cfg.grid(wl.M, wl.N, wl.K)

@@ -16,9 +16,9 @@ from tvm.script import tirx as T
 from .common import ceil_div
 from .errors import ScheduleParamError
 from .step_config import StepConfig
-from .tma_common import (DESC_SWIZZLE_128B, ITEMSIZE, PTX_TYPE, ROW_BYTES, WARPGROUP, check_split_k, encode_map,
-                         fence_acc, grouped_tile, slice_of, sms_of, split_k_tiles, split_slices, split_workspace_bytes,
-                         tma_launch, tma_load, tma_multicast)
+from .tma_common import (DESC_SWIZZLE_128B, ITEMSIZE, PTX_TYPE, ROW_BYTES, WARPGROUP, check_split_k, check_stream_k,
+                         encode_map, fence_acc, grouped_tile, slice_of, sms_of, split_k_tiles, split_slices,
+                         split_workspace_bytes, stream_k_grid, stream_pieces, tma_launch, tma_load, tma_multicast)
 from .wgmma_epilogue import kernel_entry, make_fused_store
 from .workloads import LAYOUTS, Gemm
 
@@ -34,7 +34,12 @@ class TmaConfig(StepConfig):
     ``setmaxnreg`` budgets (per thread; (producer + consumers·n)·128 ≤ 65536); ``split_k``: K
     slices (warp-specialized kernel only): the work units become (output tile, K slice) pairs, each
     storing an fp32 partial tile into a workspace that a second kernel sums into C (see
-    :meth:`k_split`)."""
+    :meth:`k_split`); ``stream_k`` (persistent warp-specialized kernel, ``split_k`` 1): the K tiles
+    of the partial last round of output tiles (all tiles, where there are fewer than SMs) shared out
+    evenly over the blocks after the whole rounds (tma_common.StreamUnits), so that a
+    fraction of a round of tiles (448 tiles on 132 SMs: 3.4 rounds) or a few tiles over a long K
+    leave no SM idle; the tiles split between blocks are finished by a fix-up kernel that adds the
+    blocks' fp32 pieces and writes C once (:meth:`workspace_bytes`)."""
 
     block_m: int = 128
     block_n: int = 256
@@ -52,6 +57,7 @@ class TmaConfig(StepConfig):
     vector_store: bool = True  # float2 stores of adjacent accumulator pairs (needs N even)
     pad_operands: bool = False  # rows not a multiple of 16 bytes: copy A / B into padded workspaces first
     split_k: int = 1  # K slices: (tile, slice) units, fp32 partials P[slices, M, N] summed by a 2nd kernel
+    stream_k: bool = False  # K tiles shared out evenly over the persistent blocks; split tiles: a fix-up kernel
     dtypes = ("float16", "bfloat16")
     epilogues = True  # computed on the consumers' accumulators, D stored once in its type (wgmma_epilogue.py)
     layouts = LAYOUTS  # a transposed operand: m/n-major or k-major tiles, read through wgmma's transpose bits
@@ -111,6 +117,10 @@ class TmaConfig(StepConfig):
         (tile, K slice) pair (K is then needed), in a bmm a (product, tile) pair."""
         tm, tn = self.tiles(M, N)
         cl_tiles = ceil_div(tm, self.cluster_m) * tn  # cluster tiles: cluster_m block tiles each
+        if self.stream_k:  # one block (cluster) per SM, fewer only where there are fewer K tiles
+            if K is None:
+                raise ValueError(f"{self.step_name}: the grid of stream_k depends on K: grid(M, N, K)")
+            return self.cluster_m * stream_k_grid(cl_tiles, ceil_div(K, self.block_k), sms_of(self) // self.cluster_m)
         units = cl_tiles * split_slices(self, K) * batch
         if not self.persistent:
             return self.cluster_m * units
@@ -125,7 +135,10 @@ class TmaConfig(StepConfig):
 
     def workspace_bytes(self, wl: Gemm) -> int:
         """Bytes of the fp32 partial products P[slices, M, N] (0 without split-K), allocated per
-        call from the device's workspace pool (TVMBackendAllocWorkspace)."""
+        call from the device's workspace pool (TVMBackendAllocWorkspace); with ``stream_k`` the
+        blocks' pieces of split tiles, two block tiles per block."""
+        if self.stream_k:
+            return 4 * stream_pieces(self, wl) * self.block_m * self.block_n
         return split_workspace_bytes(self, wl)
 
     def check(self, wl: Gemm):
@@ -196,6 +209,7 @@ class TmaConfig(StepConfig):
         if self.group_m < 1:
             raise ScheduleParamError(f"{name}: group_m must be ≥ 1")
         check_split_k(self, wl)
+        check_stream_k(self, wl, ceil_div(ceil_div(wl.M, self.block_m), self.cluster_m) * ceil_div(wl.N, self.block_n))
         if self.split_k > 1 and not self.warp_specialized:
             raise ScheduleParamError(f"{name}: split_k needs warp_specialized (the simple kernel is one block "
                                      f"per tile), got split_k={self.split_k}")
@@ -210,14 +224,16 @@ class TmaConfig(StepConfig):
         """With padded copies and split-K partials in one call, TVM's StorageRewrite sees the padded
         operand's last use at the tensor map's encoding (the kernel reads it only through the map)
         and gives the partials the same memory: measured wrong on an H200. Keep them apart."""
-        return {"tirx.disable_storage_rewrite": True} if self.pad_operands and self.split_k > 1 else {}
+        partials = self.split_k > 1 or self.stream_k
+        return {"tirx.disable_storage_rewrite": True} if self.pad_operands and partials else {}
 
     def describe(self) -> str:
         ws = f"ws {self.consumers}c" if self.warp_specialized else f"nows {self.consumers}wg"
         return (f"{self.block_m}x{self.block_n}x{self.block_k} s{self.stages} {ws}"
                 f"{' pers' if self.persistent else ''}"
                 f"{' clu2' if self.cluster_m == 2 else ''}"
-                f"{f' sk{self.split_k}' if self.split_k > 1 else ''}")
+                f"{f' sk{self.split_k}' if self.split_k > 1 else ''}"
+                f"{' streamk' if self.stream_k else ''}")
 
 
 def setmaxnreg_ok(cfg: TmaConfig, registers: int) -> str | None:

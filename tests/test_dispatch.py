@@ -490,7 +490,7 @@ def test_a_persistent_grid_streams_as_slowly_as_its_busiest_sms():
     assert dispatch.stream_spread(96, gpu, persistent=True) == 1.0
     wl = parse_workload("gemm:24x57344x8192:bfloat16:nt:out=bfloat16")
     wide = [e for e in dispatch.rank(wl, "bf16", gpu) if e.step == "persistent_gemm"
-            and (e.config.block_m, e.config.block_n, e.config.split_k) == (128, 256, 1)]
+            and (e.config.block_m, e.config.block_n, e.config.split_k, e.config.stream_k) == (128, 256, 1, False)]
     assert wide and wide[0].terms["spread"] == pytest.approx(264 / 224)
     top = dispatch.rank(parse_workload("gemm:61x4096x14336:bfloat16:nt:out=bfloat16:residual"), "bf16", gpu)[0]
     assert top.step == "persistent_gemm" and top.config.block_n == 128

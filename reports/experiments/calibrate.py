@@ -18,6 +18,8 @@ measurements and, with ``--write FILE``, writes the constants :mod:`schedules.ca
   regret (below);
 * ``simt_copy_factor``, ``simt_async_factor``: SIMT loads narrower than configured, and SIMT
   kernels with a cp.async ring, against their kind's efficiency;
+* ``stream_k_factor``: the stream-K kernels' shared-out K tiles against their tile's efficiency
+  (which is solved on whole-tile points alone);
 * ``copy_factor``: for cp.async copies narrower than 16 bytes, measured against predicted;
 * ``short_k_store_efficiency``: short_k_gemm's share of the DRAM bandwidth on its stores, on
   the short-K shapes where its stores set the time (every short_k_gemm tile is measured there).
@@ -86,6 +88,10 @@ CLASSES = {
     "small products (a K loop of dependent loads, launch and latency bound)": (
         (160, 200, 2000), (2000, 48, 256), (600, 900, 128), (96, 96, 6000), (300, 1200, 400)),
     "a few waves of large tiles (wave quantization against split-K)": ((3000, 600, 3000), (5000, 300, 2000)),
+    # a fraction of a round of 128 x 256 tiles over a long K, and a few tiles over a very long K:
+    # stream-K against whole tiles, smaller tiles and split-K
+    "a fraction of a round (stream-K against whole tiles)": ((1000, 14336, 4096), (1000, 13824, 5120),
+                                                             (1892, 1042, 7208)),
     "thin and wide (a few rows across thousands of columns: how far to split a skinny tile)": (
         (3, 12000, 1500), (12000, 3, 1500), (6, 5000, 600), (5000, 6, 600), (48, 8000, 400), (8000, 48, 400),
         (16, 16000, 2500)),
@@ -148,11 +154,14 @@ def _pipeline(c) -> tuple:
 
 def _variants(first):
     """Tests for the variants of ``first``'s kind a calibration sweep measures beside it: without
-    split-K, with another split-K factor, with the other padding choice (copies or none), and
+    split-K (nor stream-K), with another split-K factor, with the other padding choice (copies or
+    none), with stream-K where it has none and without where it has, and
     (SIMT) at each other K tile and with each other K pipeline."""
     split = getattr(first.config, "split_k", 1)
-    tests = [lambda c: getattr(c.config, "split_k", 1) == 1,
-             lambda c: getattr(c.config, "split_k", 1) not in (1, split), lambda c: _pad(c) != _pad(first)]
+    stream = getattr(first.config, "stream_k", False)
+    tests = [lambda c: getattr(c.config, "split_k", 1) == 1 and not getattr(c.config, "stream_k", False),
+             lambda c: getattr(c.config, "split_k", 1) not in (1, split), lambda c: _pad(c) != _pad(first),
+             lambda c: getattr(c.config, "stream_k", False) != stream]
     if first.family == "simt":
         tests += [lambda c, d=d: c.config.block_k == d for d in dispatch.SIMT_BLOCK_K if d != first.config.block_k]
         tests += [lambda c, p=p: _pipeline(c) == p for p in dispatch.SIMT_PIPELINES if p != _pipeline(first)]
@@ -293,6 +302,8 @@ def _fit_efficiencies(pts, cal, gpu):
     by_key: dict[str, list[float]] = {}
     full_width: dict[str, list[float]] = {}  # SIMT points whose loads are as wide as configured
     for wl, _, c, t in pts:
+        if getattr(c.config, "stream_k", False):  # its tile's efficiency from whole tiles: stream_k_factor is its own
+            continue
         value, terms = _solve_unknown(wl, c, t, gpu, cal, lambda probe, x, key=c.key: probe["efficiency"].update({key: x}))
         if value is None:
             continue
@@ -345,6 +356,16 @@ def _fit_simt_async_factor(pts, cal, gpu):
                            lambda probe, x: probe.update(simt_async_factor=x), 0.05, 1.1)
     if value is not None:
         cal["simt_async_factor"] = value
+
+
+def _fit_stream_k_factor(pts, cal, gpu):
+    """Stream-K's shared-out K tiles against their tile's efficiency (``stream_k_factor``: their
+    pieces, the fix-up and the L2 their staggered K offsets do not share), on the stream-K points
+    where the arithmetic sets the time."""
+    value = _solved_median(pts, cal, gpu, lambda wl, c: getattr(c.config, "stream_k", False),
+                           lambda probe, x: probe.update(stream_k_factor=x), 0.1, 1.2)
+    if value is not None:
+        cal["stream_k_factor"] = value
 
 
 def _fit_short_k_store(pts, cal, gpu):
@@ -428,6 +449,7 @@ def _fit_all(pts, df, gpu, what: str, on: dict) -> tuple[dict, dict]:
         _fit_efficiencies(pts, trial, gpu)
         _fit_simt_copy_factor(pts, trial, gpu)
         _fit_simt_async_factor(pts, trial, gpu)
+        _fit_stream_k_factor(pts, trial, gpu)
         _fit_short_k_store(pts, trial, gpu)
         counts = _fit_efficiencies(pts, trial, gpu)
         return float(np.mean(_errors(pts, trial, gpu) ** 2)), regret(pts, trial, gpu)["geomean"], counts
