@@ -400,8 +400,13 @@ class GemvDispatchConfig(StepConfig):
         if row_bytes <= self.multi_row_max_row_bytes:
             cap = self.multi_row_lanes_vector if vector > 1 else self.multi_row_lanes_scalar
             lanes = min(cap, _pow2_at_least(lanes_needed))
-            return multi_row_gemv, MultiRowGemvConfig(lanes=lanes, rows_per_warp=32 // lanes,
-                                                      warps_per_block=self.warps_per_block, vector=vector, unroll=1)
+            # no more rows per block than the matrix has: with one row, TVM's lowering of the rows'
+            # reduction drops the store's row test (the output's index folds to 0), and the padded rows'
+            # threads stored their zero sums over the row's (gemm:1x1x4 was wrong on a GPU)
+            per_warp = min(32 // lanes, _pow2_at_least(wl.M))
+            warps = min(self.warps_per_block, ceil_div(wl.M, per_warp))
+            return multi_row_gemv, MultiRowGemvConfig(lanes=lanes, rows_per_warp=per_warp,
+                                                      warps_per_block=warps, vector=vector, unroll=1)
         if row_bytes >= self.multi_warp_min_row_bytes and wl.M < self.split_k_max_rows:
             return split_k_gemv, SplitKGemvConfig(vector=vector, resident_warps=self.resident_warps)
         if row_bytes >= self.multi_warp_min_row_bytes:

@@ -128,6 +128,20 @@ def test_dispatch_choices_are_valid(shape):
     assert vector == aligned_vector(wl.N, 4)
 
 
+@pytest.mark.parametrize("shape", [(1, 4), (1, 17), (3, 5), (1, 64)])
+def test_short_rows_pad_no_rows_past_the_matrix(shape):
+    """A few short rows: a block covers no more rows than the matrix has. With one row TVM's lowering
+    of the rows' reduction folds the store's index to 0 and drops its row test, so the padded rows'
+    threads would store their zero sums over the row's (gemm:1x1x4 came out wrong on an H200)."""
+    wl = Gemv(*shape)
+    step, cfg = GemvDispatchConfig().pick(wl)
+    if step.__name__ == "multi_row_gemv":
+        assert cfg.rows_per_warp * cfg.warps_per_block <= 1 << (shape[0] - 1).bit_length()
+    if shape[0] == 1:  # one row: no thread of the block stands for a row past it
+        cuda = _kernel_bodies(_build("gemv_dispatch", wl).device.cuda)
+        assert "threadIdx.y" not in cuda and "threadIdx.z" not in cuda
+
+
 # --- GPU: numbers against float64 --------------------------------------------------------------
 
 def _run_on_gpu(name, wl, **params):
@@ -145,7 +159,7 @@ def _run_on_gpu(name, wl, **params):
     return product_error(wl, out, inputs)
 
 
-GPU_SHAPES = [(1, 1), (1, 17), (1, 4097), (3, 5), (16384, 16), (16384, 17), (1000, 130), (513, 4098),
+GPU_SHAPES = [(1, 1), (1, 4), (1, 17), (1, 4097), (3, 5), (16384, 16), (16384, 17), (1000, 130), (513, 4098),
               (16384, 4096), (7, 65537)]
 
 
