@@ -247,6 +247,26 @@ def _plan(cfg: "DecodeConfig", wl, gpu) -> DecodePlan:
     return DecodePlan(form, tokens, rows, mt, rw, kw, unroll, stages, splits, per_slice)
 
 
+def check_knobs(step: str, cfg, wl):
+    """The checks decode_gemm and thin_tc_gemm share (their kernel body's): power-of-two K warps,
+    16- or 32-row warps, a ring of two slots at least, the K warps' sum within static shared memory,
+    split-K partials within 32-bit indices; ScheduleParamError naming ``step`` otherwise."""
+    if cfg.k_warps & (cfg.k_warps - 1):
+        raise ScheduleParamError(f"{step}: k_warps must be a power of two (their sums are added in halving "
+                                 f"rounds), got {cfg.k_warps}")
+    if cfg.warp_rows not in (0, 16, 32):
+        raise ScheduleParamError(f"{step}: warp_rows must be 16 or 32 (one or two m16 tiles), got {cfg.warp_rows}")
+    p = cfg.plan(wl)
+    if p.stages < 2:
+        raise ScheduleParamError(f"{step}: stages must be at least 2 (a slot filling while one is read), "
+                                 f"got {p.stages}")
+    if 4 * p.shared_floats > SHARED_STATIC:
+        raise ScheduleParamError(f"{step}: the sum of {p.k_warps} K warps needs {4 * p.shared_floats} bytes "
+                                 f"of shared memory, more than {SHARED_STATIC}; fewer k_warps")
+    if p.splits > 1 and p.splits * wl.M * wl.N >= 2**31:
+        raise ScheduleParamError(f"{step}: split_k={p.splits} partials need 64-bit indices; lower split_k")
+
+
 @dataclass(frozen=True)
 class DecodeConfig(StepConfig):
     """The weight rows a warp owns (``warp_rows``: 16 or 32), warps per block along the rows
@@ -293,21 +313,7 @@ class DecodeConfig(StepConfig):
             raise ScheduleParamError(refusal)
         if wl.K % 8:
             raise ScheduleParamError(f"decode_gemm copies 16 bytes along K: K = {wl.K} must be a multiple of 8")
-        if self.k_warps & (self.k_warps - 1):
-            raise ScheduleParamError(f"decode_gemm: k_warps must be a power of two (their sums are added in halving "
-                                     f"rounds), got {self.k_warps}")
-        if self.warp_rows not in (0, 16, 32):
-            raise ScheduleParamError(f"decode_gemm: warp_rows must be 16 or 32 (one or two m16 tiles), "
-                                     f"got {self.warp_rows}")
-        p = self.plan(wl)
-        if p.stages < 2:
-            raise ScheduleParamError(f"decode_gemm: stages must be at least 2 (a slot filling while one is read), "
-                                     f"got {p.stages}")
-        if 4 * p.shared_floats > SHARED_STATIC:
-            raise ScheduleParamError(f"decode_gemm: the sum of {p.k_warps} K warps needs {4 * p.shared_floats} bytes "
-                                     f"of shared memory, more than {SHARED_STATIC}; fewer k_warps")
-        if p.splits > 1 and p.splits * wl.M * wl.N >= 2**31:
-            raise ScheduleParamError(f"decode_gemm: split_k={p.splits} partials need 64-bit indices; lower split_k")
+        check_knobs("decode_gemm", self, wl)
 
     def plan(self, wl, gpu=None) -> DecodePlan:
         """Resolve the automatic parameters for ``wl`` on ``gpu`` (the current one by default).

@@ -51,8 +51,8 @@ from tvm import s_tir
 
 from .common import current_gpu
 from .errors import ScheduleParamError
-from .gemm_decode import (K_STEP, MAX_TOKENS, SHARED_STATIC, Access, DecodeConfig, DecodePlan, _plan,
-                          decode_kernel, trans_pitch)
+from .gemm_decode import (K_STEP, MAX_TOKENS, Access, DecodeConfig, DecodePlan, _plan,
+                          check_knobs, decode_kernel, trans_pitch)
 from .registry import register
 from .workloads import LAYOUTS, Gemm
 
@@ -164,23 +164,10 @@ class ThinConfig(DecodeConfig):
         refusal = self.scope_refusal(wl)
         if refusal:
             raise ScheduleParamError(refusal)
-        if self.k_warps & (self.k_warps - 1):
-            raise ScheduleParamError(f"thin_tc_gemm: k_warps must be a power of two (their sums are added in "
-                                     f"halving rounds), got {self.k_warps}")
         if self.odd_copy not in (2, 4):
             raise ScheduleParamError(f"thin_tc_gemm: odd_copy is 4 (4-byte copies, realigned) or 2 (2-byte loads), "
                                      f"got {self.odd_copy}")
-        if self.warp_rows not in (0, 16, 32):
-            raise ScheduleParamError(f"thin_tc_gemm: warp_rows must be 16 or 32 (one or two m16 tiles), "
-                                     f"got {self.warp_rows}")
-        p = self.plan(wl)
-        if p.stages < 2:
-            raise ScheduleParamError(f"thin_tc_gemm: stages must be at least 2, got {p.stages}")
-        if 4 * p.shared_floats > SHARED_STATIC:
-            raise ScheduleParamError(f"thin_tc_gemm: the sum of {p.k_warps} K warps needs {4 * p.shared_floats} "
-                                     f"bytes of shared memory, more than {SHARED_STATIC}; fewer k_warps")
-        if p.splits > 1 and p.splits * wl.M * wl.N >= 2**31:
-            raise ScheduleParamError(f"thin_tc_gemm: split_k={p.splits} partials need 64-bit indices; lower split_k")
+        check_knobs("thin_tc_gemm", self, wl)
 
     def plan(self, wl, gpu=None) -> ThinPlan:
         """decode_gemm's plan for the same shape (:meth:`DecodeConfig.plan`), its blocks made smaller
