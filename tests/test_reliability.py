@@ -279,6 +279,9 @@ def test_ctrl_c_in_a_terminal_mid_build_keeps_the_built_rows_and_the_earlier_res
     before = _files(out)
     pid, fd = pty.fork()
     if pid == 0:  # the child: the command, on the terminal
+        # as a terminal's shell starts it: SIGINT handled by default (a test run started in the
+        # background of a non-interactive shell inherits SIGINT ignored, and Ctrl-C would do nothing)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.chdir(ROOT)
         os.execve(sys.executable, [sys.executable, *RUN, "--out", str(out)], _env())
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
