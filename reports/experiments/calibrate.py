@@ -81,6 +81,10 @@ CLASSES = {
                                                       (8192, 8192, 16), (4096, 4096, 32), (3000, 5000, 64)),
     "misaligned rows, large (narrow loads or padded copies)": ((3001, 1999, 5003), (2500, 501, 9001),
                                                                (7001, 1203, 1201), (1500, 2500, 3333)),
+    # a K of a few hundred: the narrow loads run over the whole product, and a padded copy of A and B
+    # costs a larger share of it than over a long K
+    "misaligned rows, mid-size K (narrow loads against padded copies)": (
+        (2000, 3001, 150), (700, 15001, 115), (3001, 1500, 333), (1200, 7001, 250), (100, 90, 601)),
     "few outputs, long K (deep split-K)": ((9, 7, 15000), (40, 70, 16000), (120, 100, 4000), (300, 30, 12000)),
     "thin outputs": ((7, 3000, 3000), (3000, 7, 3000), (20, 9000, 700),
                      # rows not 16-byte aligned (thin_tc_gemm's narrower copies; an odd K or N: 2-byte ones)
