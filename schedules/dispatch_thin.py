@@ -9,7 +9,9 @@ split-K's sum) with two terms for what this step changes:
 * **narrower copies**: the weight's bandwidth share is multiplied by ``thin_copy_factor`` for the
   width its pitch allows (:data:`THIN_COPY_FACTOR`: 16 and 8 bytes by cp.async stream as decode's
   pieces do; 4-byte cp.async issues four copies per 16 bytes, an odd pitch's realigned copies
-  included; 2 bytes (``odd_copy=2``) is two plain loads per shared word, which a warp waits for);
+  included; 2 bytes (``odd_copy=2``) is two plain loads per shared word, which a warp waits for),
+  and by ``thin_trans_factor`` where the weight is stored K × rows (its block step reads K rows of
+  a few hundred bytes each, not rows of K, and its fragments go through ``ldmatrix.trans``);
   X's L2 term likewise for X's width (X stored K × tokens, or an odd K: 2-byte loads);
 * **latency**: a block walks its K slice one block step after the other, each a round trip to
   memory that ``stages - 1`` steps in flight hide (cp.async), or none where a copy is a plain load;
@@ -19,7 +21,8 @@ split-K's sum) with two terms for what this step changes:
 
 Candidates: the plan's configuration, and the same without split-K where the plan splits (its sum is
 a second launch, which a product of a few µs feels). The constants are defaults until a calibration
-sweep fits them (``thin_copy_factor`` in the calibration overrides the table).
+sweep fits them (``thin_copy_factor`` and ``thin_trans_factor`` in the calibration override the
+table and :data:`THIN_TRANS_FACTOR`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from .workloads import itemsize
 # bytes: that kernel family's 0.8; 2 bytes: two plain loads and a shared store per word, which the
 # warp waits for (its ring no longer keeps copies in flight: the latency term counts that), 0.5
 THIN_COPY_FACTOR = {16: 1.0, 8: 1.0, 4: 0.8, 2: 0.5}
+# the same for a weight stored K × rows (read transposed), uncalibrated: as a K-contiguous one
+THIN_TRANS_FACTOR = 1.0
 # warps per SM at which a block step whose loads are waited for costs one k_step_us (fewer: more, see thin_us)
 THIN_SATURATING_WARPS = 8
 # decode_gemm's bandwidth share by token groups of 8 (dispatch.DECODE_EFFICIENCY, fitted on nt decode
@@ -67,6 +72,8 @@ def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) 
     access = access_of(wl, cand.config.odd_copy)
     copy = cal.get("thin_copy_factor", {})
     w_factor = copy.get(str(access.w_bytes), THIN_COPY_FACTOR[access.w_bytes])
+    if access.w_trans:
+        w_factor *= cal.get("thin_trans_factor", THIN_TRANS_FACTOR)
     x_width = 2 if access.x_trans else access.x_bytes
     x_factor = copy.get(str(x_width), THIN_COPY_FACTOR[x_width])
     eff = cal["efficiency"].get(cand.key) or THIN_EFFICIENCY[min(k for k in THIN_EFFICIENCY if k >= p.token_tiles)]

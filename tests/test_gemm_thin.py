@@ -123,6 +123,37 @@ def test_the_model_charges_narrow_copies_and_their_latency(h200):
     assert narrow.time_us > wide.time_us and narrow.terms["efficiency"] < wide.terms["efficiency"]
 
 
+def test_the_calibration_fits_its_weight_read_factors(h200):
+    """Times made up from the model with a transposed weight at 0.5 of the bandwidth share and
+    4-byte copies at 0.7 (8-byte ones at 0.6, below them): the fit finds the first two again, and
+    gives 8-byte copies at least the 4-byte share."""
+    import copy
+
+    from reports.experiments import calibrate
+    from schedules.common import GpuSpec
+
+    gpu, base = GpuSpec(), copy.deepcopy(dispatch.CALIBRATION)
+    base.pop("thin_trans_factor", None)
+    base.pop("thin_copy_factor", None)
+    true = copy.deepcopy(base)
+    true.update(thin_trans_factor=0.5, thin_copy_factor={"4": 0.7, "8": 0.6})
+    shapes = ("gemm:16x16000x2500:float16", "gemm:3x12000x1500:float16",       # transposed, 16 bytes
+              "gemm:13x7001x999:float16", "gemm:30x6002x1501:float16",         # transposed, 4 bytes
+              "gemm:12000x3x1500:float16", "gemm:9000x5x2500:float16:nt")      # K-contiguous, 8 bytes
+    pts = []
+    for text in shapes:
+        wl = parse_workload(text)
+        for c in dispatch.thin_candidates(wl):
+            pts.append((wl, "fp16", c, dispatch.estimate(wl, c, gpu, true).time_us))
+    widths = {(access_of(wl, c.config.odd_copy).w_bytes, access_of(wl, c.config.odd_copy).w_trans) for wl, _, c, _ in pts}
+    assert {(16, True), (4, True), (8, False)} <= widths
+    cal = copy.deepcopy(base)
+    calibrate._fit_thin_factors(pts, cal, gpu)
+    assert cal["thin_trans_factor"] == pytest.approx(0.5, rel=0.01)
+    assert cal["thin_copy_factor"]["4"] == pytest.approx(0.7, rel=0.01)
+    assert cal["thin_copy_factor"]["8"] == cal["thin_copy_factor"]["4"]  # not below the narrower copies
+
+
 GPU_CASES = [("gemm:37x3000x1000:float16", {}),        # nn, M thin, aligned: transposed weight in 16 bytes
              ("gemm:22x7853x97:float16", {}),          # nn, M thin, odd pitches: the transposed tile realigned
              ("gemm:22x7853x97:float16", {"odd_copy": 2}),  # ... or by 2-byte loads

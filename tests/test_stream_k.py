@@ -141,13 +141,18 @@ def test_dispatcher_models_stream_k_against_whole_rounds():
     assert dispatch.rank(parse_workload("gemm:1892x1042x7208:float16"), "fp16", h200, even)[0].config.stream_k
     best = dispatch.rank(parse_workload("gemm:1000x14336x4096"), "tf32", h200, even)[0]
     assert best.step == "tma_tf32_gemm" and best.config.stream_k
-    # at the measured rate (0.55: staggered K offsets share little of L2) whole tiles win, as they did
-    # on the H200
+    # at half a whole tile's rate (the first design's staggered K offsets shared little of L2) whole
+    # tiles win
+    half = copy.deepcopy(CALIBRATION)
+    half["stream_k_factor"] = 0.5
+    assert not dispatch.rank(wl, "bf16", h200, half)[0].config.stream_k
+    # at the fitted rate (solved on the calibration's stream-K points) 128 x 256 tiles with the partial
+    # round shared out are taken here, as measured on the H200 (216 µs against 230 for whole tiles),
+    # estimated slower than at a whole tile's rate
     assert CALIBRATION["stream_k_factor"] < 1.0
     ranked = dispatch.rank(wl, "bf16", h200)
-    assert not ranked[0].config.stream_k
-    slow = next(e for e in ranked if e.config.stream_k and e.config.block_n == 256)
-    assert slow.time_us > dispatch.rank(wl, "bf16", h200, even)[0].time_us
+    assert ranked[0].config.stream_k and ranked[0].config.block_n == 256
+    assert ranked[0].time_us > dispatch.rank(wl, "bf16", h200, even)[0].time_us
     # whole rounds of tiles for every tile shape: not offered
     whole = parse_workload("gemm:8448x8192x4096:float16")
     assert not any(getattr(c.config, "stream_k", False) for c in dispatch.candidates(whole, "fp16", h200))

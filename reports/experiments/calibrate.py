@@ -403,12 +403,53 @@ def _fit_cp_copy_factor(pts, cal, gpu):
         _fit_factor(pts, cal, gpu, "copy_factor", width, applies(width))
 
 
-def _fit_thin_copy_factor(pts, cal, gpu):
-    """thin_tc_gemm's weight copies narrower than 16 bytes (``thin_copy_factor``), per width in bytes."""
+def _solve_share(wl, cand, t, gpu, cal, set_x, low: float = 0.05, high: float = 1.5):
+    """``(x, terms)``: a bandwidth share ``x`` (``set_x(probe, value)`` sets it in a copy of ``cal``)
+    at which the whole estimate equals the measured time ``t``, by bisection on log x (the estimate
+    falls as the share grows). ``x`` is None where no share in [low, high] gives ``t``: the time is
+    set by another term (latency, launches) wherever the share lies, or is off the range."""
+    probe = copy.deepcopy(cal)
+
+    def est(x):
+        set_x(probe, x)
+        return estimate(wl, cand, gpu, probe)
+
+    terms = est(1.0).terms
+    if not est(high).time_us < t < est(low).time_us:
+        return None, terms
+    lo, hi = math.log(low), math.log(high)
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if est(math.exp(mid)).time_us > t else (lo, mid)
+    return math.exp((lo + hi) / 2), terms
+
+
+def _fit_thin_factors(pts, cal, gpu):
+    """thin_tc_gemm's weight reads (:mod:`schedules.dispatch_thin`): ``thin_trans_factor``, the
+    bandwidth share of a weight stored K × rows, solved on its 16-byte points (the copies at full
+    width), then ``thin_copy_factor`` per narrower width, solved on all its points with the first
+    applied. Each is the median of the shares at which the estimate equals the measured time; a
+    width's factor is then at least the next narrower width's (a copy twice as wide moves the same
+    bytes with half the instructions: it is not slower, whatever the few points of one width say)."""
+    def access(wl, c):
+        return access_of(wl, c.config.odd_copy)
+
+    trans = _solved_median(pts, cal, gpu, lambda wl, c: c.family == "thin" and access(wl, c).w_trans
+                           and access(wl, c).w_bytes == 16,
+                           lambda probe, x: probe.update(thin_trans_factor=x), 0.05, 1.5, _solve_share)
+    if trans is not None:
+        cal["thin_trans_factor"] = trans
     for width in ("8", "4", "2"):
-        _fit_factor(pts, cal, gpu, "thin_copy_factor", width,
-                    lambda wl, c, width=width: (c.family == "thin"
-                                                and str(access_of(wl, c.config.odd_copy).w_bytes) == width))
+        value = _solved_median(pts, cal, gpu,
+                               lambda wl, c, width=width: c.family == "thin" and str(access(wl, c).w_bytes) == width,
+                               lambda probe, x, width=width: probe.setdefault("thin_copy_factor", {}).update({width: x}),
+                               0.05, 1.5, _solve_share)
+        if value is not None:
+            cal.setdefault("thin_copy_factor", {})[width] = value
+    factors = cal.get("thin_copy_factor", {})
+    for narrow, wide in (("2", "4"), ("4", "8")):
+        if narrow in factors and wide in factors:
+            factors[wide] = max(factors[wide], factors[narrow])
 
 
 def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
@@ -477,7 +518,7 @@ def _fit_all(pts, df, gpu, what: str, on: dict) -> tuple[dict, dict]:
         if not improved:
             break
     _fit_cp_copy_factor(pts, cal, gpu)
-    _fit_thin_copy_factor(pts, cal, gpu)
+    _fit_thin_factors(pts, cal, gpu)
     after = _errors(pts, cal, gpu)
     cal["source"] = f"fitted by schedlab calibrate to {what}; {len(pts)} measured kernels)"
     # the GPU the constants describe: the dispatcher says so where it chooses for another one
