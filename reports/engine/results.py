@@ -252,6 +252,9 @@ def what_folder(path: str) -> str:
                 f"reads each sweep ({os.path.join(path, inner[0])}), `schedlab calibrate SWEEP...` fits them")
     if inner:
         return f"a folder of results folders ({', '.join(inner)}): load_results reads each"
+    if "tune_random.json" in names:
+        return ("a tune-random report (tune_random.json/.md, written by `schedlab tune-random`), not results: "
+                "json.load reads tune_random.json")
     if "trials.jsonl" in names:
         return "a tuning database (trials.jsonl), not results: `schedlab report DIR` writes its page"
     if any(n.startswith("tuning_") and n.endswith(".json") for n in names):
