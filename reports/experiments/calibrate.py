@@ -403,7 +403,11 @@ def _fit_cp_copy_factor(pts, cal, gpu):
         _fit_factor(pts, cal, gpu, "copy_factor", width, applies(width))
 
 
-def _solve_share(wl, cand, t, gpu, cal, set_x, low: float = 0.05, high: float = 1.5):
+# the range a bandwidth share is solved in (and its median kept in) by _solve_share
+SHARE_RANGE = (0.05, 1.5)
+
+
+def _solve_share(wl, cand, t, gpu, cal, set_x, low: float = SHARE_RANGE[0], high: float = SHARE_RANGE[1]):
     """``(x, terms)``: a bandwidth share ``x`` (``set_x(probe, value)`` sets it in a copy of ``cal``)
     at which the whole estimate equals the measured time ``t``, by bisection on log x (the estimate
     falls as the share grows). ``x`` is None where no share in [low, high] gives ``t``: the time is
@@ -436,14 +440,14 @@ def _fit_thin_factors(pts, cal, gpu):
 
     trans = _solved_median(pts, cal, gpu, lambda wl, c: c.family == "thin" and access(wl, c).w_trans
                            and access(wl, c).w_bytes == 16,
-                           lambda probe, x: probe.update(thin_trans_factor=x), 0.05, 1.5, _solve_share)
+                           lambda probe, x: probe.update(thin_trans_factor=x), *SHARE_RANGE, _solve_share)
     if trans is not None:
         cal["thin_trans_factor"] = trans
     for width in ("8", "4", "2"):
         value = _solved_median(pts, cal, gpu,
                                lambda wl, c, width=width: c.family == "thin" and str(access(wl, c).w_bytes) == width,
                                lambda probe, x, width=width: probe.setdefault("thin_copy_factor", {}).update({width: x}),
-                               0.05, 1.5, _solve_share)
+                               *SHARE_RANGE, _solve_share)
         if value is not None:
             cal.setdefault("thin_copy_factor", {})[width] = value
     factors = cal.get("thin_copy_factor", {})
