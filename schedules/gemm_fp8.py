@@ -102,6 +102,9 @@ class Fp8TmaConfig(TmaConfig):
         if self.stream_k:
             raise ScheduleParamError(f"{name}: stream_k is for the 16-bit and tf32 steps (the FP8 kernel scales whole "
                                      f"sums in its epilogue)")
+        if self.staged_store:
+            raise ScheduleParamError(f"{name}: staged_store is for the 16-bit steps' float32 C (the FP8 kernel stores "
+                                     f"its output through its own epilogue)")
         if not self.warp_specialized:
             raise ScheduleParamError(f"{name}: the FP8 kernel is warp-specialized (warp_specialized=true)")
         if self.pingpong:

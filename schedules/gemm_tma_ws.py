@@ -63,7 +63,7 @@ from .tma_common import (WARPGROUP, StreamUnits, WorkUnits, grouped_tile, pad_co
                          ring_producer, ring_unit_done, split_sum_kernel, stream_fixup_kernel, stream_producer,
                          stream_store_piece, stream_unit_done)
 from .tma_fp16 import (Geometry, TmaConfig, encode_maps, make_epilogue, make_fused_epilogue, make_loader, make_mma,
-                       simple_kernel)
+                       make_staged_epilogue, simple_kernel, staged_bytes)
 from .wgmma_epilogue import kernel_entry, split_sum_epilogue
 from .workloads import Gemm
 
@@ -85,6 +85,8 @@ def ws_kernel(wl: Gemm, cfg):
     L2 = cfg.l2_promotion
     g.rows_padded = TM_CL != g.TM
     epilogue = make_epilogue(g)
+    STAGED = cfg.staged_store  # C through the consumer warps' staging areas (after the ring)
+    staged = make_staged_epilogue(g) if STAGED else None
     load = make_loader(g, CL)
     mma = make_mma(g)
     ROW0 = cfg.wg_rows  # rows of consumer warpgroup w start at w * ROW0
@@ -164,11 +166,14 @@ def ws_kernel(wl: Gemm, cfg):
             # budgets assume the full share (ptxas otherwise starts a light kernel with fewer, and the
             # consumers' setmaxnreg.inc then waits for registers the producer never frees)
             T.attr(0, "tirx.max_registers", cfg.launch_regs)
-            smem = T.alloc_buffer((g.RING_BYTES + 1024,), "uint8", scope="shared.dyn")
+            smem = T.alloc_buffer((g.RING_BYTES + 1024 + staged_bytes(cfg),), "uint8", scope="shared.dyn")
             bars = T.alloc_buffer((2 * S,), "uint64", scope="shared", align=8)  # full[0:S], empty[S:2S]
             acc = T.alloc_buffer((g.ACC,), "float32", scope="local")
             ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
                                                   T.uint32(0xFFFFFC00))
+            if STAGED:
+                vals = T.alloc_buffer((16,), "float32", scope="local")  # a staged column, one row per entry
+                stage: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES)
             wg = T.meta_var(tid // WARPGROUP)
             lane = T.meta_var(tid % WARPGROUP)
             if CL > 1:
@@ -213,7 +218,10 @@ def ws_kernel(wl: Gemm, cfg):
                     tile_m: T.let[T.int32] = tm_
                     tile_n: T.let[T.int32] = tn_
                     if n_k == KT:  # a whole tile: stored as without stream-K
-                        finish(C, bias, R, acc, tile_m, tile_n, w * WARPGROUP + lane)
+                        if STAGED:
+                            staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane)
+                        else:
+                            finish(C, bias, R, acc, tile_m, tile_n, w * WARPGROUP + lane)
                     else:  # a part of a split tile: fp32 sums to the block's piece, the fix-up adds them
                         store_piece(W, acc, units.piece(cid, i) * CL + rank, w * WARPGROUP + lane)
             else:
@@ -242,14 +250,20 @@ def ws_kernel(wl: Gemm, cfg):
                     tile_m: T.let[T.int32] = tm_
                     tile_n: T.let[T.int32] = tn_
                     # the producer is already filling the ring with the next unit's K tiles
-                    if SPLIT > 1:  # fp32 partials: the sum kernel below applies the epilogue
+                    if SPLIT > 1 and STAGED:
+                        staged(P, acc, vals, stage, tile_m, tile_n, w * ROW0, lane, part)
+                    elif SPLIT > 1:  # fp32 partials: the sum kernel below applies the epilogue
                         epilogue(P, acc, tile_m, tile_n, w * ROW0, lane, part)
                     elif FUSED and BATCH > 0:
                         fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, part)
                     elif FUSED:
                         fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, 0)
+                    elif BATCH > 0 and STAGED:
+                        staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane, part)
                     elif BATCH > 0:
                         epilogue(C, acc, tile_m, tile_n, w * ROW0, lane, part)
+                    elif STAGED:
+                        staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane)
                     else:
                         epilogue(C, acc, tile_m, tile_n, w * ROW0, lane)
             if CL > 1:

@@ -39,7 +39,9 @@ class TmaConfig(StepConfig):
     evenly over the blocks after the whole rounds (tma_common.StreamUnits), so that a
     fraction of a round of tiles (448 tiles on 132 SMs: 3.4 rounds) or a few tiles over a long K
     leave no SM idle; the tiles split between blocks are finished by a fix-up kernel that adds the
-    blocks' fp32 pieces and writes C once (:meth:`workspace_bytes`)."""
+    blocks' fp32 pieces and writes C once (:meth:`workspace_bytes`). ``staged_store`` (a float32 C
+    without an epilogue, warp-specialized kernel): C leaves through a shared-memory area per
+    consumer warp, a row segment of 128 bytes per store (:func:`make_staged_epilogue`)."""
 
     block_m: int = 128
     block_n: int = 256
@@ -58,6 +60,7 @@ class TmaConfig(StepConfig):
     pad_operands: bool = False  # rows not a multiple of 16 bytes: copy A / B into padded workspaces first
     split_k: int = 1  # K slices: (tile, slice) units, fp32 partials P[slices, M, N] summed by a 2nd kernel
     stream_k: bool = False  # K tiles shared out evenly over the persistent blocks; split tiles: a fix-up kernel
+    staged_store: bool = False  # C through per-warp shared-memory areas, one 128-byte row segment per store
     dtypes = ("float16", "bfloat16")
     epilogues = True  # computed on the consumers' accumulators, D stored once in its type (wgmma_epilogue.py)
     layouts = LAYOUTS  # a transposed operand: m/n-major or k-major tiles, read through wgmma's transpose bits
@@ -106,7 +109,8 @@ class TmaConfig(StepConfig):
     def shared_bytes(self, itemsize: int = 2) -> int:
         # the ring + 1 KiB to align it to 1024 bytes (the 128-byte swizzle pattern repeats every
         # 1024 bytes, TMA writes and wgmma reads it from there); barriers are static shared memory
-        return self.stages * self.stage_bytes(itemsize) + 1024
+        # (with staged_store, each consumer warp's staging area after the ring)
+        return self.stages * self.stage_bytes(itemsize) + 1024 + staged_bytes(self)
 
     def tiles(self, M: int, N: int) -> tuple[int, int]:
         return ceil_div(M, self.block_m), ceil_div(N, self.block_n)
@@ -156,6 +160,10 @@ class TmaConfig(StepConfig):
                     f"{name}: the row pitch of {what} ({dim}) is {pitch * item} bytes; TMA needs a multiple of "
                     f"16 ({dim} must be a multiple of {16 // item} for {dtype}; pad_operands=true copies the "
                     f"operand into a padded buffer first), got M,N,K = {M},{N},{K}, layout {wl.layout}")
+        if self.staged_store and (not self.warp_specialized or wl.has_epilogue):
+            raise ScheduleParamError(f"{name}: staged_store stages a float32 C without an epilogue in the "
+                                     f"warp-specialized kernel (warp_specialized=true, no bias, activation, residual "
+                                     f"or output type)")
         if wl.batched and self.split_k > 1:
             raise ScheduleParamError(f"{name}: a batch fills the GPU the way split-K does: split_k must be 1 "
                                      f"for a bmm, got {self.split_k}")
@@ -362,6 +370,61 @@ def make_epilogue(g: "Geometry"):
                                 else:
                                     C[g.out_row(tile_m, row0, lane, mt, h), g.out_col(tile_n, lane, j) + e] = \
                                         acc[mt * NACC + j * 4 + h * 2 + e]
+
+    return epilogue
+
+
+STAGE_ROW = 40  # floats per row of a warp's staging area: 32 columns + 8, so 8-byte writes hit no bank twice
+STAGE_WARP_BYTES = 16 * STAGE_ROW * 4  # one warp's 16 accumulator rows of 32 columns
+
+
+def staged_bytes(cfg) -> int:
+    """Shared memory of ``staged_store``: one staging area per consumer warp (0 without it)."""
+    return cfg.consumers * 4 * STAGE_WARP_BYTES if getattr(cfg, "staged_store", False) else 0
+
+
+def make_staged_epilogue(g: "Geometry"):
+    """:func:`make_epilogue` through shared memory (``staged_store``): each consumer warp writes
+    its accumulators of 32 columns (16 rows × 32, the wgmma fragment layout) into its own staging
+    area with 8-byte ``st.shared``, then reads them back one row at a time, lane ``l`` taking
+    column ``l``, so that every ``st.global`` writes 32 consecutive floats of one row: 128 bytes,
+    four whole sectors. Straight from the fragments a warp's store touches 8 rows; where N is odd
+    the pairs cannot go out as one 8-byte store (half the rows would be misaligned), and each
+    4-byte store fills half of each sector it touches. Only the warp's own threads meet in its
+    area, so ``__syncwarp`` orders the writes and the reads, and the producer warpgroup never
+    waits. The macro takes the area's shared address (``stage``) beside make_epilogue's arguments."""
+    M, N, NACC = g.M, g.N, g.NACC
+    PARTIAL = g.SPLIT > 1 or g.BATCH > 0
+    MT, CHUNKS = g.cfg.m_subtiles, g.BN // 32
+    ROW0 = g.cfg.wg_rows
+    ROW_CHECK = M % g.BM != 0 or g.rows_padded
+    COL_CHECK = N % g.BN != 0
+
+    def ok(row, col):
+        return T.And(row < M if ROW_CHECK else T.bool(True), col < N if COL_CHECK else T.bool(True))
+
+    @T.macro
+    def epilogue(C, acc, vals, stage, tile_m, tile_n, row0, lane, part=None):
+        area: T.let[T.uint32] = stage + T.cast((row0 // ROW0 * 4 + lane // 32) * STAGE_WARP_BYTES, "uint32")
+        for mt in T.unroll(MT):
+            for c in T.unroll(CHUNKS):
+                for jj in T.unroll(4):
+                    for h in T.unroll(2):
+                        T.ptx.st.shared.v2.f32(
+                            area + T.cast(((lane % 32 // 4 + h * 8) * STAGE_ROW + jj * 8 + lane % 4 * 2) * 4, "uint32"),
+                            acc[mt * NACC + (c * 4 + jj) * 4 + h * 2], acc[mt * NACC + (c * 4 + jj) * 4 + h * 2 + 1])
+                T.cuda.warp_sync()
+                for r in T.unroll(16):
+                    T.ptx.ld.shared.f32(vals[r], area + T.cast((r * STAGE_ROW + lane % 32) * 4, "uint32"))
+                for r in T.unroll(16):
+                    row = T.meta_var(tile_m * g.BM + row0 + mt * 64 + lane // 32 * 16 + r)
+                    col = T.meta_var(tile_n * g.BN + c * 32 + lane % 32)
+                    if ok(row, col):
+                        if PARTIAL:
+                            C[part, row, col] = vals[r]
+                        else:
+                            C[row, col] = vals[r]
+                T.cuda.warp_sync()  # every lane has read the area before the next chunk overwrites it
 
     return epilogue
 

@@ -202,3 +202,45 @@ def test_split_k_and_padding_are_right(harness, name, workload, params):
                                              ("gemm:4096x1x4096", dict(split_k=8, pad_operands=True))])
 def test_tf32_split_k_and_padding_are_right(harness, workload, params):
     assert 1e-6 < run_on_gpu(harness, get("tma_tf32_gemm"), workload, **params) < 2e-3
+
+
+def test_staged_store_writes_c_through_each_warps_shared_area():
+    # staged_store: the accumulators go through a per-warp area of shared memory after the ring
+    # (8 warps x 16 rows x 40 floats), read back a row at a time; only __syncwarp orders them (a
+    # __syncthreads here would wait for the producer warpgroup, which never comes)
+    plain = built("persistent_gemm", "gemm:1000x1001x512:float16", pad_operands=True)
+    staged = built("persistent_gemm", "gemm:1000x1001x512:float16", pad_operands=True, staged_store=True)
+    main = staged.device.kernels[-1]
+    assert main.spills == 0 and "for 'sm_90a'" in staged.device.ptxas_log
+    assert "st.shared.v2.f32" in staged.device.ptx and "bar.warp.sync" in staged.device.ptx
+    assert "st.shared.v2.f32" not in plain.device.ptx
+    src = staged.device.cuda[staged.device.cuda.index("main_kernel_1("):]
+    assert "__syncthreads()" not in src[src.index("setmaxnreg"):]
+    cfg = get("persistent_gemm").config(pad_operands=True, staged_store=True)
+    assert cfg.shared_bytes(2) == get("persistent_gemm").config().shared_bytes(2) + 2 * 4 * 16 * 40 * 4
+
+
+@pytest.mark.parametrize("name,workload,params,word", [
+    ("persistent_gemm", "gemm:512x512x512:bfloat16:out=bfloat16", {}, "without an epilogue"),
+    ("tma_gemm", "gemm:512x512x512:float16", {}, "warp_specialized"),
+    ("fp8_tma_gemm", "gemm:512x512x512:float8_e4m3fn:nt:out=bfloat16", {}, "16-bit steps"),
+])
+def test_staged_store_is_refused_where_the_kernel_does_not_take_it(name, workload, params, word):
+    with pytest.raises(ScheduleParamError, match=word):
+        get(name).validate(parse_workload(workload), get(name).config(staged_store=True, **params))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,workload,params", [
+    ("persistent_gemm", "gemm:1000x1001x512:float16", dict(pad_operands=True, block_n=128)),
+    ("persistent_gemm", "gemm:6790x1715x177:float16", dict(pad_operands=True)),
+    ("persistent_gemm", "gemm:4096x4096x4096:bfloat16", {}),
+    ("persistent_gemm", "gemm:136x200x72:float16", dict(block_n=64, stages=8)),
+    ("persistent_gemm", "gemm:1892x1042x7208:float16", dict(pad_operands=True, split_k=2, block_n=128)),
+    ("persistent_gemm", "gemm:1000x1001x4096:float16", dict(pad_operands=True, stream_k=True, block_n=128)),
+    ("persistent_gemm", "bmm:3x500x701x256:float16", dict(pad_operands=True, block_n=128)),
+    ("cluster_gemm", "gemm:1100x513x2104:bfloat16", dict(pad_operands=True)),
+    ("warp_specialized_gemm", "gemm:999x1003x640:float16", dict(pad_operands=True, block_m=256, block_n=128)),
+])
+def test_staged_store_is_right(harness, name, workload, params):
+    assert run_on_gpu(harness, get(name), workload, staged_store=True, **params) < 1e-4
