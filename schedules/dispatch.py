@@ -375,11 +375,11 @@ def fp16_candidates(wl, limits=None, sms: int | None = None):
 
 
 def _staged(wl, cand: Candidate, limits=None) -> Candidate:
-    """``cand`` with ``staged_store`` where it takes it (a float32 C without an epilogue, not
-    split-K's partials, the staging areas fitting beside the ring): faster on every product
-    measured, up to 2.3x where N is odd (docs/dispatcher.md#staged-stores)."""
+    """``cand`` with ``staged_store`` where N is odd (no pair of outputs can leave as one store), C
+    float32 without an epilogue, not split-K's partials, tiles 128 or more wide: about 2x faster
+    there; elsewhere mixed, 128 × 64 tiles 8-15% slower (docs/dispatcher.md#staged-stores)."""
     cfg = cand.config
-    if getattr(wl, "has_epilogue", False) or cfg.split_k > 1:
+    if getattr(wl, "has_epilogue", False) or cfg.split_k > 1 or cfg.block_n < 128 or wl.N % 2 == 0:
         return cand
     staged = Candidate(cand.step, replace(cfg, staged_store=True), cand.family, cand.key)
     return staged if _valid(staged.step, wl, staged.config, limits) else cand
@@ -518,9 +518,9 @@ def _store_factor(wl, cal, cfg=None) -> float:
     for 16-byte stores, but its 8-byte stores of 4 outputs only N % 4): otherwise a thread's 4 or 8
     adjacent outputs leave as scalar stores strided across the warp's lanes. A thread tile one
     column wide (``thread_n = 1``) stores scalars too, but a warp's lanes write 32 consecutive
-    floats of a row: whole sectors, whatever N's alignment; so does a TMA kernel's
-    ``staged_store``, through shared memory."""
-    if wl.N % 4 == 0 or getattr(cfg, "thread_n", 0) == 1 or getattr(cfg, "staged_store", False):
+    floats of a row: whole sectors, whatever N's alignment. (``staged_store`` does too, through
+    shared memory, at a cost no sweep has measured yet: the factor stays, no pick changes.)"""
+    if wl.N % 4 == 0 or getattr(cfg, "thread_n", 0) == 1:
         return 1.0
     return cal["unaligned_store"]
 

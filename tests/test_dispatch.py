@@ -6,7 +6,6 @@ import copy
 import json
 import os
 import re
-from dataclasses import replace
 
 import pytest
 
@@ -497,21 +496,19 @@ def test_a_persistent_grid_streams_as_slowly_as_its_busiest_sms():
     assert top.step == "persistent_gemm" and top.config.block_n == 128
 
 
-def test_the_tma_choice_stages_a_float32_c_and_counts_its_stores_whole():
-    # odd N: straight from the fragments every store fills half of each sector it touches (the
-    # model's unaligned_store); through the warps' staging areas a store is one 128-byte row segment
+def test_the_tma_choice_stages_a_float32_c_where_n_is_odd():
+    # odd N: straight from the fragments no pair of outputs leaves as one store, and each 4-byte
+    # store half-fills its sectors; through the warps' staging areas a store is one 128-byte row
+    # segment. The model's store term is not changed by it (unmeasured), so the tile is the same
     wl = parse_workload("gemm:6790x1715x177:float16")
     step, cfg = dispatch.choose(wl, "fp16")
-    assert step == "persistent_gemm" and cfg.staged_store and cfg.pad_operands
+    assert step == "persistent_gemm" and cfg.staged_store and cfg.pad_operands and cfg.block_n >= 128
     assert "C staged" in dispatch.describe(dispatch.rank(wl, "fp16")[0].candidate)
-    staged = dispatch.rank(wl, "fp16")[0]
-    unstaged = dispatch.estimate(wl, dispatch.Candidate(step, replace(cfg, staged_store=False), "tma",
-                                                        staged.candidate.key))
-    assert unstaged.time_us > 1.5 * staged.time_us
-    # not where the epilogue stores D itself, nor split-K's partial sums
-    for w, p in (("gemm:2048x2048x2048:bfloat16:nt:out=bfloat16", "bf16"), ("gemm:2048x2048x2048:float16:nt:bias", "fp16")):
+    for c in dispatch.candidates(wl, "fp16"):
+        if c.step == "persistent_gemm":
+            assert c.config.staged_store == (c.config.split_k == 1 and c.config.block_n >= 128)
+    # not where N is even, nor where the epilogue stores D itself, nor split-K's partial sums
+    for w, p in (("gemm:6790x1716x177:float16", "fp16"), ("gemm:2048x2047x2048:bfloat16:nt:out=bfloat16", "bf16"),
+                 ("gemm:2048x2047x2048:float16:nt:bias", "fp16")):
         for c in dispatch.candidates(parse_workload(w), p):
             assert not getattr(c.config, "staged_store", False)
-    for c in dispatch.candidates(parse_workload("gemm:256x256x16384:float16"), "fp16"):
-        if c.step == "persistent_gemm":
-            assert c.config.staged_store == (c.config.split_k == 1)
