@@ -623,6 +623,20 @@ def test_the_dispatch_space_starts_from_the_dispatchers_top_candidates_and_searc
     assert dispatch_seeds(wl) == [(n, [FAST_UNROLL.index(256)]) for n in range(DISPATCH_SEEDS)]
 
 
+def test_the_dispatch_space_puts_simt_tiles_beside_a_matrix_vector_choice():
+    """1x148x92 (a fresh draw's worst fp32 shape): best_gemm's choice is a GEMV kernel, which the
+    dispatch space cannot tune; the space then starts from the SIMT tiles the model ranks highest."""
+    from schedules import dispatch, parse_workload
+    from tuning.spaces import DISPATCH_SEEDS, dispatch_candidates, dispatch_configs
+
+    wl = parse_workload("gemm:1x148x92")
+    assert dispatch.rank(wl, "fp32")[0].candidate.family == "gemv"
+    cands = dispatch_candidates(wl)
+    assert cands and all(c.candidate.family == "simt" for c in cands)
+    times = [c.time_us for c in cands[:DISPATCH_SEEDS]]
+    assert times == sorted(times) and len(dispatch_configs(wl)) > DISPATCH_SEEDS
+
+
 def test_the_ordered_search_measures_structures_in_order_and_expands_each_new_best():
     """Each design space once, in order, at its first decisions; the other decisions of a design space
     right after it measures fastest so far; the rest of them once every design space was measured."""
