@@ -195,7 +195,7 @@ def test_files_are_relative_to_the_folder_and_only_those_that_exist(tmp_path):
 PUBLISHED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reports", "results")
 NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder",
                "compare_h200_bench_gemm": "a comparison of two results folders",
-               "tune_random_seed7": "a tune-random report"}
+               "tune_random_seed7": "a tune-random report", "tune_random_seed7_gemv": "a tune-random report"}
 
 
 @pytest.fixture(scope="module")
