@@ -45,7 +45,7 @@ from .fp8_pingpong import check_pingpong, make_pingpong_promotion, pass_turn, wa
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
                          pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done)
-from .tma_fp16 import Geometry, TmaConfig, make_loader
+from .tma_fp16 import STAGE_ROW, STAGE_WARP_BYTES, Geometry, TmaConfig, make_loader, staged_bytes
 from .workloads import FP8_DTYPES, SCALE_BLOCK, Epilogue, Gemm, activation_expr
 
 FP8_PTX = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
@@ -102,9 +102,6 @@ class Fp8TmaConfig(TmaConfig):
         if self.stream_k:
             raise ScheduleParamError(f"{name}: stream_k is for the 16-bit and tf32 steps (the FP8 kernel scales whole "
                                      f"sums in its epilogue)")
-        if self.staged_store:
-            raise ScheduleParamError(f"{name}: staged_store is for the 16-bit steps' float32 C (the FP8 kernel stores "
-                                     f"its output through its own epilogue)")
         if not self.warp_specialized:
             raise ScheduleParamError(f"{name}: the FP8 kernel is warp-specialized (warp_specialized=true)")
         if self.pingpong:
@@ -244,6 +241,64 @@ def make_fp8_epilogue(g: Fp8Geometry, wl: Gemm):
     return epilogue
 
 
+def make_fp8_staged_epilogue(g: Fp8Geometry, wl: Gemm):
+    """:func:`make_fp8_epilogue` through shared memory (``staged_store``, as the 16-bit kernels'
+    :func:`schedules.tma_fp16.make_staged_epilogue`): each consumer warp (``w``: its warpgroup among
+    the consumers) writes its raw accumulators of 32 columns into its own area, ``__syncwarp``, and
+    reads them back along the rows; the scales and the epilogue are applied to each value read back
+    (the bias and R read along a row), and D is stored a row segment per instruction: with a 16-bit
+    output and N even, lane l takes columns 2·(l % 16), +1 of row l / 16, so a store is two rows of
+    64 bytes (whole sectors); otherwise 32 consecutive outputs of one row."""
+    M, N, NACC = g.M, g.N, g.NACC
+    MT, CHUNKS = g.cfg.m_subtiles, g.BN // 32
+    PAIRS = wl.out_dtype != "float32" and N % 2 == 0
+    ROW_CHECK = M % g.BM != 0 or g.rows_padded
+    COL_CHECK = N % g.BN != 0
+    ROWWISE, BLOCK = wl.scaling == "row", wl.scaling == "block"
+
+    def ok(row, col):
+        return T.And(row < M if ROW_CHECK else T.bool(True), col < N if COL_CHECK else T.bool(True))
+
+    def value(x, SA, SB, sab, bias, R, row, col):
+        return output_value(wl, x, (SA, SB) if ROWWISE else None if BLOCK else sab[0], bias, R, row, col)
+
+    @T.macro
+    def epilogue(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, row0, w, lane):
+        area: T.let[T.uint32] = stage + T.cast((w * 4 + lane // 32) * STAGE_WARP_BYTES, "uint32")
+        for mt in T.unroll(MT):
+            for c in T.unroll(CHUNKS):
+                for jj in T.unroll(4):
+                    for h in T.unroll(2):
+                        T.ptx.st.shared.v2.f32(
+                            area + T.cast(((lane % 32 // 4 + h * 8) * STAGE_ROW + jj * 8 + lane % 4 * 2) * 4, "uint32"),
+                            acc[mt * NACC + (c * 4 + jj) * 4 + h * 2], acc[mt * NACC + (c * 4 + jj) * 4 + h * 2 + 1])
+                T.cuda.warp_sync()
+                if PAIRS:
+                    for i in T.unroll(8):
+                        for e in T.unroll(2):
+                            T.ptx.ld.shared.f32(vals[i * 2 + e], area + T.cast(
+                                ((i * 2 + lane % 32 // 16) * STAGE_ROW + lane % 16 * 2 + e) * 4, "uint32"))
+                    for i in T.unroll(8):
+                        row = T.meta_var(tile_m * g.BM + row0 + mt * 64 + lane // 32 * 16 + i * 2 + lane % 32 // 16)
+                        col = T.meta_var(tile_n * g.BN + c * 32 + lane % 16 * 2)
+                        if ok(row, col):
+                            for e in T.unroll(2):
+                                pair[e] = value(vals[i * 2 + e], SA, SB, sab, bias, R, row, col + e)
+                            for e in T.vectorized(2):
+                                D[row, col + e] = pair[e]
+                else:
+                    for r in T.unroll(16):
+                        T.ptx.ld.shared.f32(vals[r], area + T.cast((r * STAGE_ROW + lane % 32) * 4, "uint32"))
+                    for r in T.unroll(16):
+                        row = T.meta_var(tile_m * g.BM + row0 + mt * 64 + lane // 32 * 16 + r)
+                        col = T.meta_var(tile_n * g.BN + c * 32 + lane % 32)
+                        if ok(row, col):
+                            D[row, col] = value(vals[r], SA, SB, sab, bias, R, row, col)
+                T.cuda.warp_sync()  # every lane has read the area before the next chunk overwrites it
+
+    return epilogue
+
+
 def make_promotion(g: Fp8Geometry, wl: Gemm, mma):
     """A macro: one K tile of a consumer warpgroup under block scaling. The K tile (128 of K: one
     block of both operands' scales) is multiplied into a fresh set of accumulators, ``part``
@@ -295,6 +350,8 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     load = make_loader(g, CL)
     mma = make_fp8_mma(g)
     epilogue = make_fp8_epilogue(g, wl)
+    STAGED = cfg.staged_store  # D through the consumer warps' staging areas (after the ring)
+    staged = make_fp8_staged_epilogue(g, wl) if STAGED else None
     ROW0 = cfg.wg_rows
     OUT = wl.out_dtype
     L2 = cfg.l2_promotion
@@ -335,7 +392,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                 crank = T.launch_thread("clusterCtaIdx.x", CL)
             tid = T.launch_thread("threadIdx.x", cfg.threads)
             T.attr(0, "tirx.max_registers", cfg.launch_regs)  # setmaxnreg needs a known count at entry
-            smem = T.alloc_buffer((g.RING_BYTES + 1024,), "uint8", scope="shared.dyn")
+            smem = T.alloc_buffer((g.RING_BYTES + 1024 + staged_bytes(cfg),), "uint8", scope="shared.dyn")
             bars = T.alloc_buffer((2 * S,), "uint64", scope="shared", align=8)  # full[0:S], empty[S:2S]
             acc = T.alloc_buffer((g.ACC,), "float32", scope="local")
             pair = T.alloc_buffer((2,), OUT, scope="local")  # an adjacent pair of outputs, stored together
@@ -346,6 +403,9 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                 sb_r = T.alloc_buffer((g.BN // SCALE_BLOCK,), "float32", scope="local")
             ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
                                                   T.uint32(0xFFFFFC00))
+            if STAGED:
+                vals = T.alloc_buffer((16,), "float32", scope="local")  # accumulators read back from the area
+                stage: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES)
             wg = T.meta_var(tid // WARPGROUP)
             lane = T.meta_var(tid % WARPGROUP)
             if CL > 1:
@@ -388,7 +448,10 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                                 pass_turn(w)  # every wgmma of unit i issued: the other consumer's may follow
                             unit_done(acc, bars, i, KT, lane)
                         # the epilogue runs while the other consumer's wgmmas keep the tensor cores busy
-                        epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, 0, lane)
+                        if STAGED:
+                            staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, 0, w, lane)
+                        else:
+                            epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, 0, lane)
                 else:
                     for i in T.serial(n_tiles):
                         tm_, tn_ = T.meta_var(units.tile(cid, i, rank))
@@ -409,7 +472,10 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                                 if T.And(kt > 0, lane == 0):
                                     release_slot(bars, S + (it - 1) % S, CL)
                             unit_done(acc, bars, i, KT, lane)
-                        epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, w * ROW0, lane)
+                        if STAGED:
+                            staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w, lane)
+                        else:
+                            epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, w * ROW0, lane)
             if CL > 1:
                 T.cuda.cluster_sync()  # no block leaves while a peer may still multicast into it
 

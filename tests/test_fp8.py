@@ -353,6 +353,41 @@ def test_correct_against_the_dequantized_float64_product(harness, workload, para
     assert err <= tol
 
 
+def test_staged_store_reads_the_accumulators_back_along_rows_and_stores_d_by_rows(built):
+    # a 16-bit D with N even: pairs of outputs, two rows of 64 bytes per store; the scales, the bias,
+    # the activation and R applied to the values read back
+    b = built(MIXED, staged_store=True)
+    assert all(k.spills == 0 for k in b.device.kernels) and "bar.warp.sync" in b.device.ptx
+    assert "st.shared.v2.f32" in b.device.ptx and "ld.shared.f32" in b.device.ptx
+    cuda = b.device.cuda
+    assert "*(nv_bfloat162*)(D_ptr" in cuda and "R_ptr[" in cuda and "scale_a_ptr[" in cuda
+    body = cuda[cuda.rindex("main_kernel("):]
+    assert "__syncthreads()" not in body[body.index("setmaxnreg"):]
+    plain = built(MIXED)
+    assert "st.shared.v2.f32" not in plain.device.ptx
+    assert get(STEP).config(staged_store=True).shared_bytes(1) == get(STEP).config().shared_bytes(1) + 20480
+
+
+STAGED_GPU_CASES = [
+    ("gemm:4096x4096x4096:float8_e4m3fn:nt:out=bfloat16", {}),
+    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=row:out=bfloat16:bias:gelu_tanh:residual",
+     dict(cluster_m=2)),
+    ("gemm:1000x1001x512:float8_e4m3fn:nt:out=float32:bias:relu", {}),
+    ("gemm:999x777x1024:float8_e4m3fn:nt:out=float16", dict(pingpong=True, block_n=128)),
+    ("gemm:1000x520x2000:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(step=BLOCK_STEP)),
+    ("gemm:1000x520x2000:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(BLOCK_PINGPONG, step=BLOCK_STEP)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload, params", STAGED_GPU_CASES)
+def test_staged_store_is_right(harness, workload, params):
+    params = dict(params)
+    spec = get(params.pop("step", STEP))
+    err = run_on_gpu(harness, spec, workload, staged_store=True, **params)
+    assert err <= spec.tolerance_for(parse_workload(workload))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float8_e4m3fn:nt:out=bfloat16",
                                       "gemm:1024x512x2048:float8_e4m3fn:nt:scale=row:out=bfloat16",
