@@ -45,7 +45,8 @@ from .fp8_pingpong import check_pingpong, make_pingpong_promotion, pass_turn, wa
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
                          pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done)
-from .tma_fp16 import STAGE_ROW, STAGE_WARP_BYTES, Geometry, TmaConfig, make_loader, staged_bytes
+from .tma_fp16 import (STAGE_ROW, STAGE_WARP_BYTES, Geometry, TmaConfig, make_loader, make_stage_chunk, read_column,
+                       staged_bytes)
 from .workloads import FP8_DTYPES, SCALE_BLOCK, Epilogue, Gemm, activation_expr
 
 FP8_PTX = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
@@ -266,17 +267,14 @@ def make_fp8_staged_epilogue(g: Fp8Geometry, wl: Gemm):
     def value(x, SA, SB, sab, bias, R, row, col):
         return output_value(wl, x, (SA, SB) if ROWWISE else None if BLOCK else sab[0], bias, R, row, col)
 
+    stage_chunk = make_stage_chunk(NACC)
+
     @T.macro
     def epilogue(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, row0, w, lane):
         area: T.let[T.uint32] = stage + T.cast((w * 4 + lane // 32) * STAGE_WARP_BYTES, "uint32")
         for mt in T.unroll(MT):
             for c in T.unroll(CHUNKS):
-                for jj in T.unroll(4):
-                    for h in T.unroll(2):
-                        T.ptx.st.shared.v2.f32(
-                            area + T.cast(((lane % 32 // 4 + h * 8) * STAGE_ROW + jj * 8 + lane % 4 * 2) * 4, "uint32"),
-                            acc[mt * NACC + (c * 4 + jj) * 4 + h * 2], acc[mt * NACC + (c * 4 + jj) * 4 + h * 2 + 1])
-                T.cuda.warp_sync()
+                stage_chunk(acc, area, mt, c, lane)
                 if PAIRS:
                     for i in T.unroll(8):
                         for e in T.unroll(2):
@@ -291,8 +289,7 @@ def make_fp8_staged_epilogue(g: Fp8Geometry, wl: Gemm):
                             for e in T.vectorized(2):
                                 D[row, col + e] = pair[e]
                 else:
-                    for r in T.unroll(16):
-                        T.ptx.ld.shared.f32(vals[r], area + T.cast((r * STAGE_ROW + lane % 32) * 4, "uint32"))
+                    read_column(vals, area, lane)
                     for r in T.unroll(16):
                         row = T.meta_var(tile_m * g.BM + row0 + mt * 64 + lane // 32 * 16 + r)
                         col = T.meta_var(tile_n * g.BN + c * 32 + lane % 32)

@@ -383,6 +383,30 @@ def staged_bytes(cfg) -> int:
     return cfg.consumers * 4 * STAGE_WARP_BYTES if getattr(cfg, "staged_store", False) else 0
 
 
+def make_stage_chunk(NACC: int):
+    """A macro: one consumer warp writes its accumulators of 32 columns (chunk ``c`` of m64 subtile
+    ``mt``: 16 rows × 32 in the wgmma fragment layout) into its staging area at shared address
+    ``area`` as 8-byte ``st.shared``, then ``__syncwarp`` so that every lane may read the area."""
+
+    @T.macro
+    def stage_chunk(acc, area, mt, c, lane):
+        for jj in T.unroll(4):
+            for h in T.unroll(2):
+                T.ptx.st.shared.v2.f32(
+                    area + T.cast(((lane % 32 // 4 + h * 8) * STAGE_ROW + jj * 8 + lane % 4 * 2) * 4, "uint32"),
+                    acc[mt * NACC + (c * 4 + jj) * 4 + h * 2], acc[mt * NACC + (c * 4 + jj) * 4 + h * 2 + 1])
+        T.cuda.warp_sync()
+
+    return stage_chunk
+
+
+@T.macro
+def read_column(vals, area, lane):
+    """Lane ``lane % 32`` of a warp reads column ``lane % 32`` of the 16 staged rows into ``vals``."""
+    for r in T.unroll(16):
+        T.ptx.ld.shared.f32(vals[r], area + T.cast((r * STAGE_ROW + lane % 32) * 4, "uint32"))
+
+
 def make_staged_epilogue(g: "Geometry"):
     """:func:`make_epilogue` through shared memory (``staged_store``): each consumer warp writes
     its accumulators of 32 columns (16 rows × 32, the wgmma fragment layout) into its own staging
@@ -403,19 +427,15 @@ def make_staged_epilogue(g: "Geometry"):
     def ok(row, col):
         return T.And(row < M if ROW_CHECK else T.bool(True), col < N if COL_CHECK else T.bool(True))
 
+    stage_chunk = make_stage_chunk(NACC)
+
     @T.macro
     def epilogue(C, acc, vals, stage, tile_m, tile_n, row0, lane, part=None):
         area: T.let[T.uint32] = stage + T.cast((row0 // ROW0 * 4 + lane // 32) * STAGE_WARP_BYTES, "uint32")
         for mt in T.unroll(MT):
             for c in T.unroll(CHUNKS):
-                for jj in T.unroll(4):
-                    for h in T.unroll(2):
-                        T.ptx.st.shared.v2.f32(
-                            area + T.cast(((lane % 32 // 4 + h * 8) * STAGE_ROW + jj * 8 + lane % 4 * 2) * 4, "uint32"),
-                            acc[mt * NACC + (c * 4 + jj) * 4 + h * 2], acc[mt * NACC + (c * 4 + jj) * 4 + h * 2 + 1])
-                T.cuda.warp_sync()
-                for r in T.unroll(16):
-                    T.ptx.ld.shared.f32(vals[r], area + T.cast((r * STAGE_ROW + lane % 32) * 4, "uint32"))
+                stage_chunk(acc, area, mt, c, lane)
+                read_column(vals, area, lane)
                 for r in T.unroll(16):
                     row = T.meta_var(tile_m * g.BM + row0 + mt * 64 + lane // 32 * 16 + r)
                     col = T.meta_var(tile_n * g.BN + c * 32 + lane % 32)
