@@ -45,8 +45,7 @@ from .fp8_pingpong import check_pingpong, make_pingpong_promotion, pass_turn, wa
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
                          pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done)
-from .tma_fp16 import (STAGE_ROW, STAGE_WARP_BYTES, Geometry, TmaConfig, make_loader, make_stage_chunk, read_column,
-                       staged_bytes)
+from .tma_fp16 import Geometry, TmaConfig, make_loader, make_staged_rows, staged_bytes
 from .workloads import FP8_DTYPES, SCALE_BLOCK, Epilogue, Gemm, activation_expr
 
 FP8_PTX = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
@@ -244,60 +243,20 @@ def make_fp8_epilogue(g: Fp8Geometry, wl: Gemm):
 
 
 def make_fp8_staged_epilogue(g: Fp8Geometry, wl: Gemm):
-    """:func:`make_fp8_epilogue` through shared memory (``staged_store``, as the 16-bit kernels'
-    :func:`schedules.tma_fp16.make_staged_epilogue`): each consumer warp (``w``: its warpgroup among
-    the consumers) writes its raw accumulators of 32 columns into its own area, ``__syncwarp``, and
-    reads them back along the rows; the scales and the epilogue are applied to each value read back
-    (the bias and R read along a row), and D is stored a row segment per instruction: with N even,
-    lane l takes columns 2·(l % 16), +1 of row l / 16 (one 4- or 8-byte store), so a store is two
-    rows of 64 (16-bit output) or 128 bytes (fp32): whole sectors; N odd, 32 outputs of one row.
-    The FP8 steps' default: on an H100 it took 4096³ from 114 to 95 µs (bf16 output, per-tensor
-    scales) and 4096×16384×1024 from 186 to 125; the fragments' own stores (``staged_store=False``)
-    write 8 rows × 16 bytes per instruction, half of each sector."""
-    M, N, NACC = g.M, g.N, g.NACC
-    MT, CHUNKS = g.cfg.m_subtiles, g.BN // 32
-    PAIRS = N % 2 == 0
-    ROW_CHECK = M % g.BM != 0 or g.rows_padded
-    COL_CHECK = N % g.BN != 0
+    """:func:`make_fp8_epilogue` through shared memory (``staged_store``: the FP8 steps' default), as
+    the 16-bit kernels' (:func:`schedules.tma_fp16.make_staged_rows`): each consumer warp's raw
+    accumulators through its own area, the scales and the epilogue applied to the values read back
+    along the rows (the bias and R read along a row), D stored by rows: with N even two rows of 64
+    (16-bit output) or 128 bytes (fp32) per store, whole sectors. On an H100 it took 4096³ from 116.8
+    to 96.8 µs (bf16 output, per-tensor scales; reports/results/NVIDIA_H100_80GB_HBM3/
+    fp8_staged_store_staged); the fragments' own stores (``staged_store=False``) write 8 rows × 16
+    bytes per instruction, half of each sector."""
     ROWWISE, BLOCK = wl.scaling == "row", wl.scaling == "block"
 
-    def ok(row, col):
-        return T.And(row < M if ROW_CHECK else T.bool(True), col < N if COL_CHECK else T.bool(True))
-
-    def value(x, SA, SB, sab, bias, R, row, col):
+    def value(x, SA, SB, sab, bias, R, row, col, b):
         return output_value(wl, x, (SA, SB) if ROWWISE else None if BLOCK else sab[0], bias, R, row, col)
 
-    stage_chunk = make_stage_chunk(NACC)
-
-    @T.macro
-    def epilogue(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, row0, w, lane):
-        area: T.let[T.uint32] = stage + T.cast((w * 4 + lane // 32) * STAGE_WARP_BYTES, "uint32")
-        for mt in T.unroll(MT):
-            for c in T.unroll(CHUNKS):
-                stage_chunk(acc, area, mt, c, lane)
-                if PAIRS:
-                    for i in T.unroll(8):
-                        for e in T.unroll(2):
-                            T.ptx.ld.shared.f32(vals[i * 2 + e], area + T.cast(
-                                ((i * 2 + lane % 32 // 16) * STAGE_ROW + lane % 16 * 2 + e) * 4, "uint32"))
-                    for i in T.unroll(8):
-                        row = T.meta_var(tile_m * g.BM + row0 + mt * 64 + lane // 32 * 16 + i * 2 + lane % 32 // 16)
-                        col = T.meta_var(tile_n * g.BN + c * 32 + lane % 16 * 2)
-                        if ok(row, col):
-                            for e in T.unroll(2):
-                                pair[e] = value(vals[i * 2 + e], SA, SB, sab, bias, R, row, col + e)
-                            for e in T.vectorized(2):
-                                D[row, col + e] = pair[e]
-                else:
-                    read_column(vals, area, lane)
-                    for r in T.unroll(16):
-                        row = T.meta_var(tile_m * g.BM + row0 + mt * 64 + lane // 32 * 16 + r)
-                        col = T.meta_var(tile_n * g.BN + c * 32 + lane % 32)
-                        if ok(row, col):
-                            D[row, col] = value(vals[r], SA, SB, sab, bias, R, row, col)
-                T.cuda.warp_sync()  # every lane has read the area before the next chunk overwrites it
-
-    return epilogue
+    return make_staged_rows(g, value)
 
 
 def make_promotion(g: Fp8Geometry, wl: Gemm, mma):
@@ -450,7 +409,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                             unit_done(acc, bars, i, KT, lane)
                         # the epilogue runs while the other consumer's wgmmas keep the tensor cores busy
                         if STAGED:
-                            staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, 0, w, lane)
+                            staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, 0, w, lane, 0)
                         else:
                             epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, 0, lane)
                 else:
@@ -474,7 +433,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                                     release_slot(bars, S + (it - 1) % S, CL)
                             unit_done(acc, bars, i, KT, lane)
                         if STAGED:
-                            staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w, lane)
+                            staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w, lane, 0)
                         else:
                             epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, w * ROW0, lane)
             if CL > 1:
