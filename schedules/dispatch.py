@@ -629,14 +629,14 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     stream = None
     if getattr(cfg, "stream_k", False):
         comp, stream = stream_k_us(wl, cfg, tiles, bk, flops / kts, peak * 1e6 * eff, gpu, cal,
-                                   _store_bytes(wl), _store_factor(wl, cal, cfg))
+                                   _store_bytes(wl), _store_factor(wl, cal))
         waves, per_sm = round(stream["k_tiles"] / ceil_div(K, bk), 2), 1
     elif fam in ("tma", "tma_tf32") and getattr(cfg, "persistent", True):
         units = tiles * splits
         grid = min(gpu.sms, units)
         per_block = ceil_div(units, grid)
         # the epilogue: a tile's outputs leave the SM (and R comes in), not overlapped with the next tile
-        epi = _store_bytes(wl) * bm * bn / (cal["sm_store_gbps"] * 1e3 * _store_factor(wl, cal, cfg))
+        epi = _store_bytes(wl) * bm * bn / (cal["sm_store_gbps"] * 1e3 * _store_factor(wl, cal))
         comp = cal["fill_us"] + per_block * (flops / (peak * 1e6 * eff) + epi)
         waves = per_block
         per_sm = 1
@@ -650,7 +650,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         per_sm = blocks_per_sm(threads, regs, smem, gpu)
         waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal,
                                      _store_bytes(wl) * bm * bn, _store_factor(wl, cal) * scalar_store)
-    dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal, cfg=cfg)
+    dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal)
     # stream-K: every SM walks the same number of K tiles, so no SM streams more than its share
     spread = 1.0 if stream else stream_spread(tiles * splits, gpu, persistent=fam in ("tma", "tma_tf32")
                                                and getattr(cfg, "persistent", True))

@@ -380,7 +380,7 @@ STAGE_WARP_BYTES = 16 * STAGE_ROW * 4  # one warp's 16 accumulator rows of 32 co
 
 def staged_bytes(cfg) -> int:
     """Shared memory of ``staged_store``: one staging area per consumer warp (0 without it)."""
-    return cfg.consumers * 4 * STAGE_WARP_BYTES if getattr(cfg, "staged_store", False) else 0
+    return cfg.consumers * 4 * STAGE_WARP_BYTES if cfg.staged_store else 0
 
 
 def make_stage_chunk(NACC: int):
@@ -408,12 +408,11 @@ def read_column(vals, area, lane):
 
 
 def make_staged_rows(g, value):
-    """A macro ``store(D, x1, x2, x3, x4, x5, acc, vals, pair, stage, tile_m, tile_n, row0, w, lane,
-    b)``: a consumer warp's accumulators (warp ``lane // 32`` of consumer warpgroup ``w``, rows
+    """A macro ``store(D, x1, x2, x3, x4, x5, acc, vals, pair, stage, tile_m, tile_n, row0, w, lane)``:
+    a consumer warp's accumulators (warp ``lane // 32`` of consumer warpgroup ``w``, rows
     ``row0``.. of the tile) through its staging area into D, each value read back turned into an
-    output by ``value(x, x1, .., x5, row, col, b)`` (the scales, the epilogue, the rounding: the
-    kernel's; x1..x5 are the buffers it reads, None where it has fewer; ``b``: a product of a batch,
-    for ``value``). With N even lane l takes columns 2·(l % 16) and +1 of row l / 16 (one store of the
+    output by ``value(x, x1, .., x5, row, col)`` (the scales, the epilogue, the rounding: the
+    kernel's; x1..x5 are the buffers it reads, None where it has fewer). With N even lane l takes columns 2·(l % 16) and +1 of row l / 16 (one store of the
     pair), so a store is two rows of 64 bytes (16-bit output) or 128 (fp32): whole sectors; with N
     odd, 32 outputs of one row. The FP8 kernels' epilogue with ``staged_store``."""
     M, N, NACC = g.M, g.N, g.NACC
@@ -427,7 +426,7 @@ def make_staged_rows(g, value):
         return T.And(row < M if ROW_CHECK else T.bool(True), col < N if COL_CHECK else T.bool(True))
 
     @T.macro
-    def store(D, x1, x2, x3, x4, x5, acc, vals, pair, stage, tile_m, tile_n, row0, w, lane, b):
+    def store(D, x1, x2, x3, x4, x5, acc, vals, pair, stage, tile_m, tile_n, row0, w, lane):
         area: T.let[T.uint32] = stage + T.cast((w * 4 + lane // 32) * STAGE_WARP_BYTES, "uint32")
         for mt in T.unroll(MT):
             for c in T.unroll(CHUNKS):
@@ -442,7 +441,7 @@ def make_staged_rows(g, value):
                         col = T.meta_var(tile_n * g.BN + c * 32 + lane % 16 * 2)
                         if ok(row, col):
                             for e in T.unroll(2):
-                                pair[e] = value(vals[i * 2 + e], x1, x2, x3, x4, x5, row, col + e, b)
+                                pair[e] = value(vals[i * 2 + e], x1, x2, x3, x4, x5, row, col + e)
                             for e in T.vectorized(2):
                                 D[row, col + e] = pair[e]
                 else:
@@ -451,7 +450,7 @@ def make_staged_rows(g, value):
                         row = T.meta_var(tile_m * g.BM + row0 + mt * 64 + lane // 32 * 16 + r)
                         col = T.meta_var(tile_n * g.BN + c * 32 + lane % 32)
                         if ok(row, col):
-                            D[row, col] = value(vals[r], x1, x2, x3, x4, x5, row, col, b)
+                            D[row, col] = value(vals[r], x1, x2, x3, x4, x5, row, col)
                 T.cuda.warp_sync()  # every lane has read the area before the next chunk overwrites it
 
     return store

@@ -215,9 +215,10 @@ def dispatch_candidates(wl, seeds: int = DISPATCH_SEEDS, size: int = DISPATCH_SI
     """The ``dispatch`` space's configurations for ``wl`` (an fp32 GEMM), as dispatcher estimates:
     its top ``seeds`` SIMT candidates (:func:`schedules.dispatch.rank`, its choice first: best_gemm's
     own kernel; for a matrix-vector product, whose choice is a GEMV kernel, the SIMT tiles the model
-    ranks highest, which are then what tuning can put beside it), then every candidate that differs from one of them in one knob of
-    :func:`simt_knobs` (another split-K, block tile, K tile or ring depth), then those that differ in
-    two (a smaller tile with more K slices, say), each group in the model's order, ``size`` in all.
+    ranks highest, which are then what tuning can put beside it), then every candidate that differs
+    from one of them in one knob of :func:`simt_knobs` (another split-K, block tile, K tile or ring
+    depth), then those that differ in two (a smaller tile with more K slices, say), each group in
+    the model's order, ``size`` in all.
     Where the model is wrong about a shape (the weak classes), the measured neighbours of its
     choices are where the faster kernels are."""
     ranked = [e for e in dispatch.rank(wl, "fp32") if e.candidate.family == "simt"]
