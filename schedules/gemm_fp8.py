@@ -253,7 +253,7 @@ def make_fp8_staged_epilogue(g: Fp8Geometry, wl: Gemm):
     bytes per instruction, half of each sector."""
     ROWWISE, BLOCK = wl.scaling == "row", wl.scaling == "block"
 
-    def value(x, SA, SB, sab, bias, R, row, col):
+    def value(x, SA, SB, sab, bias, R, row, col, b):
         return output_value(wl, x, (SA, SB) if ROWWISE else None if BLOCK else sab[0], bias, R, row, col)
 
     return make_staged_rows(g, value)
@@ -409,7 +409,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                             unit_done(acc, bars, i, KT, lane)
                         # the epilogue runs while the other consumer's wgmmas keep the tensor cores busy
                         if STAGED:
-                            staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, 0, w, lane)
+                            staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, 0, w, lane, 0)
                         else:
                             epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, 0, lane)
                 else:
@@ -433,7 +433,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                                     release_slot(bars, S + (it - 1) % S, CL)
                             unit_done(acc, bars, i, KT, lane)
                         if STAGED:
-                            staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w, lane)
+                            staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w, lane, 0)
                         else:
                             epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, w * ROW0, lane)
             if CL > 1:

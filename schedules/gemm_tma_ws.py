@@ -63,7 +63,7 @@ from .tma_common import (WARPGROUP, StreamUnits, WorkUnits, grouped_tile, pad_co
                          ring_producer, ring_unit_done, split_sum_kernel, stream_fixup_kernel, stream_producer,
                          stream_store_piece, stream_unit_done)
 from .tma_fp16 import (Geometry, TmaConfig, encode_maps, make_epilogue, make_fused_epilogue, make_loader, make_mma,
-                       make_staged_epilogue, simple_kernel, staged_bytes)
+                       make_staged_epilogue, make_staged_fused_epilogue, simple_kernel, staged_bytes)
 from .wgmma_epilogue import kernel_entry, split_sum_epilogue
 from .workloads import Gemm
 
@@ -116,6 +116,7 @@ def ws_kernel(wl: Gemm, cfg):
         unit_done = ring_unit_done(units, S, CL, g.ACC)
     FUSED = wl.has_epilogue  # the epilogue on the accumulators (with split-K: in the sum kernel)
     fused = make_fused_epilogue(g, wl) if FUSED and SPLIT == 1 else None
+    staged_fused = make_staged_fused_epilogue(g, wl) if STAGED and FUSED and SPLIT == 1 else None
     if STREAM:
         CONSUMER_THREADS = NC * WARPGROUP
         store_piece = stream_store_piece(g.ACC, CONSUMER_THREADS)
@@ -174,6 +175,8 @@ def ws_kernel(wl: Gemm, cfg):
             if STAGED:
                 vals = T.alloc_buffer((16,), "float32", scope="local")  # a staged column, one row per entry
                 stage: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES)
+                if FUSED:
+                    pair = T.alloc_buffer((2,), wl.out_dtype, scope="local")  # two outputs, stored together
             wg = T.meta_var(tid // WARPGROUP)
             lane = T.meta_var(tid % WARPGROUP)
             if CL > 1:
@@ -218,7 +221,10 @@ def ws_kernel(wl: Gemm, cfg):
                     tile_m: T.let[T.int32] = tm_
                     tile_n: T.let[T.int32] = tn_
                     if n_k == KT:  # a whole tile: stored as without stream-K
-                        if STAGED:
+                        if STAGED and FUSED:
+                            staged_fused(C, bias, R, None, None, None, acc, vals, pair, stage, tile_m, tile_n, w * ROW0,
+                                         w, lane, 0)
+                        elif STAGED:
                             staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane)
                         else:
                             finish(C, bias, R, acc, tile_m, tile_n, w * WARPGROUP + lane)
@@ -254,6 +260,9 @@ def ws_kernel(wl: Gemm, cfg):
                         staged(P, acc, vals, stage, tile_m, tile_n, w * ROW0, lane, part)
                     elif SPLIT > 1:  # fp32 partials: the sum kernel below applies the epilogue
                         epilogue(P, acc, tile_m, tile_n, w * ROW0, lane, part)
+                    elif FUSED and STAGED:
+                        staged_fused(C, bias, R, None, None, None, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w,
+                                     lane, part if BATCH > 0 else 0)
                     elif FUSED and BATCH > 0:
                         fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, part)
                     elif FUSED:

@@ -20,7 +20,7 @@ from .tma_common import (DESC_SWIZZLE_128B, ITEMSIZE, PTX_TYPE, ROW_BYTES, WARPG
                          encode_map, fence_acc, grouped_tile, slice_of, sms_of, split_k_tiles, split_slices,
                          split_workspace_bytes, stream_k_grid, stream_pieces, tma_launch, tma_load, tma_multicast)
 from .wgmma_epilogue import kernel_entry, make_fused_store
-from .workloads import LAYOUTS, Gemm
+from .workloads import LAYOUTS, Gemm, epilogue_value
 
 
 @dataclass(frozen=True)
@@ -160,10 +160,9 @@ class TmaConfig(StepConfig):
                     f"{name}: the row pitch of {what} ({dim}) is {pitch * item} bytes; TMA needs a multiple of "
                     f"16 ({dim} must be a multiple of {16 // item} for {dtype}; pad_operands=true copies the "
                     f"operand into a padded buffer first), got M,N,K = {M},{N},{K}, layout {wl.layout}")
-        if self.staged_store and (not self.warp_specialized or wl.has_epilogue):
-            raise ScheduleParamError(f"{name}: staged_store stages a float32 C without an epilogue in the "
-                                     f"warp-specialized kernel (warp_specialized=true, no bias, activation, residual "
-                                     f"or output type)")
+        if self.staged_store and not self.warp_specialized:
+            raise ScheduleParamError(f"{name}: staged_store is for the warp-specialized kernel (warp_specialized=true): "
+                                     f"its consumer warps stage C without a block barrier")
         if wl.batched and self.split_k > 1:
             raise ScheduleParamError(f"{name}: a batch fills the GPU the way split-K does: split_k must be 1 "
                                      f"for a bmm, got {self.split_k}")
@@ -407,14 +406,15 @@ def read_column(vals, area, lane):
         T.ptx.ld.shared.f32(vals[r], area + T.cast((r * STAGE_ROW + lane % 32) * 4, "uint32"))
 
 
-def make_staged_rows(g, value):
-    """A macro ``store(D, x1, x2, x3, x4, x5, acc, vals, pair, stage, tile_m, tile_n, row0, w, lane)``:
-    a consumer warp's accumulators (warp ``lane // 32`` of consumer warpgroup ``w``, rows
+def make_staged_rows(g, value, batched: bool = False):
+    """A macro ``store(D, x1, x2, x3, x4, x5, acc, vals, pair, stage, tile_m, tile_n, row0, w, lane,
+    b)``: a consumer warp's accumulators (warp ``lane // 32`` of consumer warpgroup ``w``, rows
     ``row0``.. of the tile) through its staging area into D, each value read back turned into an
-    output by ``value(x, x1, .., x5, row, col)`` (the scales, the epilogue, the rounding: the
-    kernel's; x1..x5 are the buffers it reads, None where it has fewer). With N even lane l takes columns 2·(l % 16) and +1 of row l / 16 (one store of the
+    output by ``value(x, x1, .., x5, row, col, b)`` (the scales, the epilogue, the rounding: the
+    kernel's; x1..x5 are the buffers it reads, None where it has fewer), D[b, row, col] where
+    ``batched``. With N even lane l takes columns 2·(l % 16) and +1 of row l / 16 (one store of the
     pair), so a store is two rows of 64 bytes (16-bit output) or 128 (fp32): whole sectors; with N
-    odd, 32 outputs of one row. The FP8 kernels' epilogue with ``staged_store``."""
+    odd, 32 outputs of one row. The FP8 kernels' and the 16-bit kernels' epilogue, ``staged_store``."""
     M, N, NACC = g.M, g.N, g.NACC
     MT, CHUNKS = g.cfg.m_subtiles, g.BN // 32
     PAIRS = N % 2 == 0
@@ -426,7 +426,7 @@ def make_staged_rows(g, value):
         return T.And(row < M if ROW_CHECK else T.bool(True), col < N if COL_CHECK else T.bool(True))
 
     @T.macro
-    def store(D, x1, x2, x3, x4, x5, acc, vals, pair, stage, tile_m, tile_n, row0, w, lane):
+    def store(D, x1, x2, x3, x4, x5, acc, vals, pair, stage, tile_m, tile_n, row0, w, lane, b):
         area: T.let[T.uint32] = stage + T.cast((w * 4 + lane // 32) * STAGE_WARP_BYTES, "uint32")
         for mt in T.unroll(MT):
             for c in T.unroll(CHUNKS):
@@ -441,19 +441,38 @@ def make_staged_rows(g, value):
                         col = T.meta_var(tile_n * g.BN + c * 32 + lane % 16 * 2)
                         if ok(row, col):
                             for e in T.unroll(2):
-                                pair[e] = value(vals[i * 2 + e], x1, x2, x3, x4, x5, row, col + e)
+                                pair[e] = value(vals[i * 2 + e], x1, x2, x3, x4, x5, row, col + e, b)
                             for e in T.vectorized(2):
-                                D[row, col + e] = pair[e]
+                                if batched:
+                                    D[b, row, col + e] = pair[e]
+                                else:
+                                    D[row, col + e] = pair[e]
                 else:
                     read_column(vals, area, lane)
                     for r in T.unroll(16):
                         row = T.meta_var(tile_m * g.BM + row0 + mt * 64 + lane // 32 * 16 + r)
                         col = T.meta_var(tile_n * g.BN + c * 32 + lane % 32)
                         if ok(row, col):
-                            D[row, col] = value(vals[r], x1, x2, x3, x4, x5, row, col)
+                            if batched:
+                                D[b, row, col] = value(vals[r], x1, x2, x3, x4, x5, row, col, b)
+                            else:
+                                D[row, col] = value(vals[r], x1, x2, x3, x4, x5, row, col, b)
                 T.cuda.warp_sync()  # every lane has read the area before the next chunk overwrites it
 
     return store
+
+
+def make_staged_fused_epilogue(g: "Geometry", wl: Gemm):
+    """:func:`make_fused_epilogue` through the consumer warps' staging areas (``staged_store``): the
+    epilogue applied to the accumulators read back along the rows, bias and R read there
+    (:func:`make_staged_rows`), D stored by rows in its type."""
+    BIAS, RES, BATCHED = wl.bias, wl.residual, wl.batched
+
+    def value(x, bias, R, _3, _4, _5, row, col, b):
+        r = (R[b, row, col] if BATCHED else R[row, col]) if RES else None
+        return epilogue_value(wl, x, bias[col] if BIAS else None, r)
+
+    return make_staged_rows(g, value, BATCHED)
 
 
 def make_staged_epilogue(g: "Geometry"):

@@ -507,11 +507,18 @@ def test_the_tma_choice_stages_a_float32_c_whose_rows_are_not_16_byte_aligned():
     for c in dispatch.candidates(wl, "fp16"):
         if c.step == "persistent_gemm":
             assert c.config.staged_store == (c.config.split_k == 1 and c.config.block_n >= 128)
-    # not where rows of C are 16-byte aligned, nor where the epilogue stores D, nor split-K's partial sums
+    # not where rows of a float32 C are 16-byte aligned, nor split-K's partial sums
     for w, p in (("gemm:6790x1716x177:float16", "fp16"), ("gemm:6790x1714x177:float16", "fp16")):
         assert any(getattr(c.config, "staged_store", False) for c in dispatch.candidates(parse_workload(w), p)) \
             == (int(w.split("x")[1]) % 4 != 0)
-    for w, p in (("gemm:2048x2047x2048:bfloat16:nt:out=bfloat16", "bf16"),
-                 ("gemm:2048x2047x2048:float16:nt:bias", "fp16")):
-        for c in dispatch.candidates(parse_workload(w), p):
-            assert not getattr(c.config, "staged_store", False)
+
+
+@pytest.mark.parametrize("w,p", [("gemm:2048x2048x2048:bfloat16:nt:out=bfloat16", "bf16"),
+                                 ("gemm:2048x2047x2048:float16:nt:bias", "fp16"),
+                                 ("gemm:4096x6144x4096:bfloat16:nt:out=bfloat16:bias:gelu_tanh", "bf16")])
+def test_the_tma_choice_stages_a_16_bit_output_or_an_epilogue_on_any_n(w, p):
+    # bf16 pairs straight from the fragments leave as 8 rows x 16 bytes, half of each sector: every
+    # whole-tile TMA candidate 128 or more wide stores D through the staging areas, aligned or not
+    for c in dispatch.candidates(parse_workload(w), p):
+        if c.step == "persistent_gemm":
+            assert c.config.staged_store == (c.config.split_k == 1 and c.config.block_n >= 128), c

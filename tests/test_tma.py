@@ -204,6 +204,13 @@ def test_tf32_split_k_and_padding_are_right(harness, workload, params):
     assert 1e-6 < run_on_gpu(harness, get("tma_tf32_gemm"), workload, **params) < 2e-3
 
 
+def test_staged_store_takes_an_epilogue_and_a_16_bit_output():
+    # D in its type: the epilogue applied to the values read back, pairs stored by rows (N even)
+    b = built("persistent_gemm", "gemm:1000x4096x4096:bfloat16:nt:out=bfloat16:residual", staged_store=True)
+    assert all(k.spills == 0 for k in b.device.kernels) and "st.shared.v2.f32" in b.device.ptx
+    assert "*(nv_bfloat162*)(D_ptr" in b.device.cuda and "R_ptr[" in b.device.cuda
+
+
 def test_staged_store_writes_c_through_each_warps_shared_area():
     # staged_store: the accumulators go through a per-warp area of shared memory after the ring
     # (8 warps x 16 rows x 40 floats), read back a row at a time; only __syncwarp orders them (a
@@ -221,7 +228,6 @@ def test_staged_store_writes_c_through_each_warps_shared_area():
 
 
 @pytest.mark.parametrize("name,workload,params,word", [
-    ("persistent_gemm", "gemm:512x512x512:bfloat16:out=bfloat16", {}, "without an epilogue"),
     ("tma_gemm", "gemm:512x512x512:float16", {}, "warp_specialized"),
 ])
 def test_staged_store_is_refused_where_the_kernel_does_not_take_it(name, workload, params, word):
@@ -240,6 +246,11 @@ def test_staged_store_is_refused_where_the_kernel_does_not_take_it(name, workloa
     ("persistent_gemm", "bmm:3x500x701x256:float16", dict(pad_operands=True, block_n=128)),
     ("cluster_gemm", "gemm:1100x513x2104:bfloat16", dict(pad_operands=True)),
     ("warp_specialized_gemm", "gemm:999x1003x640:float16", dict(pad_operands=True, block_m=256, block_n=128)),
+    ("persistent_gemm", "gemm:1000x4096x4096:bfloat16:nt:out=bfloat16:residual", {}),
+    ("persistent_gemm", "gemm:1000x1001x512:float16:out=float16:bias:relu", dict(pad_operands=True)),
+    ("persistent_gemm", "gemm:2048x8192x1024:bfloat16:nt:out=bfloat16:bias:gelu_tanh", {}),
+    ("persistent_gemm", "bmm:3x500x702x256:float16:out=bfloat16:residual", dict(pad_operands=True, block_n=128)),
+    ("persistent_gemm", "gemm:1000x2560x10240:bfloat16:nt:out=bfloat16", dict(stream_k=True, block_n=128)),
 ])
 def test_staged_store_is_right(harness, name, workload, params):
     assert run_on_gpu(harness, get(name), workload, staged_store=True, **params) < 1e-4
