@@ -253,4 +253,7 @@ def test_staged_store_is_refused_where_the_kernel_does_not_take_it(name, workloa
     ("persistent_gemm", "gemm:1000x2560x10240:bfloat16:nt:out=bfloat16", dict(stream_k=True, block_n=128)),
 ])
 def test_staged_store_is_right(harness, name, workload, params):
-    assert run_on_gpu(harness, get(name), workload, staged_store=True, **params) < 1e-4
+    # a float32 C as exact as the fragments' own stores; a 16-bit D within its one rounding (2^-8
+    # for bf16: the harness's own check), staged or not
+    bound = 1e-4 if parse_workload(workload).out_dtype == "float32" else 2.0 ** -8
+    assert run_on_gpu(harness, get(name), workload, staged_store=True, **params) < bound
