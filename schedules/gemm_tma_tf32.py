@@ -303,11 +303,20 @@ def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
     if STREAM:
         store_piece = stream_store_piece(ACC, NC * WARPGROUP)
 
-        @T.macro
-        def finish(C, bias, R, acc, tile_m, tile_n, thread):  # no epilogue here: bias and R are None
-            store_c(C, acc, tile_m, tile_n, thread // WARPGROUP, thread % WARPGROUP)
+        QN = BM // 8  # register groups of one m64 subtile
 
-        fixup, _ = stream_fixup_kernel(units, 1, NC * WARPGROUP, ACC, finish)
+        @T.macro
+        def store_group(C, bias, R, v, i, tile_m, tile_n, thread, q):  # no epilogue here: bias and R are None
+            # accumulators 4q..4q+3 of the thread: subtile q // QN, 8-row group q % QN of C (= D^T)
+            for h in T.unroll(2):
+                for e in T.unroll(2):
+                    row = T.meta_var(tile_m * BM + q % QN * 8 + thread % WARPGROUP % 4 * 2 + e)
+                    col = T.meta_var(tile_n * BN + thread // WARPGROUP * WGC + q // QN * 64
+                                     + thread % WARPGROUP // 32 * 16 + thread % 32 // 4 + h * 8)
+                    if T.And(row < M if ROW_CHECK else True, col < N if COL_CHECK else True):
+                        C[row, col] = v[i + h * 2 + e]
+
+        fixup, _ = stream_fixup_kernel(units, 1, NC * WARPGROUP, ACC, store_group)
 
     @T.prim_func
     def main(A: T.Buffer(wl.a_shape, "float32"), B: T.Buffer(wl.b_shape, "float32"),

@@ -62,7 +62,7 @@ from .registry import register
 from .tma_common import (WARPGROUP, StreamUnits, WorkUnits, grouped_tile, pad_copy_kernel, release_slot, ring_barriers,
                          ring_producer, ring_unit_done, split_sum_kernel, stream_fixup_kernel, stream_producer,
                          stream_store_piece, stream_unit_done)
-from .tma_fp16 import (Geometry, TmaConfig, encode_maps, make_epilogue, make_fused_epilogue, make_loader, make_mma,
+from .tma_fp16 import (Geometry, TmaConfig, encode_maps, make_epilogue, make_fused_epilogue, make_group_store, make_loader, make_mma,
                        make_staged_epilogue, make_staged_fused_epilogue, simple_kernel, staged_bytes)
 from .wgmma_epilogue import kernel_entry, split_sum_epilogue
 from .workloads import Gemm
@@ -128,7 +128,7 @@ def ws_kernel(wl: Gemm, cfg):
             else:
                 epilogue(C, acc, tile_m, tile_n, thread // WARPGROUP * ROW0, thread % WARPGROUP)
 
-        fixup, _ = stream_fixup_kernel(units, CL, CONSUMER_THREADS, g.ACC, finish)
+        fixup, _ = stream_fixup_kernel(units, CL, CONSUMER_THREADS, g.ACC, make_group_store(g, wl))
     if SPLIT > 1:
         split_sum, _ = split_sum_epilogue(wl, SPLIT) if FUSED else split_sum_kernel(M, N, SPLIT)
     # rows a tensor map cannot describe (pad_operands): copied first into 16-byte-pitched buffers

@@ -526,6 +526,43 @@ def make_fused_epilogue(g: "Geometry", wl: Gemm):
                             g.cfg.vector_store)
 
 
+def make_group_store(g: "Geometry", wl: Gemm):
+    """A macro ``store(D, bias, R, v, i, tile_m, tile_n, thread, q)`` for stream-K's fix-up
+    (:func:`schedules.tma_common.stream_fixup_kernel`): the four sums ``v[i..i+3]`` of register
+    group ``q`` of consumer thread ``thread`` (accumulators 4q..4q+3: m64 subtile q // (BN/8),
+    8-column group q % (BN/8), rows +0 and +8, two columns each) through the workload's epilogue
+    (none for a float32 C) into D, a pair as one store where N is even, bounds-checked."""
+    M, N, QN, ROW0 = g.M, g.N, g.NACC // 4, g.cfg.wg_rows
+    FUSED, BIAS, RES = wl.has_epilogue, wl.bias, wl.residual
+    VEC = g.cfg.vector_store and N % 2 == 0
+    ROW_CHECK = M % g.BM != 0 or g.rows_padded
+    COL_CHECK = N % g.BN != 0
+
+    def value(D, bias, R, x, row, col):
+        if not FUSED:
+            return x
+        return epilogue_value(wl, x, bias[col] if BIAS else None, R[row, col] if RES else None)
+
+    @T.macro
+    def store(D, bias, R, v, i, tile_m, tile_n, thread, q):
+        ov = T.alloc_buffer((2,), wl.out_dtype, scope="local")
+        for h in T.unroll(2):
+            row = T.meta_var(g.out_row(tile_m, thread // WARPGROUP * ROW0, thread % WARPGROUP, q // QN, h))
+            col = T.meta_var(g.out_col(tile_n, thread % WARPGROUP, q % QN))
+            if VEC:
+                if T.And(row < M if ROW_CHECK else T.bool(True), col < N if COL_CHECK else T.bool(True)):
+                    for e in T.unroll(2):
+                        ov[e] = value(D, bias, R, v[i + h * 2 + e], row, col + e)
+                    for e in T.vectorized(2):
+                        D[row, col + e] = ov[e]
+            else:
+                for e in T.unroll(2):
+                    if T.And(row < M if ROW_CHECK else T.bool(True), col + e < N if COL_CHECK else T.bool(True)):
+                        D[row, col + e] = value(D, bias, R, v[i + h * 2 + e], row, col + e)
+
+    return store
+
+
 def make_loader(g: "Geometry", CL: int = 1):
     """A macro issuing the TMA loads of one K tile into one ring slot (run by one thread) and
     announcing their byte count on the slot's full barrier: the A tile (one box k-major, 64-column

@@ -8,7 +8,7 @@ GPU) the products are right."""
 import pytest
 
 from schedules import ScheduleParamError, get, parse_workload
-from schedules.tma_common import StreamUnits, stream_k_grid, stream_k_tiles, stream_plan
+from schedules.tma_common import StreamUnits, fixup_groups_per_block, stream_k_grid, stream_k_tiles, stream_plan
 from tests.helpers import build_spec, run_on_gpu
 
 
@@ -183,8 +183,19 @@ def test_the_calibration_solves_the_stream_k_factor_apart_from_the_tile_efficien
     assert cal["stream_k_factor"] == pytest.approx(0.7, rel=0.02)
 
 
+@pytest.mark.parametrize("tiles,groups,per", [(12, 32, 1), (60, 32, 4), (132, 32, 8), (132, 16, 4),
+                                               (1000, 32, 32), (3, 8, 1)])
+def test_the_fix_up_spreads_a_few_split_tiles_over_every_sm(tiles, groups, per):
+    # 12 split tiles of 128 x 256 on 132 SMs: 384 fix-up blocks of one register group each (they were
+    # 12 blocks of 32 groups: 23 us of a 75 us layer); many tiles: up to 4 blocks per SM, each more groups
+    assert fixup_groups_per_block(tiles, groups, 132) == per
+    assert groups % per == 0 and (tiles * groups // per <= 4 * 132 or per == groups)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,workload,params", [
+    ("persistent_gemm", "gemm:1000x4608x3584:bfloat16:nt:out=bfloat16:bias", dict(staged_store=True)),  # 12 split tiles
+    ("persistent_gemm", "gemm:1000x1001x2000:float16:out=float16:residual", dict(pad_operands=True, block_n=128)),
     ("persistent_gemm", "gemm:1000x520x2000:bfloat16", {}),  # ragged tiles, fewer tiles than SMs
     ("persistent_gemm", "gemm:1892x1042x7208:float16", dict(pad_operands=True)),  # few tiles, long K
     ("persistent_gemm", "gemm:777x1500x1001:float16", dict(pad_operands=True)),  # ragged K
