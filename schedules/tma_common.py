@@ -457,15 +457,12 @@ class StreamUnits:
     blocks (clusters); ``tile_of(t, rank)``: the block's (tile_m, tile_n) of tile ``t``.
 
     The first ``DP`` tiles go whole: block ``b`` takes tiles ``b``, ``b + G``, ... (``DPW`` of them,
-    a whole number of rounds). The last ``SK`` tiles (:func:`stream_k_tiles`) form an iteration
+    a whole number of rounds). The last ``SK`` tiles (:func:`stream_k_tiles`) then form an iteration
     space of ``SK · KT`` K tiles, tile-major, which block ``b`` walks from ``⌊b · SKI / G⌋`` to
     ``⌊(b + 1) · SKI / G⌋`` (every block the same number of K tiles, ±1): one *unit* per tile its
-    range touches, from its first K tile in that tile to its last. A block walks its stream-K range
-    first (units ``0 .. n_sk - 1``), then its whole tiles: the fp32 pieces it stores drain while it
-    multiplies the next tiles (walked last, a 128 KB piece per block left the whole GPU waiting on
-    its stores at the end). The ring's stream position of a unit is where it starts in the block's
-    sequence of K tiles (closed form, as for split-K). Tiles of the stream-K part are numbered from
-    0 (*local*: tile ``DP + t``) by the fix-up's methods.
+    range touches, from its first K tile in that tile to its last. The ring's stream position of a
+    unit is where it starts in the block's sequence of K tiles (closed form, as for split-K). Tiles
+    of the stream-K part are numbered from 0 (*local*: tile ``DP + t``) by the fix-up's methods.
 
     A unit that covers its whole tile stores C as usual. A partial one stores its fp32 sums into
     *piece* ``2b`` (the block's first stream-K unit) or ``2b + 1`` (its last), and a fix-up kernel adds the
@@ -502,40 +499,39 @@ class StreamUnits:
         return n_sk + self.DPW
 
     # --- a unit: i-th of the block ------------------------------------------------------------
-    def _part(self, i, n_sk, shared, whole):
-        """``shared`` for a unit of the block's stream-K range (its first ``n_sk`` units), ``whole``
-        for one of its whole tiles after them; without whole tiles (DPW = 0) the first alone: the
-        device passes' simplifier, given the facts of an unreachable branch, can fold its offsets
-        into negative constants (a uint32 cast fails)."""
-        return shared if self.DPW == 0 else _sel(i < n_sk, shared, whole)
+    def _part(self, i, shared, whole):
+        """``whole`` for one of the block's whole tiles (its first DPW units), ``shared`` for a unit
+        of its stream-K range; without whole tiles (DPW = 0) the first alone: the device passes'
+        simplifier, given the facts of an unreachable branch, can fold its offsets into negative
+        constants (a uint32 cast fails)."""
+        return shared if self.DPW == 0 else _sel(i < self.DPW, whole, shared)
 
     def tile(self, b, begin, n_sk, i):
         """The unit's tile (index in the tile order)."""
-        return self._part(i, n_sk, self.DP + self.first_tile(begin) + i, b + (i - n_sk) * self.G)
+        return self._part(i, self.DP + self.first_tile(begin) + i - self.DPW, b + i * self.G)
 
     def k0(self, begin, n_sk, i, tile):
         """The unit's first K tile (in its tile)."""
-        return self._part(i, n_sk, _max(begin - (tile - self.DP) * self.KT, 0), 0)
+        return self._part(i, _max(begin - (tile - self.DP) * self.KT, 0), 0)
 
     def k_count(self, begin, end, n_sk, i, tile):
         """The unit's K tiles (≥ 1); KT for a whole tile. The outer max, as in :meth:`position`, bounds
         the count for the device passes' interval analysis (nothing changes: every unit has one)."""
         local = tile - self.DP
-        return _max(self._part(i, n_sk, _min(end - local * self.KT, self.KT) - _max(begin - local * self.KT, 0),
+        return _max(self._part(i, _min(end - local * self.KT, self.KT) - _max(begin - local * self.KT, 0),
                                self.KT), 1)
 
     def position(self, begin, end, n_sk, i, tile):
-        """Where the unit starts in the block's stream of K tiles (the ring's position): a stream-K
-        unit where its K tiles lie in the block's range, a whole tile after the range. The outer max
-        changes nothing (positions are ≥ 0); it bounds the position for the device passes, which
-        must prove the ring offsets computed from it non-negative (the interval of a uint32 cast's
-        operand in the tf32 kernel)."""
-        return _max(self._part(i, n_sk, _max((tile - self.DP) * self.KT, begin) - begin,
-                               end - begin + (i - n_sk) * self.KT), 0)
+        """Where the unit starts in the block's stream of K tiles (the ring's position). The outer
+        max changes nothing (positions are ≥ 0); it bounds the position for the device passes, which
+        must prove the ring offsets computed from it non-negative (the interval of a uint32 cast's operand
+        in the tf32 kernel)."""
+        return _max(self._part(i, self.DPW * self.KT + _max((tile - self.DP) * self.KT, begin) - begin,
+                               i * self.KT), 0)
 
     def piece(self, b, i):
         """The workspace piece of a partial unit: the block's first stream-K unit (2b) or last (2b + 1)."""
-        return b * 2 + _sel(i == 0, 0, 1)
+        return b * 2 + _sel(i == self.DPW, 0, 1)
 
     # --- the fix-up: a stream-K tile ----------------------------------------------------------
     def first_block(self, t):
