@@ -206,7 +206,9 @@ def test_the_fix_up_spreads_a_few_split_tiles_over_every_sm(tiles, groups, per):
     ("cluster_gemm", "gemm:1100x512x2104:float16", {}),
 ])
 def test_stream_k_is_right(harness, name, workload, params):
-    assert run_on_gpu(harness, get(name), workload, stream_k=True, **params) < 1e-4
+    # a float32 C as exact as without stream-K; a 16-bit D within its one rounding (2^-8 for bf16)
+    bound = 1e-4 if parse_workload(workload).out_dtype == "float32" else 2.0 ** -8
+    assert run_on_gpu(harness, get(name), workload, stream_k=True, **params) < bound
 
 
 @pytest.mark.gpu
