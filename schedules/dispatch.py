@@ -375,11 +375,9 @@ def fp16_candidates(wl, limits=None, sms: int | None = None):
 
 
 def _staged(wl, cand: Candidate, limits=None) -> Candidate:
-    """``cand`` with ``staged_store`` on tiles 128 or more wide, not split-K's partials, where the
-    fragments' own stores waste sectors: a 16-bit output or an epilogue (bf16 pairs leave as 8 rows
-    × 16 bytes) and a float32 C whose rows are not 16-byte aligned (N % 4 ≠ 0): 1.2-2x faster there;
-    an aligned float32 C with a short K measured 27% slower, 128 × 64 tiles 8-15%
-    (docs/dispatcher.md#staged-stores)."""
+    """``cand`` with ``staged_store`` (tiles 128 or more wide, no split-K) where the fragments' own
+    stores waste sectors: a 16-bit output or an epilogue, a float32 C with N % 4 ≠ 0; an aligned
+    float32 C with a short K measured 27% slower, 128 × 64 tiles 8-15% (docs/dispatcher.md#staged-stores)."""
     cfg = cand.config
     if cfg.split_k > 1 or cfg.block_n < 128 or not (getattr(wl, "has_epilogue", False) or wl.N % 4):
         return cand

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from .common import ceil_div
 from .errors import ScheduleParamError
+from .fp8_block_scales import make_scale_loader, make_scale_sum
 from .tma_common import fence_acc, release_slot
-from .workloads import SCALE_BLOCK
 
 ORDER_BARRIER = 1  # named barrier 1 + w: consumer w may issue (0 is __syncthreads')
 ORDER_THREADS = 256  # the two consumer warpgroups: one arrives, the other waits
@@ -91,29 +90,23 @@ def make_pingpong_promotion(g, mma):
     """A macro: a ping-pong consumer's whole unit under block scaling (gemm_fp8.make_promotion's
     work per K tile): each K tile's wgmmas into a fresh partial-sum set (scale-d 0), ``wait_group
     0``, the slot released, the partial sums added to the running sum times the scales of the
-    thread's rows and of the tile's column block (read from global memory before the tile's wait).
+    thread's rows and of the tile's column block (loaded a K tile ahead: gemm_fp8.make_scale_loader).
     The turn passes to the other consumer as soon as the unit's last wgmmas are issued, so that the
     last promotion and the epilogue run behind the other's wgmmas.
 
     Not ``wait_group 1`` with two partial sets (promoting K tile kt-1 while kt's wgmmas run): ptxas
     then serializes every wgmma (C7514: non-wgmma instructions reading accumulator registers while
     a wgmma is in flight), as CUTLASS's and DeepGEMM's promotions also wait for 0."""
-    M, N, NACC, S, KT = g.M, g.N, g.NACC, g.S, g.KT
-    MT, JN, CL = g.cfg.m_subtiles, g.BN // 8, g.cfg.cluster_m
-    NCB = g.BN // SCALE_BLOCK  # 128-column blocks of B's scales per tile
-    NB = ceil_div(N, SCALE_BLOCK)
-    JB = SCALE_BLOCK // 8  # 8-column groups per block
+    S, KT, CL = g.S, g.KT, g.cfg.cluster_m
+    load_scales, add = make_scale_loader(g), make_scale_sum(g)
 
     @T.macro
     def unit(acc, part, sa_r, sb_r, SA, SB, ring, bars, i, tile_m, tile_n, lane, w, n_tiles):
         for r in T.unroll(g.ACC):
             acc[r] = T.float32(0)
+        load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, 0, lane, 0)
         for kt in T.serial(KT):
-            for mt in T.unroll(MT):
-                for h in T.unroll(2):
-                    sa_r[mt * 2 + h] = SA[T.min(g.out_row(tile_m, 0, lane, mt, h), M - 1), kt]
-            for cb in T.unroll(NCB):
-                sb_r[cb] = SB[T.min(tile_n * NCB + cb, NB - 1), kt]
+            load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, 0, lane, T.min(kt + 1, KT - 1))  # the next K tile's
             T.cuda.mbarrier_wait(T.address_of(bars[(i * KT + kt) % S]), (i * KT + kt) // S % 2)
             mma(part, ring, (i * KT + kt) % S, 0, 0)  # kt = 0 for the macro: a fresh partial sum
             if T.And(kt == KT - 1, i + 1 < n_tiles):
@@ -122,11 +115,6 @@ def make_pingpong_promotion(g, mma):
             if lane == 0:
                 release_slot(bars, S + (i * KT + kt) % S, CL)
             fence_acc(part, g.ACC)  # no read of the partial sums above the wait
-            for mt in T.unroll(MT):
-                for j in T.unroll(JN):
-                    for h in T.unroll(2):
-                        for e in T.unroll(2):
-                            acc[mt * NACC + j * 4 + h * 2 + e] = acc[mt * NACC + j * 4 + h * 2 + e] + part[
-                                mt * NACC + j * 4 + h * 2 + e] * (sa_r[mt * 2 + h] * sb_r[j // JB])
+            add(acc, part, sa_r, sb_r)
 
     return unit

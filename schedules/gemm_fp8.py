@@ -41,6 +41,7 @@ from tvm.script import tirx as T
 
 from .common import ceil_div
 from .errors import ScheduleParamError
+from .fp8_block_scales import make_scale_loader, make_scale_sum
 from .fp8_pingpong import check_pingpong, make_pingpong_promotion, pass_turn, wait_turn
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
@@ -264,34 +265,22 @@ def make_promotion(g: Fp8Geometry, wl: Gemm, mma):
     block of both operands' scales) is multiplied into a fresh set of accumulators, ``part``
     (scale-d 0 at its first k32 step); once its wgmmas are done (``wait_group 0``; the slot is
     released at once) each partial sum is added to the running sum in fp32 registers, multiplied by
-    the scale of its row's 1×128 piece of A and of its column's 128×128 block of B (read from global
-    memory while the tile arrives; indices past M or N clamped, their outputs never stored). The
+    the scale of its row's 1×128 piece of A and of its column's 128×128 block of B, loaded from
+    global memory one K tile ahead (:func:`make_scale_loader`; the tile's first by the caller). The
     tensor cores' limited-precision accumulation then spans 128 products, not K."""
-    M, N, NACC, S = g.M, g.N, g.NACC, g.S
-    MT, JN, CL = g.cfg.m_subtiles, g.BN // 8, g.cfg.cluster_m
-    NCB = g.BN // SCALE_BLOCK  # 128-column blocks of B's scales per tile
-    NB = ceil_div(N, SCALE_BLOCK)
-    JB = SCALE_BLOCK // 8  # 8-column groups per block
+    S, CL = g.S, g.cfg.cluster_m
+    load_scales, add = make_scale_loader(g), make_scale_sum(g)
 
     @T.macro
     def promote(acc, part, sa_r, sb_r, SA, SB, ring, bars, it, kt, tile_m, tile_n, row0, lane):
-        for mt in T.unroll(MT):
-            for h in T.unroll(2):
-                sa_r[mt * 2 + h] = SA[T.min(g.out_row(tile_m, row0, lane, mt, h), M - 1), kt]
-        for cb in T.unroll(NCB):
-            sb_r[cb] = SB[T.min(tile_n * NCB + cb, NB - 1), kt]
+        load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + 1, g.KT - 1))  # the next K tile's
         T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
         mma(part, ring, it % S, row0, 0)  # kt = 0: scale-d 0 on the first k32 step, a fresh partial sum
         T.ptx.wgmma.wait_group.sync.aligned(0)
         if lane == 0:
             release_slot(bars, S + it % S, CL)
         fence_acc(part, g.ACC)  # no read of the partial sums above the wait
-        for mt in T.unroll(MT):
-            for j in T.unroll(JN):
-                for h in T.unroll(2):
-                    for e in T.unroll(2):
-                        acc[mt * NACC + j * 4 + h * 2 + e] = acc[mt * NACC + j * 4 + h * 2 + e] + part[
-                            mt * NACC + j * 4 + h * 2 + e] * (sa_r[mt * 2 + h] * sb_r[j // JB])
+        add(acc, part, sa_r, sb_r)
 
     return promote
 
@@ -327,6 +316,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     unit_done = ring_unit_done(units, S, CL, g.ACC)
     ROWWISE, BLOCK = wl.scaling == "row", wl.scaling == "block"
     promote = make_promotion(g, wl, mma) if BLOCK else None
+    load_scales = make_scale_loader(g) if BLOCK else None
     promote_unit = make_pingpong_promotion(g, mma) if BLOCK and PP else None
     # K not a multiple of 16 (pad_k): A and B copied first into rows of KP = K rounded up to 16 bytes,
     # the extra columns zero (they add nothing to the sum; K tiles, block scales and KT are K's)
@@ -359,8 +349,8 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
             sab = T.alloc_buffer((1,), "float32", scope="local")  # scale_a·scale_b (per tensor)
             if BLOCK:  # a K tile's partial sums, and its scales for this thread's rows and column blocks
                 part = T.alloc_buffer((g.ACC,), "float32", scope="local")
-                sa_r = T.alloc_buffer((2 * cfg.m_subtiles,), "float32", scope="local")
-                sb_r = T.alloc_buffer((g.BN // SCALE_BLOCK,), "float32", scope="local")
+                sa_r = T.alloc_buffer((4 * cfg.m_subtiles,), "float32", scope="local")  # this K tile's, the next's
+                sb_r = T.alloc_buffer((2 * g.BN // SCALE_BLOCK,), "float32", scope="local")
             ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
                                                   T.uint32(0xFFFFFC00))
             if STAGED:
@@ -420,6 +410,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                         if BLOCK:
                             for r in T.unroll(g.ACC):
                                 acc[r] = T.float32(0)
+                            load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, w * ROW0, lane, 0)
                             for kt in T.serial(KT):
                                 promote(acc, part, sa_r, sb_r, SA, SB, ring, bars, i * KT + kt, kt, tile_m, tile_n,
                                         w * ROW0, lane)
