@@ -216,6 +216,7 @@ def test_fast_space_spans_the_fast_steps_with_the_models_choices_first():
     from reports.engine import build as B
     from schedules import parse_workload
     from schedules import dispatch
+    from schedules.tensor_intrinsics import import_tensor_intrinsics
     from tuning.spaces import SEEDS, fast_configs, get_space, knob_values, model_seeds, sample_insts
     from tuning.tuner import candidate_from_decisions, launch_of, make_target
 
@@ -232,6 +233,7 @@ def test_fast_space_spans_the_fast_steps_with_the_models_choices_first():
     assert {c.stages for c in cfgs[:SEEDS]} <= {1, 2} | {s for s, ring in dispatch.SIMT_PIPELINES if ring}
     assert {(c.block_m, c.block_n) for c in cfgs} >= {(128, 128), (64, 64), (128, 64)}
 
+    import_tensor_intrinsics()  # what TuneContext imports, at a tenth of the cost under pytest
     B.setup_cuda_env()
     target = make_target("cuda", "sm_90")
     mod = tvm.IRModule({"main": wl.prim_func()})
@@ -494,10 +496,12 @@ def test_the_fast_spaces_seed_is_best_gemms_own_kernel(shape):
 
     from reports.engine import build as B
     from schedules import dispatch, get, parse_workload
+    from schedules.tensor_intrinsics import import_tensor_intrinsics
     from tuning.measure import module_pass_config
     from tuning.spaces import get_space, sample_insts
     from tuning.tuner import candidate_from_decisions, make_target
 
+    import_tensor_intrinsics()  # what TuneContext imports, at a tenth of the cost under pytest
     B.setup_cuda_env()
     target = make_target("cuda", "sm_90")
     wl = parse_workload(f"gemm:{shape}")

@@ -258,6 +258,13 @@ def _errors(pts, cal, gpu):
     return np.array([abs(np.log(estimate(wl, c, gpu, cal).time_us / t)) for wl, _, c, t in pts])
 
 
+def _probe(cal: dict) -> dict:
+    """A copy of ``cal`` whose dicts, at every depth, are new (what ``set_x`` writes into); the
+    values they hold are shared, as the model only reads them. ``copy.deepcopy`` of the calibration
+    once per point was most of a fit's time."""
+    return {k: _probe(v) if isinstance(v, dict) else v for k, v in cal.items()}
+
+
 def _solve_unknown(wl, cand, t, gpu, cal, set_x):
     """``(x, terms)``: the model's compute term is ``waves · (k · flops / (rate · x) + fixed)`` in
     an unknown ``x`` (an efficiency or a factor; ``set_x(probe, value)`` sets it in a copy of
@@ -265,7 +272,7 @@ def _solve_unknown(wl, cand, t, gpu, cal, set_x):
     the fixed part is left). ``x`` is None where compute does not dominate the estimate (or the
     time leaves it no room, or the fixed part is more than ``1 - SOLVE_SHARE`` of it), or where the
     K loop's latency floor (``k_step_us``) and not the arithmetic sets the compute term at the solved ``x``; ``terms`` are the estimate's at x = 1."""
-    probe = copy.deepcopy(cal)
+    probe = _probe(cal)
     probe["k_step_us"] = 0.0  # the floor is not part of the linear form solved here
     set_x(probe, 1.0)
     terms = estimate(wl, cand, gpu, probe).terms
@@ -412,7 +419,7 @@ def _solve_share(wl, cand, t, gpu, cal, set_x, low: float = SHARE_RANGE[0], high
     at which the whole estimate equals the measured time ``t``, by bisection on log x (the estimate
     falls as the share grows). ``x`` is None where no share in [low, high] gives ``t``: the time is
     set by another term (latency, launches) wherever the share lies, or is off the range."""
-    probe = copy.deepcopy(cal)
+    probe = _probe(cal)
 
     def est(x):
         set_x(probe, x)
@@ -552,7 +559,7 @@ def _solve_pingpong(wl, cand, t, gpu, cal, set_x):
     x0, terms = _solve_unknown(wl, cand, t, gpu, cal, set_x)
     if x0 is None:
         return None, terms
-    probe = copy.deepcopy(cal)
+    probe = _probe(cal)
     busy = t - cal["launch_us"] - terms.get("reduce_us", 0)
 
     def comp(x):
