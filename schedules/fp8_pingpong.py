@@ -90,7 +90,7 @@ def make_pingpong_promotion(g, mma):
     """A macro: a ping-pong consumer's whole unit under block scaling (gemm_fp8.make_promotion's
     work per K tile): each K tile's wgmmas into a fresh partial-sum set (scale-d 0), ``wait_group
     0``, the slot released, the partial sums added to the running sum times the scales of the
-    thread's rows and of the tile's column block (loaded a K tile ahead: gemm_fp8.make_scale_loader).
+    thread's rows and of the tile's column block (loaded a K tile ahead: fp8_block_scales.make_scale_loader).
     The turn passes to the other consumer as soon as the unit's last wgmmas are issued, so that the
     last promotion and the epilogue run behind the other's wgmmas.
 

@@ -424,7 +424,8 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                                     release_slot(bars, S + (it - 1) % S, CL)
                             unit_done(acc, bars, i, KT, lane)
                         if STAGED:
-                            staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w, lane, 0)
+                            staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w, lane,
+                                   0)
                         else:
                             epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, w * ROW0, lane)
             if CL > 1:

@@ -661,8 +661,9 @@ def fixup_groups_per_block(tiles: int, groups: int, blocks: int) -> int:
     """Register groups (4 accumulators of every consumer thread) one fix-up block adds: the fewest
     (a divisor of ``groups``) that keep the fix-up's grid of ``tiles`` split tiles within four
     blocks per SM of the main kernel's ``blocks`` (all of them: one block per tile where the tiles alone
-    fill that): a few split tiles then still spread over every SM (one block per tile left 12 of 132
-    SMs reading 11 pieces each: 23 µs, half the main kernel's time)."""
+    fill that): a few split tiles then still spread over every SM. One block per tile left 12 of 132
+    SMs reading 11 pieces each for bf16 1000 × 4608 × 3584 (128 × 256 tiles): 58.8% of cuBLAS on an
+    H100, 76.3% spread (docs/results.md, the H100's bench_llm_staged and bench_llm)."""
     return next((d for d in range(1, groups) if groups % d == 0 and tiles * (groups // d) <= 4 * blocks), groups)
 
 
@@ -671,9 +672,10 @@ def stream_fixup_kernel(units: StreamUnits, CL: int, threads: int, n_acc: int, s
     tile is shared by :func:`fixup_groups_per_block` blocks of the consumer warpgroups' threads, each
     taking some register groups q (accumulators 4q..4q+3 of every thread): a tile split over blocks
     first .. last sums their pieces in block order (deterministic) and ``store_group(C, bias, R, v,
-    i, tile_m, tile_n, thread, q)`` applies the epilogue to the four sums ``v[i..i+3]`` and stores them where
-    the consumer thread's accumulators 4q.. lie; a tile that one block computed whole is skipped
-    (that block stored it). The pieces were written by the kernel before it (same stream): no waits."""
+    i, tile_m, tile_n, thread, q)`` applies the epilogue to the four sums ``v[i..i+3]`` and stores
+    them where the consumer thread's accumulators 4q.. lie; a tile that one block computed whole is
+    skipped (that block stored it). The pieces were written by the kernel before it (same stream):
+    no waits."""
     GROUPS = n_acc // 4
     PER = fixup_groups_per_block(units.SK * CL, GROUPS, units.G * CL)
     PARTS = GROUPS // PER

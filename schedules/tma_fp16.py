@@ -161,8 +161,8 @@ class TmaConfig(StepConfig):
                     f"16 ({dim} must be a multiple of {16 // item} for {dtype}; pad_operands=true copies the "
                     f"operand into a padded buffer first), got M,N,K = {M},{N},{K}, layout {wl.layout}")
         if self.staged_store and not self.warp_specialized:
-            raise ScheduleParamError(f"{name}: staged_store is for the warp-specialized kernel (warp_specialized=true): "
-                                     f"its consumer warps stage C without a block barrier")
+            raise ScheduleParamError(f"{name}: staged_store is for the warp-specialized kernel "
+                                     f"(warp_specialized=true): its consumer warps stage C without a block barrier")
         if wl.batched and self.split_k > 1:
             raise ScheduleParamError(f"{name}: a batch fills the GPU the way split-K does: split_k must be 1 "
                                      f"for a bmm, got {self.split_k}")
