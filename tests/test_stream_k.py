@@ -85,10 +85,17 @@ def fused_build():
 
 
 def test_stream_k_compiles_with_its_fix_up_kernel(fused_build):
+    from reports.engine.kernel import launches_of
+
     b = fused_build
     assert "for 'sm_90a'" in b.device.ptxas_log
     assert len(b.device.kernels) == 2 and all(k.spills == 0 for k in b.device.kernels)
     assert "bf16.bf16" in b.device.ptx and "W = T.alloc_buffer" in b.lowered
+    # 520 tiles of 128 x 64 on 132 blocks: the last 124 shared out; the fix-up gives each of them
+    # 4 blocks of 2 register groups (8 in all: 32 accumulators a thread), 496 blocks, not 124
+    units = StreamUnits(8 * 65, 132, 16)
+    assert units.SK == 124 and fixup_groups_per_block(124, 8, 132) == 2
+    assert [launch.grid[0] for launch in launches_of(b.host)] == [132, 124 * 4]
 
 
 def test_tf32_stream_k_compiles():
