@@ -74,6 +74,30 @@ def test_compiles_for_sm_90(short_k_built):
     assert kernel.spill_store_bytes == 0 and kernel.shared_bytes == 0 and kernel.barriers == 0
 
 
+def test_padded_fp16_loads_are_predicated_not_branches():
+    # the guarded loads of padded fp16 operands end in a float16 zero, which TVM writes as
+    # __float2half_rn(0.0f): inline cvt assembly that kept each load a branch (650 of them at
+    # 229x4755x36); compiled with the constants folded to their bits, the loads are predicated
+    b = build_spec(get("short_k_gemm"), "gemm:229x4755x36:float16", block_m=32, block_n=256, thread_m=4, thread_n=8)
+    assert "__float2half_rn(" not in b.device.cuda and "__ushort_as_half((unsigned short)0x0000U)" in b.device.cuda
+    assert b.device.ptx.count("bra.uni") < 10 and b.device.ptx.count("@%p") >= 100
+
+
+@pytest.mark.parametrize("value", [0.0, -0.0, 0.5, -3.0, 65504.0, 2.0 ** -24, 1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11,
+                                   1e-9, 70000.0])
+def test_folded_half_constants_are_the_same_values(value):
+    import numpy as np
+
+    from tuning.cuda_compile import fold_half_constants
+
+    text = fold_half_constants(f"x = __float2half_rn({float(np.float32(value)).hex()}f/*{value}*/);")
+    bits = int(re.search(r"0x([0-9a-f]{4})U", text).group(1), 16)
+    with np.errstate(over="ignore"):
+        want = np.float16(np.float32(value))
+    # round to nearest even, as __float2half_rn: ties at 1 + 2^-11 go down, at 1 + 3 * 2^-11 up; overflow to inf
+    assert str(np.array([bits], np.uint16).view(np.float16)[0]) == str(want)
+
+
 def test_a_k_over_the_limit_is_refused_in_one_line():
     with pytest.raises(ScheduleParamError) as err:
         get("short_k_gemm").validate(parse_workload("gemm:1024x1024x65"))

@@ -9,9 +9,12 @@ timed 7-9% slower built that way, others a little faster.)
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+
+import numpy as np
 
 PTXAS_FLAGS = ("-v", "-O3")
 DEFAULT_ARCH = "sm_90"  # where there is no GPU to ask
@@ -94,12 +97,32 @@ def arch_for(code: str, arch: str) -> str:
     return arch
 
 
+_HALF_CONSTANT = re.compile(r"__float2half_rn\((-?0x[0-9a-fA-F.]+p[+-]?\d+f)(?:/\*[^*]*\*/)?\)")
+
+
+def fold_half_constants(code: str) -> str:
+    """TVM 0.27 writes every float16 constant as ``__float2half_rn(<float>)``, which cuda_fp16.hpp
+    implements as inline ``cvt`` assembly that nvcc cannot fold: a guarded load of a padded fp16
+    operand (``row < M ? A[...] : half(0)``) then stays a branch per element instead of a predicated
+    load (650 branches in short_k_gemm's kernel at 229×4755×36, and loads that are not issued
+    together). Each such constant becomes its bits, ``__ushort_as_half((unsigned short)0x....U)``,
+    the same value (round to nearest even, as ``__float2half_rn``), which nvcc folds."""
+    def bits(match):
+        with np.errstate(over="ignore"):  # past 65504: inf, as __float2half_rn
+            half = np.float16(np.float32(float.fromhex(match.group(1)[:-1])))
+        return f"__ushort_as_half((unsigned short){int(half.view(np.uint16)):#06x}U)"
+
+    return _HALF_CONSTANT.sub(bits, code)
+
+
 def compile_to_cubin(code: str, arch: str) -> tuple[str, bytes, str]:
     """(PTX text, cubin, ptxas's report) of a CUDA source for ``arch`` (e.g. ``sm_90``; ``sm_90a``
-    where the source needs it, :func:`arch_for`)."""
+    where the source needs it, :func:`arch_for`), its float16 constants folded first
+    (:func:`fold_half_constants`)."""
     import tvm
     from tvm.support import nvcc
 
+    code = fold_half_constants(code)
     setup_cuda_env()
     arch = arch_for(code, arch)
     with tvm.target.Target({"kind": "cuda", "arch": arch}):

@@ -19,7 +19,7 @@ import tvm_ffi
 # the target and the compiler are shared with the tuner's build processes (one definition each)
 from tuning import cuda_compile
 from tuning.cuda_compile import (DEFAULT_ARCH, GPU_ENV, compile_to_cubin, cuda_available,  # noqa: F401
-                                 device_arch, present_arch, setup_cuda_env)
+                                 device_arch, fold_half_constants, present_arch, setup_cuda_env)
 from schedules import ScheduleParamError, get, parse_workload
 from schedules.common import GpuSpec, current_gpu, pass_config_of, read_gpu_with, use_gpu
 from schedules.gpus import base_arch, profile, profile_for_device
@@ -88,9 +88,10 @@ def cuda_target(arch: str | None = None) -> tvm.target.Target:
 
 def compile_cuda_source(code: str, arch: str) -> DeviceCode:
     """CUDA source → PTX → cubin, as every kernel of the lab is compiled
-    (:func:`tuning.cuda_compile.compile_to_cubin`), with ptxas's report parsed."""
+    (:func:`tuning.cuda_compile.compile_to_cubin`), with ptxas's report parsed; the source kept is
+    the one compiled (float16 constants folded: :func:`tuning.cuda_compile.fold_half_constants`)."""
     ptx_text, cubin, log = compile_to_cubin(code, arch)
-    return DeviceCode(code, ptx_text, cubin, log, parse_ptxas(log))
+    return DeviceCode(fold_half_constants(code), ptx_text, cubin, log, parse_ptxas(log))
 
 
 class _CompileHook:
