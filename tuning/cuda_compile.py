@@ -117,12 +117,12 @@ def fold_half_constants(code: str) -> str:
 
 def compile_to_cubin(code: str, arch: str) -> tuple[str, bytes, str]:
     """(PTX text, cubin, ptxas's report) of a CUDA source for ``arch`` (e.g. ``sm_90``; ``sm_90a``
-    where the source needs it, :func:`arch_for`), its float16 constants folded first
+    where the source needs it, :func:`arch_for`), compiled as given: its callers (:func:`lab_compile`,
+    ``reports.engine.build.compile_cuda_source``) fold its float16 constants first
     (:func:`fold_half_constants`)."""
     import tvm
     from tvm.support import nvcc
 
-    code = fold_half_constants(code)
     setup_cuda_env()
     arch = arch_for(code, arch)
     with tvm.target.Target({"kind": "cuda", "arch": arch}):
@@ -151,12 +151,12 @@ def assemble(ptx_text: str, arch: str) -> tuple[bytes, str]:
 
 def lab_compile(code):
     """A ``tvm_callback_cuda_compile``: the cubin of :func:`compile_to_cubin` for the current
-    target's arch (TVM calls it inside ``with target:``)."""
+    target's arch (TVM calls it inside ``with target:``), float16 constants folded first."""
     import tvm
 
     target = tvm.target.Target.current(allow_none=True)
     arch = str(target.arch) if target is not None and target.kind.name == "cuda" else device_arch()
-    return bytearray(compile_to_cubin(code, arch)[1])
+    return bytearray(compile_to_cubin(fold_half_constants(code), arch)[1])
 
 
 def use_lab_compiler():

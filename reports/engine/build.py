@@ -90,8 +90,9 @@ def compile_cuda_source(code: str, arch: str) -> DeviceCode:
     """CUDA source → PTX → cubin, as every kernel of the lab is compiled
     (:func:`tuning.cuda_compile.compile_to_cubin`), with ptxas's report parsed; the source kept is
     the one compiled (float16 constants folded: :func:`tuning.cuda_compile.fold_half_constants`)."""
+    code = fold_half_constants(code)
     ptx_text, cubin, log = compile_to_cubin(code, arch)
-    return DeviceCode(fold_half_constants(code), ptx_text, cubin, log, parse_ptxas(log))
+    return DeviceCode(code, ptx_text, cubin, log, parse_ptxas(log))
 
 
 class _CompileHook:
