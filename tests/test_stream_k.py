@@ -9,7 +9,7 @@ import pytest
 
 from schedules import ScheduleParamError, get, parse_workload
 from schedules.tma_common import StreamUnits, fixup_groups_per_block, stream_k_grid, stream_k_tiles, stream_plan
-from tests.helpers import build_spec, run_on_gpu
+from tests.helpers import build_spec, rounded_output_bound, run_on_gpu
 
 
 def _walk(tiles: int, grid: int, KT: int):
@@ -213,9 +213,7 @@ def test_the_fix_up_spreads_a_few_split_tiles_over_every_sm(tiles, groups, per):
     ("cluster_gemm", "gemm:1100x512x2104:float16", {}),
 ])
 def test_stream_k_is_right(harness, name, workload, params):
-    # a float32 C as exact as without stream-K; a 16-bit D within its one rounding (2^-8 for bf16)
-    bound = 1e-4 if parse_workload(workload).out_dtype == "float32" else 2.0 ** -8
-    assert run_on_gpu(harness, get(name), workload, stream_k=True, **params) < bound
+    assert run_on_gpu(harness, get(name), workload, stream_k=True, **params) < rounded_output_bound(workload)
 
 
 @pytest.mark.gpu

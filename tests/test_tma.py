@@ -6,7 +6,7 @@ refused in one line, and (on a GPU) the products are right, ragged shapes and bf
 import pytest
 
 from schedules import ScheduleParamError, get, parse_workload
-from tests.helpers import build_spec, run_on_gpu
+from tests.helpers import build_spec, rounded_output_bound, run_on_gpu
 
 STEPS = ["tma_gemm", "warp_specialized_gemm", "persistent_gemm", "cluster_gemm"]
 BIG = "gemm:4096x4096x4096:float16"
@@ -253,7 +253,4 @@ def test_staged_store_is_refused_where_the_kernel_does_not_take_it(name, workloa
     ("persistent_gemm", "gemm:1000x2560x10240:bfloat16:nt:out=bfloat16", dict(stream_k=True, block_n=128)),
 ])
 def test_staged_store_is_right(harness, name, workload, params):
-    # a float32 C as exact as the fragments' own stores; a 16-bit D within its one rounding (2^-8
-    # for bf16: the harness's own check), staged or not
-    bound = 1e-4 if parse_workload(workload).out_dtype == "float32" else 2.0 ** -8
-    assert run_on_gpu(harness, get(name), workload, staged_store=True, **params) < bound
+    assert run_on_gpu(harness, get(name), workload, staged_store=True, **params) < rounded_output_bound(workload)
