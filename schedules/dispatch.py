@@ -289,9 +289,9 @@ def thin_candidates(wl, limits=None):
 def _decode_us(wl, cand: Candidate, gpu: GpuSpec, cal: dict) -> tuple[float, dict]:
     """decode_gemm: launch + every byte once (the weight, X, the output, the epilogue's bias and R)
     at its share of the bandwidth, scaled by the share of the SMs its grid occupies where it has
-    fewer blocks than SMs
-    (``DECODE_EFFICIENCY``, or the calibration's for its key) + split-K's sum; X is read from L2
-    once per block of rows, at ``l2_factor`` times the bandwidth."""
+    fewer blocks than SMs (``DECODE_EFFICIENCY``, or the calibration's for its key) + split-K's sum
+    kernel (none where a cluster sums the slices); X is read from L2 once per block of rows, at
+    ``l2_factor`` times the bandwidth."""
     p = cand.config.plan(wl, gpu)
     eff = cal["efficiency"].get(cand.key) or DECODE_EFFICIENCY[min(k for k in DECODE_EFFICIENCY if k >= p.token_tiles)]
     item, bw = itemsize(wl.dtype), gpu.memory_gbps * 1e3
@@ -302,7 +302,7 @@ def _decode_us(wl, cand: Candidate, gpu: GpuSpec, cal: dict) -> tuple[float, dic
     fill = min(1.0, p.row_blocks * p.splits / gpu.sms)
     dram = (weight + x + out) / (bw * eff * fill)
     l2 = x * p.row_blocks / (bw * cal["l2_factor"])
-    reduce = _reduce_us(wl, p.splits, gpu, cal)
+    reduce = 0.0 if p.cluster else _reduce_us(wl, p.splits, gpu, cal)  # a cluster sums its slices itself
     terms = {"family": "decode", "efficiency": eff, "fill": fill, "dram_us": dram, "l2_us": l2, "reduce_us": reduce,
              "blocks": p.row_blocks * p.splits, "splits": p.splits, "waves": 1}
     return cal["launch_us"] + max(dram, l2) + reduce, terms

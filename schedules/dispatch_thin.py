@@ -67,7 +67,7 @@ def thin_configs(wl, valid, decode_taken: bool) -> list[tuple[ThinConfig, str]]:
 
 def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) -> tuple[float, dict]:
     """(µs, terms) of a thin_tc_gemm candidate (the module's model). ``out_bytes``: per output;
-    ``epilogue_bytes``: the bias and R; ``reduce_us(splits)``: split-K's sum."""
+    ``epilogue_bytes``: the bias and R; ``reduce_us(splits)``: split-K's sum kernel (none where a cluster sums the slices)."""
     p = cand.config.plan(wl, gpu)
     access = access_of(wl, cand.config.odd_copy)
     copy = cal.get("thin_copy_factor", {})
@@ -94,7 +94,7 @@ def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) 
     warps_per_sm = p.warps * min(per_sm, -(-blocks // gpu.sms))
     step_us = cal.get("k_step_us", 0.0) * (max(1.0, THIN_SATURATING_WARPS / warps_per_sm) ** 0.5 if in_flight == 1 else 1.0)
     latency = waves * (cal["fill_us"] + (p.steps_per_slice + in_flight - 1) / in_flight * step_us)
-    reduce = reduce_us(p.splits)
+    reduce = 0.0 if p.cluster else reduce_us(p.splits)  # a cluster sums its slices itself
     terms = {"family": "thin", "efficiency": eff * w_factor, "fill": fill, "dram_us": dram, "l2_us": l2,
              "compute_us": latency, "reduce_us": reduce, "blocks": blocks, "splits": p.splits, "waves": waves,
              "per_sm": per_sm,

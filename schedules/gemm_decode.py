@@ -30,7 +30,10 @@ need 48-77 TFLOP/s of fp32 FMAs, about all an H100 or H200 has):
   per block) of the weight's;
 * ``row_warps`` warps of a block take consecutive rows, ``k_warps`` the consecutive K pieces of a
   block step (their sums added through shared memory at the end); ``split_k`` blocks take K
-  slices, writing fp32 partials P[s, M, N] that a second kernel sums (tma_common's split-K sum);
+  slices. On Hopper (sm_90) the slices of a row block form one thread-block cluster and add their
+  sums through distributed shared memory (:func:`cluster_sum`): one kernel. Elsewhere, or with
+  more than 8 slices, they write fp32 partials P[s, M, N] that a second kernel sums (tma_common's
+  split-K sum): that kernel's launch cost a decode layer 2-5 µs, as much as 30% of its time;
 * the write-back is one place (:func:`make_store`): each output leaves once, straight to C (or
   P), masked past the edges, with the workload's epilogue (bias, activation, residual, scaling,
   a 16-bit output) applied there, or by the split-K sum where K is split over blocks.
@@ -50,6 +53,7 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 from .common import ceil_div, current_gpu
+from .gpus import arch_number
 from .errors import ScheduleParamError
 from .registry import Launch, register
 from .step_config import StepConfig
@@ -57,6 +61,9 @@ from .tma_common import split_sum_kernel
 from .wgmma_epilogue import kernel_entry, split_sum_epilogue
 from .workloads import Gemm, epilogue_value
 
+MAX_CLUSTER = 8          # the portable cluster size: K slices summed in one cluster at most
+CLUSTER_ACC = 16         # accumulators per lane a cluster sum takes (up to 32 tokens on 16-row warps)
+CLUSTER_BLOCKS_PER_SM = 1.5  # the grid the automatic split-K fills where clusters sum the slices
 MAX_TOKENS = 64          # the few rows: at most 8 token groups of 8 (the mma's n = 8)
 PTX_TYPE = {"float16": "fp16", "bfloat16": "bf16"}
 K_STEP = 32              # elements of K one lane-quad covers per piece: 4 lanes × 8
@@ -137,6 +144,7 @@ class DecodePlan:
     stages: int        # ring slots
     splits: int        # K slices on separate blocks
     steps_per_slice: int
+    cluster: bool = False  # the slices of a row block are one cluster, summed in distributed shared memory
 
     @property
     def token_tiles(self) -> int:
@@ -236,15 +244,24 @@ def _plan(cfg: "DecodeConfig", wl, gpu) -> DecodePlan:
         probe, stages, slots = _block(cfg, wl, gpu, form, tokens, rows, mt, rw, unroll)
     kw = probe.k_warps
     steps = ceil_div(wl.K, probe.step_k)
+    # the slices summed in their cluster: from sm_90, where a lane parks few accumulators (at 64
+    # tokens its 64, read back from every slice, cost more than the second kernel: H200, 4 of 4 layers)
+    clustered = cfg.cluster_sum and arch_number(gpu.arch) >= 90 and probe.acc <= CLUSTER_ACC
     splits = cfg.split_k
     if not splits:
-        # as many slices as keep the blocks in one wave (the blocks the SMs' shared memory holds)
+        # as many slices as keep the blocks in one wave (the blocks the SMs' shared memory holds); in
+        # clusters, within 1.5 blocks per SM: a cluster's blocks are placed on one GPC together and
+        # wait for each other at the end, and grids of 256-320 blocks on 132 SMs ran 15-30% slower
+        # than the same grid without clusters (H200), those of 128-192 blocks 0-10% slower, less
+        # than the second kernel's launch and sum
+        most_blocks = int(CLUSTER_BLOCKS_PER_SM * gpu.sms) if clustered else slots
         splits = 1
-        while probe.row_blocks * splits * 2 <= slots and splits * 2 <= most and steps >= 4 * splits:
+        while probe.row_blocks * splits * 2 <= most_blocks and splits * 2 <= most and steps >= 4 * splits:
             splits *= 2
     per_slice = ceil_div(steps, splits)
     splits = ceil_div(steps, per_slice)  # slices that would start past K are dropped
-    return DecodePlan(form, tokens, rows, mt, rw, kw, unroll, stages, splits, per_slice)
+    cluster = clustered and 1 < splits <= MAX_CLUSTER
+    return DecodePlan(form, tokens, rows, mt, rw, kw, unroll, stages, splits, per_slice, cluster)
 
 
 def check_knobs(step: str, cfg, wl):
@@ -263,6 +280,9 @@ def check_knobs(step: str, cfg, wl):
     if 4 * p.shared_floats > SHARED_STATIC:
         raise ScheduleParamError(f"{step}: the sum of {p.k_warps} K warps needs {4 * p.shared_floats} bytes "
                                  f"of shared memory, more than {SHARED_STATIC}; fewer k_warps")
+    if p.cluster and p.row_warps * p.acc * 32 > p.stages * p.slot_words:
+        raise ScheduleParamError(f"{step}: the cluster's sum parks {p.row_warps * p.acc * 32} floats in the ring "
+                                 f"of {p.stages * p.slot_words} words; more stages, or cluster_sum=False")
     if p.splits > 1 and p.splits * wl.M * wl.N >= 2**31:
         raise ScheduleParamError(f"{step}: split_k={p.splits} partials need 64-bit indices; lower split_k")
 
@@ -272,7 +292,9 @@ class DecodeConfig(StepConfig):
     """The weight rows a warp owns (``warp_rows``: 16 or 32), warps per block along the rows
     (``row_warps``) and along K (``k_warps``), 32-element K pieces per warp per block step
     (``unroll``), ring slots (``stages``) and K slices on separate blocks (``split_k``). 0: chosen
-    from the shape and the GPU (:meth:`plan`)."""
+    from the shape and the GPU (:meth:`plan`). ``cluster_sum``: the K slices of a row block add
+    their sums in their thread-block cluster (sm_90 and later, 2 to 8 slices); False, or where
+    that does not apply: a second kernel adds the fp32 partials."""
 
     dtypes = ("float16", "bfloat16")
     layouts = ("nt",)   # both operands K-contiguous: 16-byte pieces along K for the weight and X
@@ -289,6 +311,7 @@ class DecodeConfig(StepConfig):
     split_k: int = 0
     block_warps: int = 0        # warps per block the automatic K warps fill; 0: two K warps (one from 64 tokens)
     ring_bytes: int = 0         # shared memory the automatic choice of stages fills; 0: half the SM's
+    cluster_sum: bool = True    # K slices summed in their cluster (sm_90 and later, up to 8 slices); else a second kernel
 
     @property
     def pass_config(self) -> dict:
@@ -405,7 +428,8 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
     ROUNDS = (WK - 1).bit_length()  # k_warps is a power of two: log2 of it
     HALF = WK // 2 * WR             # warps that park their sums in the first round
     EPI = wl.has_epilogue
-    if SPLIT > 1:
+    CLUSTER = p.cluster             # the slices of a row block: one cluster, summed in distributed shared memory
+    if SPLIT > 1 and not CLUSTER:
         sum_kernel = split_sum_epilogue(wl, SPLIT)[0] if EPI else split_sum_kernel(wl.M, wl.N, SPLIT)[0]
     store = make_store(wl, FORM, TOK, ROWS)
 
@@ -689,11 +713,44 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
     W_ARG = "B" if FORM == "rows" else "A"
 
     @T.macro
+    def cluster_sum(ring, acc, pb, vals, part, warp, lane, row0, bias, R, C):
+        """The K slices of a row block, one cluster (rank = slice), add up their sums: each parks its
+        row warps' accumulators in its ring (word (e·WR + warp)·32 + lane for accumulator e), and
+        after a cluster barrier slice s sums accumulators e ≡ s (mod slices) of every slice's ring
+        (``ld.shared::cluster``, in slice order: the same sum on every run) and stores them with
+        the epilogue. A second barrier keeps every ring alive until its peers have read it."""
+        T.cuda.cta_sync()  # every warp is done with the ring (a K warp may still read its last slot)
+        if warp < WR:
+            for e in T.unroll(ACC):
+                ring[(e * WR + warp) * 32 + lane] = T.reinterpret("uint32", acc[e])
+        base: T.let[T.uint32] = T.cuda.cvta_generic_to_shared(ring.data)
+        for r in T.unroll(SPLIT):  # each slice's ring in the cluster's shared window
+            T.evaluate(T.ptx.mapa.shared__cluster.u32(pb[r], base, T.uint32(r)))
+        T.cuda.cluster_sync()
+        if warp < WR:
+            for i in T.unroll(MT):
+                for j in T.unroll(NT):
+                    for h in T.unroll(2):
+                        for e in T.unroll(2):
+                            if ((i * NT + j) * 4 + 2 * h + e) % SPLIT == part:
+                                for r in T.unroll(SPLIT):  # accumulator (i * NT + j) * 4 + 2h + e of slice r
+                                    T.evaluate(T.ptx.ld.shared__cluster.f32(
+                                        vals[r], pb[r] + T.uint32(4 * 32 * WR * ((i * NT + j) * 4 + 2 * h + e))
+                                        + T.cast((warp * 32 + lane) * 4, "uint32")))
+                                for r in T.unroll(1, SPLIT):
+                                    vals[0] = vals[0] + vals[r]
+                                store(C, vals[0], 8 * j + lane % 4 * 2 + e, row0 + 16 * i + 8 * h + lane // 4, part,
+                                      False, bias, R)
+        T.cuda.cluster_sync()
+
+    @T.macro
     def body(A, B, bias, R, C):
-        if SPLIT > 1:
+        if SPLIT > 1 and not CLUSTER:
             # the partial products: a global buffer of the host part (the device's workspace pool)
             P = T.alloc_buffer((SPLIT, wl.M, wl.N), "float32", scope="global")
         with T.launch_thread("blockIdx.x", GRID) as bid:
+            if CLUSTER:
+                rank = T.launch_thread("clusterCtaIdx.x", SPLIT)  # -> cuLaunchKernelEx cluster dims
             lane = T.launch_thread("threadIdx.x", 32)
             warp = T.launch_thread("threadIdx.y", WARPS)
             Wu = T.decl_buffer(W_SHAPE, "uint32", data=(B if W_ARG == "B" else A).data)
@@ -706,8 +763,14 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
             xf = T.alloc_buffer((NT * 4,), "uint32", scope="local")
             for e in T.unroll(ACC):
                 acc[e] = T.float32(0)
-            row0: T.let[T.int32] = bid % RB * BROWS + warp % WR * (16 * MT)
-            part: T.let[T.int32] = bid // RB
+            if CLUSTER:  # a cluster: the SPLIT slices of one row block, consecutive blocks
+                pb = T.alloc_buffer((SPLIT,), "uint32", scope="local")
+                vals = T.alloc_buffer((SPLIT,), "float32", scope="local")
+                row0: T.let[T.int32] = bid // SPLIT * BROWS + warp % WR * (16 * MT)
+                part: T.let[T.int32] = bid % SPLIT
+            else:
+                row0: T.let[T.int32] = bid % RB * BROWS + warp % WR * (16 * MT)
+                part: T.let[T.int32] = bid // RB
             # this block's K slice: steps first .. first + n - 1 (the last slice may be shorter)
             n: T.let[T.int32] = T.min(KTS, KT - part * KTS)
             for s in T.unroll(S - 1):
@@ -735,7 +798,9 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
                         acc[e] = acc[e] + red[(e * HALF + warp) * 32 + lane]
                 if rnd + 1 < ROUNDS:
                     T.cuda.cta_sync()
-            if warp < WR:
+            if CLUSTER:
+                cluster_sum(ring, acc, pb, vals, part, warp, lane, row0, bias, R, C)
+            elif warp < WR:
                 # lane 4g + c holds rows g, g + 8 of each tile, tokens 2c, 2c + 1 of each group
                 for i in T.unroll(MT):
                     for j in T.unroll(NT):
@@ -747,7 +812,7 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
                                 else:
                                     store(C, acc[(i * NT + j) * 4 + 2 * h + e], 8 * j + lane % 4 * 2 + e,
                                           row0 + 16 * i + 8 * h + lane // 4, part, False, bias, R)
-        if SPLIT > 1:
+        if SPLIT > 1 and not CLUSTER:
             if EPI:
                 sum_kernel(P, bias, R, C)
             else:

@@ -150,6 +150,7 @@ class ThinConfig(DecodeConfig):
     # a weight whose pitch is an odd number of elements: 4-byte cp.async from the even element at or
     # before each row, realigned on the way to the mma (4), or two plain 2-byte loads per word (2)
     odd_copy: int = 4
+    cluster_sum: bool = False  # the cluster sum is decode_gemm's; here not yet measured against the second kernel
 
     @classmethod
     def scope_refusal(cls, wl) -> str | None:

@@ -22,17 +22,22 @@ def built(workload, **params):
     return _BUILT[key]
 
 
-@pytest.mark.parametrize("workload, split", [
-    ("gemm:8x28672x4096:bfloat16:nt", False),  # one kernel: the blocks fill the GPU without split-K
-    ("gemm:64x4096x4096:float16:nt", True),   # split-K: the partials' sum is a second kernel
-    ("gemm:4095x24x1000:bfloat16:nt", True),  # the mirror (N is the few), ragged rows and K
+@pytest.mark.parametrize("workload, split, cluster", [
+    ("gemm:8x28672x4096:bfloat16:nt", False, False),  # one kernel: the blocks fill the GPU without split-K
+    ("gemm:64x4096x4096:float16:nt", True, False),   # 64 tokens: the partials' sum is a second kernel
+    ("gemm:4095x24x1000:bfloat16:nt", True, True),   # the mirror (N is the few), ragged rows and K; its
+                                                      # slices one cluster, summed in distributed shared memory
 ])
-def test_compiles_for_sm90_without_spills_with_its_instructions(workload, split):
+def test_compiles_for_sm90_without_spills_with_its_instructions(workload, split, cluster):
     b, wl = built(workload), parse_workload(workload)
-    assert (DecodeConfig().plan(wl).splits > 1) == split
+    p = DecodeConfig().plan(wl)
+    assert (p.splits > 1, p.cluster) == (split, cluster)
     assert "for 'sm_90" in b.device.ptxas_log
-    assert len(b.device.kernels) == 1 + split and all(k.spills == 0 for k in b.device.kernels)
+    assert len(b.device.kernels) == 1 + (split and not cluster) and all(k.spills == 0 for k in b.device.kernels)
     ptx = b.device.ptx
+    for word in ("barrier.cluster.arrive", "mapa.shared::cluster", "ld.shared::cluster.f32"):
+        assert (word in ptx) == cluster
+    assert ('"clusterCtaIdx.x"' in b.host) == cluster  # the launch names the cluster's dimension
     ptype = {"bfloat16": "bf16", "float16": "f16"}[wl.dtype]
     assert f"mma.sync.aligned.m16n8k16.row.col.f32.{ptype}.{ptype}.f32" in ptx
     assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
@@ -66,24 +71,26 @@ def test_the_forms_and_what_is_refused():
         spec.validate(parse_workload("gemm:16x6144x4096:bfloat16:nt"), spec.config(k_warps=3))
 
 
-EPILOGUES = [  # (workload, split-K): where each output is stored, or in split-K's sum
-    ("gemm:16x28672x4096:bfloat16:nt:out=bfloat16:bias:gelu_tanh:residual:alpha=0.5:beta=2", False),
-    ("gemm:16x1000x4104:float16:nt:out=float16:bias:silu", True),
-    ("gemm:28672x7x4096:bfloat16:nt:out=bfloat16:residual", False),  # the mirror: R and D indexed [r, t]
+EPILOGUES = [  # (workload, split-K, cluster_sum): where each output is stored, or where the slices are summed
+    ("gemm:16x28672x4096:bfloat16:nt:out=bfloat16:bias:gelu_tanh:residual:alpha=0.5:beta=2", False, True),
+    ("gemm:16x1000x4104:float16:nt:out=float16:bias:silu", True, True),   # summed in the cluster
+    ("gemm:16x1000x4104:float16:nt:out=float16:bias:silu", True, False),  # ... in a second kernel
+    ("gemm:28672x7x4096:bfloat16:nt:out=bfloat16:residual", False, True),  # the mirror: R and D indexed [r, t]
 ]
 
 
-@pytest.mark.parametrize("workload, split", EPILOGUES)
-def test_takes_an_epilogue_and_a_16_bit_output(workload, split):
+@pytest.mark.parametrize("workload, split, cluster_sum", EPILOGUES)
+def test_takes_an_epilogue_and_a_16_bit_output(workload, split, cluster_sum):
     """The kernel's arguments are the workload's (A, B, [bias], [R], D); the epilogue is in the kernel
-    that writes D (the product's, or split-K's sum), which stores the output type; no spills."""
+    that writes D (the product's, or split-K's sum kernel), which stores the output type; no spills."""
     wl = parse_workload(workload)
-    b = built(workload)
-    assert (DecodeConfig().plan(wl).splits > 1) == split
+    b = built(workload, **({} if cluster_sum else {"cluster_sum": False}))
+    assert (DecodeConfig(cluster_sum=cluster_sum).plan(wl).splits > 1) == split
     params = [p.name for p in get("decode_gemm").build(wl).mod["main"].params]
     assert len(params) == len(wl.arg_names()) and params[:2] == ["A", "B"]
     assert ("bias" in params) == wl.epilogue.bias and ("R" in params) == wl.epilogue.residual
-    assert len(b.device.kernels) == 1 + split and all(k.spills == 0 for k in b.device.kernels)
+    kernels = 1 + (split and not cluster_sum)
+    assert len(b.device.kernels) == kernels and all(k.spills == 0 for k in b.device.kernels)
     ctype = {"bfloat16": "nv_bfloat16", "float16": "half"}[wl.out_dtype]
     writer = b.device.cuda.split("extern \"C\" __global__")[-1]  # the last kernel writes D
     assert ctype in writer
@@ -104,8 +111,12 @@ def test_the_plan_fills_the_gpu_in_one_wave_within_shared_memory(workload):
     blocks = launch.grid[0]
     per_sm = gpu.smem_per_sm // (launch.shared_bytes + 1024)
     assert per_sm >= 1 and launch.shared_bytes <= gpu.smem_per_block
-    assert blocks >= gpu.sms or p.splits * 2 > max(1, wl.K // (16 * p.tokens))  # else split-K would fill it
-    assert p.splits == 1 or blocks <= gpu.sms * per_sm  # split-K stops at one wave
+    # split-K doubles while the grid stays within one wave (with the slices summed in clusters, where a
+    # lane has 16 accumulators or fewer, within 1.5 blocks per SM)
+    most = int(1.5 * gpu.sms) if p.acc <= 16 else gpu.sms * per_sm
+    assert blocks * 2 > most or p.splits * 2 > max(1, wl.K // (16 * p.tokens))  # else split-K would fill it
+    assert p.splits == 1 or blocks <= most
+    assert p.cluster == (p.acc <= 16 and p.splits > 1)
     # the rows that share each copy of X: 128, or 64 where 128-row blocks would fill under half the SMs
     # (never more than the weight has)
     block_rows = 16 * p.m_tiles * p.row_warps
@@ -138,9 +149,14 @@ GPU_CASES = [("gemm:5x1000x4104:bfloat16:nt", {}), ("gemm:37x3000x1000:float16:n
              ("gemm:64x4096x4096:bfloat16:nt", {}), ("gemm:4095x24x1000:bfloat16:nt", {}),
              ("gemm:2000x61x2056:float16:nt", {"split_k": 2, "stages": 2}), ("gemm:1x1x8:bfloat16:nt", {}),
              ("gemm:17x5000x776:float16:nt", {"warp_rows": 32, "unroll": 1}),
-             *((w, {}) for w, _ in EPILOGUES), ("gemm:1x6144x4096:bfloat16:nt:out=bfloat16", {}),
+             *((w, {} if c else {"cluster_sum": False}) for w, _, c in EPILOGUES), ("gemm:1x6144x4096:bfloat16:nt:out=bfloat16", {}),
              ("gemm:37x3000x1000:bfloat16:nt:out=bfloat16:bias:gelu_erf", {"split_k": 3}),
-             ("gemm:2000x61x2056:float16:nt:out=float16:bias:relu:residual", {"split_k": 2, "stages": 2})]
+             ("gemm:2000x61x2056:float16:nt:out=float16:bias:relu:residual", {"split_k": 2, "stages": 2}),
+             # the slices summed by a second kernel (cluster_sum off, or more slices than a cluster takes)
+             ("gemm:37x3000x1000:bfloat16:nt:out=bfloat16:bias:gelu_erf", {"split_k": 3, "cluster_sum": False}),
+             ("gemm:16x1000x8192:float16:nt", {"split_k": 12}),
+             ("gemm:16x1000x8192:bfloat16:nt:out=bfloat16:residual", {"split_k": 8, "k_warps": 1}),
+             ("gemm:61x700x4096:bfloat16:nt", {"split_k": 5, "row_warps": 1})]
 
 
 @pytest.mark.gpu
@@ -170,5 +186,33 @@ def test_the_model_counts_a_grid_smaller_than_the_gpu():
         full = parse_workload("gemm:16x6144x4096:bfloat16:nt:out=bfloat16")
         assert dispatch.estimate(full, dispatch.decode_candidates(full)[0], gpu).terms["fill"] == 1.0
         assert dispatch.rank(full, "bf16")[0].step == "decode_gemm"
+    finally:
+        use_gpu(before)
+
+
+def test_the_slices_are_summed_in_their_cluster_where_that_pays():
+    """From sm_90 the K slices of a row block form one cluster and add their sums in distributed
+    shared memory (one kernel, no partials in device memory), where a lane has at most 16
+    accumulators (at 64 tokens the second kernel was faster) and the automatic split-K then keeps
+    the grid within 1.5 blocks per SM; on an A100, with cluster_sum off, or with more than 8 slices,
+    the second kernel sums them; the model counts no sum kernel for a cluster."""
+    from schedules.common import use_gpu
+    from schedules.gpus import profile
+
+    before = dispatch.current_gpu()
+    try:
+        gpu = use_gpu(profile("H100"))
+        wl = parse_workload("gemm:16x4096x4096:bfloat16:nt:out=bfloat16:residual")
+        p = DecodeConfig().plan(wl, gpu)
+        assert p.cluster and 1 < p.splits <= 8 and p.row_blocks * p.splits <= 1.5 * gpu.sms
+        slots = DecodeConfig(cluster_sum=False).plan(wl, gpu)
+        assert not slots.cluster and slots.splits == 2 * p.splits  # without clusters: up to the slots of one wave
+        assert not DecodeConfig().plan(parse_workload("gemm:61x4096x4096:bfloat16:nt"), gpu).cluster
+        assert not DecodeConfig(split_k=12).plan(parse_workload("gemm:16x1000x8192:float16:nt"), gpu).cluster
+        assert not DecodeConfig().plan(wl, profile("A100")).cluster
+        est = {c: dispatch.estimate(wl, dispatch.Candidate("decode_gemm", DecodeConfig(split_k=p.splits, cluster_sum=c),
+                                                           "decode", "decode t16"), gpu) for c in (True, False)}
+        assert est[True].terms["reduce_us"] == 0 < est[False].terms["reduce_us"]
+        assert est[True].time_us < est[False].time_us
     finally:
         use_gpu(before)
