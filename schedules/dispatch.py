@@ -273,7 +273,7 @@ def decode_candidates(wl, limits=None):
         return []
     p = DecodeConfig().plan(wl, current_gpu())
     cfg = DecodeConfig(warp_rows=16 * p.m_tiles, row_warps=p.row_warps, k_warps=p.k_warps, unroll=p.unroll,
-                       stages=p.stages, split_k=p.splits)
+                       stages=p.stages, split_k=p.splits, cluster_sum=p.cluster)
     cand = Candidate("decode_gemm", cfg, "decode", f"decode t{8 * p.token_tiles}")
     return [cand] if _valid(cand.step, wl, cfg, limits) else []
 
@@ -721,7 +721,7 @@ def describe(cand: Candidate) -> str:
     extra = ""
     split = getattr(cfg, "split_k", 1)
     if split and split > 1:
-        extra += f", split-K {split}"
+        extra += f", split-K {split}" + (" in a cluster" if cand.family == "decode" and cfg.cluster_sum else "")
     if getattr(cfg, "stream_k", False):
         extra += ", stream-K"
     if getattr(cfg, "pad_operands", False):

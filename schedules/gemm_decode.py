@@ -827,7 +827,8 @@ def decode_gemm(wl: Gemm, cfg: DecodeConfig = DecodeConfig()):
     at the memory-bandwidth limit: the weight streamed once through a deep ring of 16-byte
     ``cp.async`` copies along K into ``mma.sync`` (the weight as its 16-row operand, the few rows as
     its 8-column one), K split over the warps of a block and, for weights with few rows, over
-    blocks.
+    blocks (on Hopper one thread-block cluster per row block, their sums added in distributed shared
+    memory).
 
     The tiled tensor-core kernels pad a 64-row or 128-row tile around a few rows, and a handful of
     output tiles leave SMs idle with a long K loop each. Here nothing is padded but the mma's 8
