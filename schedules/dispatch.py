@@ -79,7 +79,7 @@ from .dispatch_short_k import short_k_configs, short_k_us
 from .dispatch_stream_k import stream_k_offered, stream_k_us
 from .dispatch_thin import thin_configs, thin_us
 from .errors import ScheduleParamError
-from .gemm_decode import DecodeConfig, decode_form
+from .gemm_decode import DecodeConfig, decode_form, sm_share
 from .gemm_fast import SkinnyConfig, WarpTileConfig
 from .gemm_tma import TmaLoadConfig
 from .gemm_tma_tf32 import Tf32TmaConfig
@@ -297,9 +297,9 @@ def _decode_us(wl, cand: Candidate, gpu: GpuSpec, cal: dict) -> tuple[float, dic
     item, bw = itemsize(wl.dtype), gpu.memory_gbps * 1e3
     weight, x = item * p.rows * wl.K, item * p.tokens * wl.K
     out = _out_bytes(wl) * wl.M * wl.N + _epilogue_bytes(wl)  # the output, the bias and R read once
-    # a grid of fewer blocks than SMs streams through the SMs it has, each at its share of the bandwidth
+    # a grid of fewer blocks than SMs streams through the SMs it has, each at up to its share of the bandwidth
     # (61 rows against a 3584 × 3584 weight: 28 row blocks × 2 K slices on 132 SMs took 2.6× cuBLAS's time)
-    fill = min(1.0, p.row_blocks * p.splits / gpu.sms)
+    fill = min(1.0, sm_share(p, gpu) * p.row_blocks * p.splits / gpu.sms)
     dram = (weight + x + out) / (bw * eff * fill)
     l2 = x * p.row_blocks / (bw * cal["l2_factor"])
     reduce = 0.0 if p.cluster else _reduce_us(wl, p.splits, gpu, cal)  # a cluster sums its slices itself

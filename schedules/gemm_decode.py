@@ -252,16 +252,32 @@ def _plan(cfg: "DecodeConfig", wl, gpu) -> DecodePlan:
         # as many slices as keep the blocks in one wave (the blocks the SMs' shared memory holds); in
         # clusters, within 1.5 blocks per SM: a cluster's blocks are placed on one GPC together and
         # wait for each other at the end, and grids of 256-320 blocks on 132 SMs ran 15-30% slower
-        # than the same grid without clusters (H200), those of 128-192 blocks 0-10% slower, less
-        # than the second kernel's launch and sum
+        # than the same grid without clusters (H200), those of 128-192 blocks 0-10% slower; and
+        # splitting row blocks that already reach half the SMs was slower than streaming each row
+        # block's whole K (H100: 72-96 row blocks of 4608-6144 rows, 1.04-1.18x)
         most_blocks = int(CLUSTER_BLOCKS_PER_SM * gpu.sms) if clustered else slots
         splits = 1
-        while probe.row_blocks * splits * 2 <= most_blocks and splits * 2 <= most and steps >= 4 * splits:
+        while (probe.row_blocks * splits * 2 <= most_blocks and splits * 2 <= most and steps >= 4 * splits
+               and not (clustered and probe.row_blocks * splits >= gpu.sms / 2)):
             splits *= 2
+        if clustered and splits == 1 and probe.row_blocks <= gpu.sms and not (cfg.stages or cfg.ring_bytes):
+            # K unsplit, one block per SM: its ring may take the SM's shared memory (a 16-warp block's
+            # 2 slots left 10240 rows at 80 blocks 1.25x slower than with 5)
+            budget = gpu.smem_per_sm - 4 * probe.shared_floats - 8 * 1024
+            stages = max(2, min(8, budget // (4 * probe.slot_words)))
     per_slice = ceil_div(steps, splits)
     splits = ceil_div(steps, per_slice)  # slices that would start past K are dropped
     cluster = clustered and 1 < splits <= MAX_CLUSTER
     return DecodePlan(form, tokens, rows, mt, rw, kw, unroll, stages, splits, per_slice, cluster)
+
+
+def sm_share(p: DecodePlan, gpu) -> float:
+    """How many times an SM's even share of the bandwidth one block streams where the grid has fewer
+    blocks than SMs: 2 for the blocks of up to 32 tokens on sm_90 (8-16 warps, a ring that fills the
+    SM when K is not split: on an H100, 72 such blocks of a 4608 × 3584 weight at 16 tokens streamed
+    it as fast as a read of its bytes over every SM), else 1 (at 64 tokens a block of two warps
+    streamed at its share: 56 blocks of 61 tokens took 2.6× cuBLAS's time)."""
+    return 2.0 if arch_number(gpu.arch) >= 90 and p.acc <= CLUSTER_ACC else 1.0
 
 
 def check_knobs(step: str, cfg, wl):
