@@ -79,7 +79,8 @@ from .dispatch_short_k import short_k_configs, short_k_us
 from .dispatch_stream_k import stream_k_offered, stream_k_us
 from .dispatch_thin import thin_configs, thin_us
 from .errors import ScheduleParamError
-from .gemm_decode import DecodeConfig, decode_form, sm_share
+from .decode_plan import decode_form, sm_share
+from .gemm_decode import DecodeConfig
 from .gemm_fast import SkinnyConfig, WarpTileConfig
 from .gemm_tma import TmaLoadConfig
 from .gemm_tma_tf32 import Tf32TmaConfig
@@ -265,7 +266,7 @@ DECODE_EFFICIENCY = {1: 1.2, 2: 1.2, 4: 1.2, 8: 0.5}
 
 def decode_candidates(wl, limits=None):
     """A decode-sized product (a few rows against a large weight, layout nt, 16-bit inputs,
-    :func:`schedules.gemm_decode.decode_form`): decode_gemm, its parameters as its plan resolves
+    :func:`schedules.decode_plan.decode_form`): decode_gemm, its parameters as its plan resolves
     them on this GPU (so that the choice names them). A matrix-vector product (one row or column)
     stays with the GEMV family, unless it has an epilogue (which the GEMV kernels do not take)."""
     vector = vector_form(wl) is not None and not getattr(wl, "has_epilogue", False)
@@ -287,11 +288,10 @@ def thin_candidates(wl, limits=None):
 
 
 def _decode_us(wl, cand: Candidate, gpu: GpuSpec, cal: dict) -> tuple[float, dict]:
-    """decode_gemm: launch + every byte once (the weight, X, the output, the epilogue's bias and R)
-    at its share of the bandwidth, scaled by the share of the SMs its grid occupies where it has
-    fewer blocks than SMs (``DECODE_EFFICIENCY``, or the calibration's for its key) + split-K's sum
-    kernel (none where a cluster sums the slices); X is read from L2 once per block of rows, at
-    ``l2_factor`` times the bandwidth."""
+    """decode_gemm: launch + every byte once (the weight, X, the output, the epilogue's bias and R) at
+    its share of the bandwidth (``DECODE_EFFICIENCY``, or the calibration's for its key), scaled where
+    its grid has fewer blocks than SMs (:func:`sm_share`) + split-K's sum kernel (none where a cluster
+    sums the slices); X is read from L2 once per block of rows, at ``l2_factor`` times the bandwidth."""
     p = cand.config.plan(wl, gpu)
     eff = cal["efficiency"].get(cand.key) or DECODE_EFFICIENCY[min(k for k in DECODE_EFFICIENCY if k >= p.token_tiles)]
     item, bw = itemsize(wl.dtype), gpu.memory_gbps * 1e3

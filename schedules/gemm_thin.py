@@ -10,7 +10,7 @@ Everywhere else a thin 16-bit product went to SIMT tiles (the inputs widened to 
 at a sixteenth of the tensor cores' rate, and as many instructions per token as per weight row) or
 to the TMA kernels over padded copies of A and B (a 64- or 128-wide tile mostly padding, and a
 copy kernel first). This step is decode_gemm's kernel (one body, :func:`schedules.gemm_decode.
-decode_kernel`) with the operand reads switched per workload (:class:`schedules.gemm_decode.Access`):
+decode_kernel`) with the operand reads switched per workload (:class:`schedules.decode_plan.Access`):
 
 * a K-contiguous weight whose pitch is not a multiple of 16 bytes is copied into decode_gemm's
   shared layout by 8- or 4-byte cp.async where the pitch allows it (consecutive lanes on
@@ -37,7 +37,7 @@ decode_kernel`) with the operand reads switched per workload (:class:`schedules.
   decode_gemm's. A batch is not taken (the product index would be one more grid axis and operand
   offset; the dispatcher gives a batch of thin products to the kernels that take batches).
 
-The plan is decode_gemm's (:func:`schedules.gemm_decode._plan`, on the same shape in nt) with two
+The plan is decode_gemm's (:func:`schedules.decode_plan.plan_decode`, on the same shape in nt) with two
 changes: where its blocks would number fewer than the SMs, the rows per block are halved (down to
 one warp's) so that a small weight reaches more SMs (the products this step serves are a few µs,
 latency more than bandwidth); and the ring's depth counts the transposed tile's padded rows.
@@ -51,14 +51,14 @@ from tvm import s_tir
 
 from .common import current_gpu
 from .errors import ScheduleParamError
-from .gemm_decode import (K_STEP, MAX_TOKENS, Access, DecodeConfig, DecodePlan, _plan,
-                          check_knobs, decode_kernel, trans_pitch)
+from .decode_plan import K_STEP, MAX_TOKENS, Access, DecodePlan, plan_decode, trans_pitch
+from .gemm_decode import DecodeConfig, check_knobs, decode_kernel
 from .registry import register
 from .workloads import LAYOUTS, Gemm
 
 
 def thin_form(wl) -> tuple[str, int, int] | None:
-    """``(form, tokens, rows)`` as :func:`schedules.gemm_decode.decode_form`, in any layout: "rows"
+    """``(form, tokens, rows)`` as :func:`schedules.decode_plan.decode_form`, in any layout: "rows"
     when M is the few (≤ 64; the weight is B), "columns" when N is (the weight is A); None for a
     batch or neither."""
     if wl.kind != "gemm" or getattr(wl, "batched", False):
@@ -125,12 +125,12 @@ def thin_plan(cfg: "ThinConfig", wl, gpu) -> ThinPlan:
         # so what hides their latency is how much one step loads (four 32-element pieces per warp
         # where K has them), not the ring's depth (two slots: one filling while one is read)
         cfg = replace(cfg, unroll=cfg.unroll or (4 if wl.K >= 8 * K_STEP else 0), stages=cfg.stages or 2)
-    p = _plan(cfg, nt, gpu)
+    p = plan_decode(cfg, nt, gpu)
     # fewer blocks than SMs: smaller blocks, down to one warp's rows, until the grid reaches them, but
     # not fewer weight rows than X's (8 per token group): each block loads all of X for its K
     while (not cfg.row_warps and p.row_warps > 1 and p.row_blocks * p.splits < gpu.sms
            and p.block_rows // 2 >= 8 * p.token_tiles):
-        p = _plan(replace(cfg, row_warps=p.row_warps // 2, k_warps=cfg.k_warps or p.k_warps), nt, gpu)
+        p = plan_decode(replace(cfg, row_warps=p.row_warps // 2, k_warps=cfg.k_warps or p.k_warps), nt, gpu)
     w_trans = access.w_trans
     thin = ThinPlan(**{f.name: getattr(p, f.name) for f in fields(DecodePlan)}, w_trans=w_trans, w_odd=access.w_odd)
     if (w_trans or access.w_odd) and not cfg.stages:  # the padded rows: as many slots as the same budget holds

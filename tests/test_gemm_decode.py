@@ -9,7 +9,8 @@ import pytest
 
 from schedules import ScheduleParamError, dispatch, get, parse_workload
 from schedules.common import GpuSpec
-from schedules.gemm_decode import DecodeConfig, decode_form
+from schedules.decode_plan import decode_form
+from schedules.gemm_decode import DecodeConfig
 from tests.helpers import build_spec, run_on_gpu
 
 _BUILT = {}

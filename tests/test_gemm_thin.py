@@ -10,7 +10,7 @@ import pytest
 
 from schedules import ScheduleParamError, dispatch, get, parse_workload
 from schedules.common import use_gpu
-from schedules.gemm_decode import Access
+from schedules.decode_plan import Access
 from schedules.gemm_thin import ThinConfig, access_of, thin_form
 from schedules.gpus import profile
 from tests.helpers import build_spec, run_on_gpu
