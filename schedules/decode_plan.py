@@ -65,17 +65,22 @@ def trans_position(kk):
     return kk % 8 // 4 * 16 + kk % 4 // 2 * 8 + kk // 8 * 2 + kk % 2
 
 
-def decode_form(wl) -> tuple[str, int, int] | None:
-    """``(form, tokens, rows)`` of a GEMM this kernel takes, or None: "rows" when M is the few
-    rows (the weight is B, stored N×K), "columns" when N is (the weight is A, stored M×K; the
-    output's rows are the weight's). Layout nt only: both operands K-contiguous."""
-    if wl.kind != "gemm" or getattr(wl, "batched", False) or wl.layout != "nt":
+def thin_form(wl) -> tuple[str, int, int] | None:
+    """``(form, tokens, rows)`` of a thin product in any layout, or None (a batch, or neither side
+    few): "rows" when M is the few (≤ 64; the weight is B), "columns" when N is (the weight is A; the
+    output's rows are the weight's). thin_tc_gemm takes these (:mod:`schedules.gemm_thin`)."""
+    if wl.kind != "gemm" or getattr(wl, "batched", False):
         return None
     if wl.M <= wl.N and wl.M <= MAX_TOKENS:
         return "rows", wl.M, wl.N
     if wl.N <= MAX_TOKENS:
         return "columns", wl.N, wl.M
     return None
+
+
+def decode_form(wl) -> tuple[str, int, int] | None:
+    """:func:`thin_form` in layout nt only (both operands K-contiguous): the products decode_gemm takes."""
+    return thin_form(wl) if wl.kind == "gemm" and wl.layout == "nt" else None
 
 
 @dataclass(frozen=True)

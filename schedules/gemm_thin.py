@@ -51,23 +51,10 @@ from tvm import s_tir
 
 from .common import current_gpu
 from .errors import ScheduleParamError
-from .decode_plan import K_STEP, MAX_TOKENS, Access, DecodePlan, plan_decode, trans_pitch
+from .decode_plan import K_STEP, MAX_TOKENS, Access, DecodePlan, plan_decode, thin_form, trans_pitch
 from .gemm_decode import DecodeConfig, check_knobs, decode_kernel
 from .registry import register
 from .workloads import LAYOUTS, Gemm
-
-
-def thin_form(wl) -> tuple[str, int, int] | None:
-    """``(form, tokens, rows)`` as :func:`schedules.decode_plan.decode_form`, in any layout: "rows"
-    when M is the few (≤ 64; the weight is B), "columns" when N is (the weight is A); None for a
-    batch or neither."""
-    if wl.kind != "gemm" or getattr(wl, "batched", False):
-        return None
-    if wl.M <= wl.N and wl.M <= MAX_TOKENS:
-        return "rows", wl.M, wl.N
-    if wl.N <= MAX_TOKENS:
-        return "columns", wl.N, wl.M
-    return None
 
 
 def _widest(pitch_elements: int) -> int:
