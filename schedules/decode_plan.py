@@ -12,7 +12,7 @@ from .common import ceil_div
 from .gpus import arch_number
 
 MAX_CLUSTER = 8          # the portable cluster size: K slices summed in one cluster at most
-CLUSTER_ACC = 16         # accumulators per lane a cluster sum takes (up to 32 tokens on 16-row warps)
+CLUSTER_ACC = 16         # accumulators per lane a cluster sum takes (up to 24 tokens: from 32 a warp has 32 rows, 32 of them)
 CLUSTER_BLOCKS_PER_SM = 1.5  # the grid the automatic split-K fills where clusters sum the slices
 MAX_TOKENS = 64          # the few rows: at most 8 token groups of 8 (the mma's n = 8)
 K_STEP = 32              # elements of K one lane-quad covers per piece: 4 lanes × 8
@@ -226,7 +226,7 @@ def plan_decode(cfg, wl, gpu) -> DecodePlan:
 
 def sm_share(p: DecodePlan, gpu) -> float:
     """How many times an SM's even share of the bandwidth one block streams where the grid has fewer
-    blocks than SMs: 2 for the blocks of up to 32 tokens on sm_90 (8-16 warps, a ring that fills the
+    blocks than SMs: 2 for the blocks of up to 24 tokens on sm_90 (8-16 warps, a ring that fills the
     SM when K is not split: on an H100, 72 such blocks of a 4608 × 3584 weight at 16 tokens streamed
     it as fast as a read of its bytes over every SM), else 1 (at 64 tokens a block of two warps
     streamed at its share: 56 blocks of 61 tokens took 2.6× cuBLAS's time)."""
