@@ -589,7 +589,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         item = itemsize(wl.dtype)
         nbytes = item * (M * K + K * N) + 4 * M * N
         mem = nbytes / (gpu.memory_gbps * 1e3 * eff)
-        terms.update(memory_us=mem, launch_us=cal["launch_us"], kernels=2 if cand.step == "column_gemv_t" else 1)
+        terms.update(memory_us=mem, launch_us=cal["launch_us"], kernels=getattr(cfg, "kernels", lambda wl: 1)(wl))
         return Estimate(cand, cal["launch_us"] * terms["kernels"] + mem, terms)
     if fam == "simt":
         splits = cfg.splits(wl)

@@ -442,6 +442,9 @@ def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
 
 # --- the transposed form -------------------------------------------------------------------------
 
+SINGLE_PASS_ROWS = 16  # rows per thread (unrolled: their loads in flight together) of column_gemv_t's one kernel
+
+
 @dataclass(frozen=True)
 class ColumnGemvConfig(StepConfig):
     also_takes = staticmethod(_column_form)  # a GEMM that is a matrix-vector product
@@ -453,7 +456,25 @@ class ColumnGemvConfig(StepConfig):
     target_threads: int = 65536  # wide A: aim for about this many threads in the first kernel
     narrow_max_n: int = 64      # N ≤ this: scalar loads, one thread per column, rows reduced inside the block
     target_blocks: int = 0      # narrow A: aim for about this many blocks (0: 2 per SM of the GPU, 264 on H100/H200)
+    single_pass: bool = True    # one kernel where a block's threads cover the rows with SINGLE_PASS_ROWS each or fewer
     zero_means_auto = ("target_blocks",)
+
+    def single_pass_threads(self, wl) -> tuple[int, int]:
+        """One kernel's threads (along the columns, along the rows): the columns in groups of the
+        largest divisor of N up to 64 (no column predicate may reach the rows' cross-thread sum),
+        the rest of the block's threads along the rows."""
+        n = gemv_shape(wl).N
+        tx = max(d for d in range(1, min(n, 64) + 1) if n % d == 0)
+        return tx, max(1, self.threads // tx)
+
+    def one_kernel(self, wl) -> bool:
+        """Whether one kernel sums every row: ``single_pass`` and a block's threads along the rows
+        cover them with at most ``SINGLE_PASS_ROWS`` rows each (a small matrix, or a short and wide one)."""
+        ty = self.single_pass_threads(wl)[1]
+        return self.single_pass and ceil_div(gemv_shape(wl).M, ty) <= SINGLE_PASS_ROWS
+
+    def kernels(self, wl) -> int:
+        return 1 if self.one_kernel(wl) else 2
 
     def narrow(self, wl) -> bool:
         return gemv_shape(wl).N <= self.narrow_max_n
@@ -496,6 +517,10 @@ class ColumnGemvConfig(StepConfig):
         _check_vector(gemv_shape(wl), self.vector_for(wl))
 
     def launch(self, wl: GemvT) -> Launch:
+        if self.one_kernel(wl):
+            tx, ty = self.single_pass_threads(wl)
+            return Launch(grid=(gemv_shape(wl).N // tx, 1, 1), block=(tx, ty, 1),
+                          threads_from="the columns' largest divisor up to 64 × threads / it")
         tx, ty, rows, vector, narrow = (self.threads_x(wl), self.threads_y(wl), self.slice_rows(wl),
                                         self.vector_for(wl), self.narrow(wl))
         wl = gemv_shape(wl)
@@ -516,7 +541,11 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     warp covers several rows at once, and the threadIdx.y rows of a block are reduced inside the
     block (cross-thread reduction through shared memory), so there is one partial row per block.
     The second kernel reduces the partials of 8–16 column groups per block across threadIdx.y.
+    Where a block's threads along the rows cover them with ``SINGLE_PASS_ROWS`` rows each or fewer
+    (a small matrix), one kernel does it all (:func:`_single_pass`): no partials, one launch.
     """
+    if cfg.one_kernel(wl):
+        return _single_pass(wl, cfg)
     vector = cfg.vector_for(wl)
     tx_n, ty_n, rows = cfg.threads_x(wl), cfg.threads_y(wl), cfg.slice_rows(wl)
     if cfg.narrow(wl):
@@ -559,6 +588,25 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     sch.bind(fb, "blockIdx.x")
     sch.bind(ft, "threadIdx.x")
     sch.bind(sy, "threadIdx.y")
+    return sch
+
+
+def _single_pass(wl, cfg: ColumnGemvConfig):
+    """One kernel: a block's threadIdx.x on consecutive columns (coalesced), its threadIdx.y on
+    interleaved rows, each thread's rows unrolled (their loads in flight together) and summed in a
+    register, then the threadIdx.y sums added inside the block (TVM's cross-thread reduction,
+    through shared memory). The rows are padded to whole blocks (read as zeros), and the columns
+    split by a divisor of N: that reduction's lowering drops a predicate on its final store."""
+    tx_n, ty_n = cfg.single_pass_threads(wl)
+    sch, block, j, i, matrix, pads = _start(wl, pad=ceil_div(gemv_shape(wl).M, ty_n) * ty_n)
+    r, ty = sch.split(i, [None, ty_n])
+    bx, tx = sch.split(j, [None, tx_n])
+    sch.reorder(bx, tx, ty, r)
+    sch.unroll(r)
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    sch.bind(ty, "threadIdx.y")
+    inline_padding(sch, reads=pads, writes=())
     return sch
 
 

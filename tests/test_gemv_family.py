@@ -86,7 +86,7 @@ def test_split_k_partials_are_reduced_across_threads(shape):
 
 @pytest.mark.parametrize("shape", [(1, 17), (1000, 17), (16385, 64), (3, 1), (16384, 16), (60, 13)])
 def test_narrow_transposed_reduces_rows_across_threads(shape):
-    built = _build("column_gemv_t", GemvT(*shape))
+    built = _build("column_gemv_t", GemvT(*shape), single_pass=False)  # the two kernels, however few rows
     first = next(b for b in _bodies(built.device.cuda) if "A_ptr" in b)
     assert "red_buf" in first
     # one thread per column: no column predicate, whose loss on the reduction's store once wrote
@@ -98,13 +98,40 @@ def test_narrow_transposed_reduces_rows_across_threads(shape):
 @pytest.mark.parametrize("shape", [(16384, 16), (16384, 4096), (8192, 8192), (1, 17), (1000, 4097), (3, 1)])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_transposed_builds(shape, dtype):
-    built = _build("column_gemv_t", GemvT(*shape, dtype=dtype))
+    built = _build("column_gemv_t", GemvT(*shape, dtype=dtype), single_pass=False)
     assert len(built.device.kernels) == 2 and all(k.spills == 0 for k in built.device.kernels)
     cu = built.device.cuda
     if shape[1] % 4 == 0 and shape[1] > 64 and dtype == "float32":   # wide A: 128-bit loads
         assert "float4" in cu
     if shape[1] <= 64:   # narrow A: the block's rows are reduced in shared memory, one partial per block
         assert "__shared__" in cu
+
+
+@pytest.mark.parametrize("shape, threads", [((92, 148), (37, 6)), ((92, 149), (1, 256)), ((8, 7), (7, 36)),
+                                            ((64, 65536), (64, 4)), ((60, 13), (13, 19))])
+def test_a_small_transposed_gemv_is_one_kernel(shape, threads):
+    """Rows that a block's threads cover with 16 each or fewer: one kernel (no partials, one launch),
+    the columns in groups of N's largest divisor up to 64 (no column predicate before the rows'
+    cross-thread sum), the rows padded to whole blocks and read as zeros."""
+    wl = GemvT(*shape)
+    cfg = get("column_gemv_t").config()
+    assert cfg.one_kernel(wl) and cfg.single_pass_threads(wl) == threads and cfg.kernels(wl) == 1
+    built = _build("column_gemv_t", wl)
+    assert len(built.device.kernels) == 1 and built.device.kernels[0].spills == 0
+    body = _bodies(built.device.cuda)[0]
+    assert "red_buf" in body and "threadIdx.x) <" not in body
+    launch = get("column_gemv_t").validate(wl)
+    assert launch.grid == (shape[1] // threads[0], 1, 1) and launch.block == (*threads, 1)
+    assert (built.launch["blockIdx.x"], built.launch["threadIdx.x"], built.launch["threadIdx.y"]) == \
+        (launch.grid[0], *threads)
+    # more rows than that: the two kernels, and the model counts both launches
+    big = GemvT(16 * threads[1] + 1, shape[1])
+    assert not cfg.one_kernel(big) and len(_build("column_gemv_t", big).device.kernels) == 2
+    from schedules import dispatch
+    for rows, kernels in ((wl.M, 1), (big.M, 2)):  # as the GEMM c = a·B (B stored rows × columns)
+        gemm = parse_workload(f"gemm:1x{shape[1]}x{rows}")
+        est = dispatch.estimate(gemm, dispatch.Candidate("column_gemv_t", cfg, "gemv", "gemv column"))
+        assert est.terms["kernels"] == kernels
 
 
 def test_workload_strings():
@@ -174,9 +201,10 @@ def test_gemv_matches_float64(name, shape):
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(1, 1), (1, 17), (16384, 16), (1000, 4097), (8192, 8192), (37, 130), (60, 13),
-                                   (1000, 17), (999, 50)])
-def test_transposed_matches_float64(shape):
-    assert _run_on_gpu("column_gemv_t", GemvT(*shape)) < 1e-6
+                                   (1000, 17), (999, 50), (92, 148), (92, 149), (97, 64), (64, 65536), (8, 7)])
+@pytest.mark.parametrize("single_pass", [True, False])  # one kernel where the rows are few (the default), or two
+def test_transposed_matches_float64(shape, single_pass):
+    assert _run_on_gpu("column_gemv_t", GemvT(*shape), single_pass=single_pass) < 1e-6
 
 
 @gpu
