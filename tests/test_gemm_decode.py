@@ -220,5 +220,7 @@ def test_the_slices_are_summed_in_their_cluster_where_that_pays():
                                                            "decode", "decode t16"), gpu) for c in (True, False)}
         assert est[True].terms["reduce_us"] == 0 < est[False].terms["reduce_us"]
         assert est[True].time_us < est[False].time_us
+        choice = get("best_fp16_gemm").config().choose(wl)  # the choice says where its slices are summed
+        assert choice.step == "decode_gemm" and f"split-K {p.splits} in a cluster" in choice.text
     finally:
         use_gpu(before)
