@@ -67,10 +67,27 @@ def _frame():
             {"workload": big, "name": "best_fp16_gemm", "role": "schedule", "status": "error", "error": "boom\nmore",
              "precision": "bf16"}]
     meta = {"provenance": {"gpu": "Test GPU", "tvm": "0.27", "commit": "abc", "date": "today"},
-            "ceilings": {"copy_gbps": 3000.0}, "models": ["llama-3.1-8b"], "rows": [16, 1000]}
+            "ceilings": {"copy_gbps": 3000.0, "copy_us": {str(parse_workload(wl).min_bytes): 17.0}},
+            "models": ["llama-3.1-8b"], "rows": [16, 1000]}
     layers = [{"workload": wl, "model": "llama-3.1-8b", "layer": "qkv", "rows": 16, "also": []},
               {"workload": big, "model": "qwen2.5-7b", "layer": "qkv", "rows": 1000, "also": ["x y"]}]
     return L.tidy(R.frame(rows, meta), layers)
+
+
+def test_the_run_times_a_copy_of_each_decode_layers_bytes():
+    """The ceilings job times a copy moving each decode-sized layer's bytes (once per distinct count),
+    not the prefill layers'."""
+    layers = L.plan_layers(["phi-2"], [16, 1000])
+    counts = L.copy_bytes(layers)
+    decode = {parse_workload(e["workload"]).min_bytes for e in layers if e["rows"] == 16}
+    assert counts == sorted(decode) and len(counts) == len(set(counts))
+    from reports.engine import harness
+    from reports.engine.build import cuda_available
+
+    measured = harness.measure_ceilings([1 << 20, 1 << 20])  # without a GPU: unavailable, in one line
+    assert measured["status"] == ("ok" if cuda_available() else "unavailable")
+    if measured["status"] == "ok":
+        assert list(measured["copy_us"]) == [str(1 << 20)] and measured["copy_us"][str(1 << 20)] > 0
 
 
 def test_bandwidth_share_summary_and_table_from_a_results_frame():
@@ -79,11 +96,16 @@ def test_bandwidth_share_summary_and_table_from_a_results_frame():
     moved = 2 * (6144 * 4096 + 16 * 4096 + 16 * 6144)  # bf16: the weight, the rows in, the rows out
     assert lab["pct_copy_bw"] == pytest.approx(100 * moved / 20e-6 / 3000e9)
     assert lab["pct_cublas"] == pytest.approx(125.0) and lab["model"] == "llama-3.1-8b" and lab["layer"] == "qkv"
+    # a copy moving the layer's bytes under the same timer: 17 µs against the kernel's 20
+    assert lab["pct_same_size_copy"] == pytest.approx(85.0)
+    assert df.xs("cublas", level="name").iloc[0]["pct_same_size_copy"] == pytest.approx(68.0)
     s = L.summary(_frame()).set_index("regime")
     decode, prefill = s.loc["decode (M ≤ 64)"], s.loc["prefill (M > 64)"]
     assert decode["geomean % cuBLAS"] == "125.0" and decode["measured"] == 1
     assert float(decode["cuBLAS % copy BW"]) == pytest.approx(0.8 * float(decode["lab % copy BW"]), rel=1e-2)
     assert prefill["failed"] == 1 and prefill["measured"] == 0
+    assert decode["lab % same-size copy"] == "85.0" and decode["cuBLAS % same-size copy"] == "68.0"
+    assert "lab % same-size copy" not in prefill or prefill["lab % same-size copy"] != prefill["lab % same-size copy"]
     md = L.markdown(_frame())
     assert "Test GPU" in md and "3000 GB/s" in md and "decode_gemm [decode t16]" in md
     assert "**error**: boom" in md and "more" not in md  # an error in one line

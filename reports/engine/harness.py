@@ -176,7 +176,7 @@ def measure_job(job: dict, executable=None) -> dict:
     name = job["name"]
     row = {"workload": str(wl), "name": name}
     if name == "ceilings":
-        return {**row, **measure_ceilings()}
+        return {**row, **measure_ceilings(job.get("copy_bytes", ()))}
     if name in CPU_BASELINES:
         inputs = M.random_inputs(wl)
         out, timing = baselines.run_cpu_baseline(name, wl, inputs)
@@ -244,9 +244,12 @@ def timing_fields(t) -> dict:
             "timer": t.method}
 
 
-def measure_ceilings() -> dict:
+def measure_ceilings(copy_bytes=()) -> dict:
     """The device's two ceilings, measured: copy bandwidth (bytes read + written by a 1 GiB
-    device-to-device copy) and cuBLAS matrix-product throughput at 8192³ (fp32 with TF32 off, fp16)."""
+    device-to-device copy) and cuBLAS matrix-product throughput at 8192³ (fp32 with TF32 off, fp16).
+    With ``copy_bytes``: also the time of a copy that moves each of those many bytes (half read, half
+    written; ``copy_us``, keyed by the bytes as text), under the kernels' own timer (L2 emptied
+    before each run): what moving a small layer's bytes costs at best, launch included."""
     h = M.CudaHarness(flush=None)
     torch = h.torch
     if torch is None:
@@ -257,6 +260,17 @@ def measure_ceilings() -> dict:
     out = {"status": "ok", "gpu": torch.cuda.get_device_name(0),
            "copy_gbps": 2 * src.numel() * 4 / t_copy.median_ms / 1e6}
     del src, dst
+    if copy_bytes:
+        try:  # what these cost must not lose the ceilings above: an error here is kept beside them
+            timed = M.CudaHarness(flush="read")
+            out["copy_us"] = {}
+            for nbytes in sorted({int(b) for b in copy_bytes}):
+                src = torch.empty(max(1, nbytes // 8), dtype=torch.float32, device="cuda").uniform_()
+                dst = torch.empty_like(src)
+                out["copy_us"][str(nbytes)] = timed.bench(lambda: dst.copy_(src), budget_s=0.1).median_ms * 1e3
+                del src, dst
+        except Exception as e:  # noqa: BLE001 (out of memory, a device error: one line)
+            out["copy_us_error"] = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
     n = 8192
     for dtype, key in ((torch.float32, "fp32_tflops"), (torch.float16, "fp16_tflops")):
         a = torch.empty(n, n, dtype=dtype, device="cuda").uniform_(-1, 1)

@@ -45,10 +45,11 @@ def applies(name: str, workload: str, params=None) -> bool:
 
 def run_bench(jobs: list[dict], out_dir: str, kind: str, *, workers: int | None = None, timeout: float = 300.0,
               budget_s: float = 0.3, progress: bool = True, meta: dict | None = None, ceilings: bool = True,
-              write_ir: bool = False) -> pd.DataFrame:
+              write_ir: bool = False, copy_bytes=()) -> pd.DataFrame:
     """Run ``jobs`` (each checked against float64, then timed) and return the results frame, written
     to ``out_dir`` after every row (a run cut short leaves what it measured). ``kind`` names the
-    benchmark in the results' meta."""
+    benchmark in the results' meta; ``copy_bytes``: byte counts whose copy the ceilings also time
+    (:func:`reports.engine.harness.measure_ceilings`)."""
     ensure_out_dir(out_dir)
     gpu = cuda_available()
     spec = device_spec()
@@ -56,7 +57,7 @@ def run_bench(jobs: list[dict], out_dir: str, kind: str, *, workers: int | None 
         check_runs_here(spec)  # a GPU named by $SCHEDLAB_GPU that is not this one: nothing to time
     jobs = [dict(j, gpu=spec.__dict__, budget_s=j.get("budget_s", budget_s)) for j in jobs]
     if gpu and ceilings:
-        jobs.insert(0, {"workload": jobs[0]["workload"], "name": "ceilings"})
+        jobs.insert(0, {"workload": jobs[0]["workload"], "name": "ceilings", "copy_bytes": sorted(set(copy_bytes))})
     info = {"provenance": provenance(), "arch": device_arch(), "gpu": gpu, "kind": kind, "complete": False,
             "ceilings": {}, "gpu_spec": spec.__dict__, **(meta or {})}
     rows: list[dict] = []

@@ -13,7 +13,10 @@ epilogue and rounds to bf16 last), then timed (CUDA events, L2 emptied before ea
 Beside the times, the bytes the layer must move (the weight, the rows in, the rows out, the bias and
 residual) over the time, as a share of the copy bandwidth measured in the same run: a few rows
 against a large weight are bound by reading the weight, and that share says how close to the
-bound a kernel is.
+bound a kernel is. A small layer cannot reach the copy bandwidth of a large copy (its launch and
+the first bytes' latency are a good part of its time), so the run also times a copy that moves as
+many bytes as each decode-sized layer does, under the same timer: ``% same-size copy`` is that
+copy's time over the kernel's.
 
 The layer sizes come from the models' published configurations (``config.json``): hidden size,
 intermediate size, attention heads, key/value heads and head size (grouped-query attention makes the
@@ -157,7 +160,17 @@ def tidy(df: pd.DataFrame, layers: list[dict]) -> pd.DataFrame:
     df["also"] = df["workload"].map(lambda w: ", ".join(where.get(w, {}).get("also", [])) or None)
     copy = (df.attrs.get("ceilings") or {}).get("copy_gbps")
     df["pct_copy_bw"] = 100 * df["gbps"] / copy if copy else np.nan
+    same = (df.attrs.get("ceilings") or {}).get("copy_us") or {}
+    copy_us = df["workload"].map(lambda w: same.get(str(parse_workload(w).min_bytes), np.nan))
+    df["pct_same_size_copy"] = 100 * copy_us / (df["time_ms"] * 1e3) if "time_ms" in df else np.nan
     return df
+
+
+def copy_bytes(layers: list[dict]) -> list[int]:
+    """The bytes each decode-sized layer moves (:attr:`Gemm.min_bytes`): the copies the run times
+    beside them (:func:`reports.engine.harness.measure_ceilings`)."""
+    wls = [parse_workload(e["workload"]) for e in layers]
+    return sorted({w.min_bytes for w in wls if decode_sized(w)})
 
 
 def per_layer(df: pd.DataFrame) -> pd.DataFrame:
@@ -183,6 +196,7 @@ def per_layer(df: pd.DataFrame) -> pd.DataFrame:
             "× eager": T.fmt(lab.get("speedup_vs_eager"), ".2f"),
             "lab % copy BW": T.fmt(lab.get("pct_copy_bw"), ".0f") if decode else "",
             "cuBLAS % copy BW": T.fmt(cub.get("pct_copy_bw"), ".0f") if decode else "",
+            "lab % same-size copy": T.fmt(lab.get("pct_same_size_copy"), ".0f") if decode else "",
             "lab's choice": _choice(lab),
         })
     return pd.DataFrame(rows)
@@ -227,6 +241,9 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
             row["lab % copy BW"] = T.fmt(_geomean(ok["pct_copy_bw"]), ".1f")
             c = cub.reindex(ok["workload"])
             row["cuBLAS % copy BW"] = T.fmt(_geomean(c["pct_copy_bw"][c["status"] == "ok"]), ".1f")
+            row["lab % same-size copy"] = T.fmt(_geomean(ok.get("pct_same_size_copy", pd.Series(dtype=float))), ".1f")
+            row["cuBLAS % same-size copy"] = T.fmt(
+                _geomean(c.get("pct_same_size_copy", pd.Series(dtype=float))[c["status"] == "ok"]), ".1f")
         out.append(row)
     return pd.DataFrame(out)
 
@@ -242,7 +259,8 @@ def markdown(df: pd.DataFrame) -> str:
              f"same types; % cuBLASLt: against its fused epilogue where PyTorch reaches it (a bias, with ReLU or the "
              f"tanh GELU); × eager: eager PyTorch's time over the lab's. % copy BW: the layer's bytes over the time, "
              f"as a share of the copy bandwidth measured in this run "
-             f"({T.fmt(copy, '.0f') + ' GB/s' if copy else 'not measured'}), for M ≤ {DECODE_ROWS}.", "",
+             f"({T.fmt(copy, '.0f') + ' GB/s' if copy else 'not measured'}), for M ≤ {DECODE_ROWS}; % same-size copy: "
+             f"the time of a copy moving the layer's bytes (half read, half written; same timer) over the kernel's.", "",
              T.markdown_table(summary(df)), "## Every layer", "", T.markdown_table(per_layer(df))]
     return "\n".join(lines)
 
@@ -256,7 +274,7 @@ def command(args) -> int:
     meta = {"models": models, "rows": rows, "epilogue": not args.no_epilogue,
             "layers": [{k: v for k, v in e.items() if k != "also"} for e in layers]}
     df = run_bench(make_jobs(layers), args.out, "bench-gemm-llm", workers=args.workers, timeout=args.timeout,
-                   budget_s=args.budget, progress=not args.quiet, meta=meta)
+                   budget_s=args.budget, progress=not args.quiet, meta=meta, copy_bytes=copy_bytes(layers))
     df = tidy(df, layers)
     md = markdown(df)
     write_bench(df, args.out, md)
