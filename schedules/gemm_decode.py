@@ -235,6 +235,12 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
         sum_kernel = split_sum_epilogue(wl, SPLIT)[0] if EPI else split_sum_kernel(wl.M, wl.N, SPLIT)[0]
     store = make_store(wl, FORM, TOK, ROWS)
 
+    def held(i, j, h, e, lane, row0):
+        """What a lane's fragment entry (m16 tile i, token group j, row half h, element e) holds:
+        ``(accumulator index, token, row)``: lane 4g + c holds rows g, g + 8 of each tile, tokens
+        2c, 2c + 1 of each group."""
+        return (i * NT + j) * 4 + 2 * h + e, 8 * j + lane % 4 * 2 + e, row0 + 16 * i + 8 * h + lane // 4
+
     def copy(dst, src, ok):
         """One 16-byte cp.async, zero-filled where ``ok`` is false (past K, past the few rows)."""
         return T.ptx["cp.async.cg.shared.global"](T.address_of(dst), T.address_of(src), PIECE,
@@ -534,15 +540,15 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
                 for j in T.unroll(NT):
                     for h in T.unroll(2):
                         for e in T.unroll(2):
-                            if ((i * NT + j) * 4 + 2 * h + e) % SPLIT == part:
-                                for r in T.unroll(SPLIT):  # accumulator (i * NT + j) * 4 + 2h + e of slice r
+                            a, t, row = T.meta_var(held(i, j, h, e, lane, row0))
+                            if a % SPLIT == part:
+                                for r in T.unroll(SPLIT):  # accumulator a of slice r
                                     T.evaluate(T.ptx.ld.shared__cluster.f32(
-                                        vals[r], pb[r] + T.uint32(4 * 32 * WR * ((i * NT + j) * 4 + 2 * h + e))
+                                        vals[r], pb[r] + T.uint32(4 * 32 * WR * a)
                                         + T.cast((warp * 32 + lane) * 4, "uint32")))
                                 for r in T.unroll(1, SPLIT):
                                     vals[0] = vals[0] + vals[r]
-                                store(C, vals[0], 8 * j + lane % 4 * 2 + e, row0 + 16 * i + 8 * h + lane // 4, part,
-                                      False, bias, R)
+                                store(C, vals[0], t, row, part, False, bias, R)
         T.cuda.cluster_sync()
 
     @T.macro
@@ -603,17 +609,15 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
             if CLUSTER:
                 cluster_sum(ring, acc, pb, vals, part, warp, lane, row0, bias, R, C)
             elif warp < WR:
-                # lane 4g + c holds rows g, g + 8 of each tile, tokens 2c, 2c + 1 of each group
                 for i in T.unroll(MT):
                     for j in T.unroll(NT):
                         for h in T.unroll(2):
                             for e in T.unroll(2):
+                                a, t, row = T.meta_var(held(i, j, h, e, lane, row0))
                                 if SPLIT > 1:
-                                    store(P, acc[(i * NT + j) * 4 + 2 * h + e], 8 * j + lane % 4 * 2 + e,
-                                          row0 + 16 * i + 8 * h + lane // 4, part, True, bias, R)
+                                    store(P, acc[a], t, row, part, True, bias, R)
                                 else:
-                                    store(C, acc[(i * NT + j) * 4 + 2 * h + e], 8 * j + lane % 4 * 2 + e,
-                                          row0 + 16 * i + 8 * h + lane // 4, part, False, bias, R)
+                                    store(C, acc[a], t, row, part, False, bias, R)
         if SPLIT > 1 and not CLUSTER:
             if EPI:
                 sum_kernel(P, bias, R, C)
