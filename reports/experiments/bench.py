@@ -57,7 +57,7 @@ def run_bench(jobs: list[dict], out_dir: str, kind: str, *, workers: int | None 
         check_runs_here(spec)  # a GPU named by $SCHEDLAB_GPU that is not this one: nothing to time
     jobs = [dict(j, gpu=spec.__dict__, budget_s=j.get("budget_s", budget_s)) for j in jobs]
     if gpu and ceilings:
-        jobs.insert(0, {"workload": jobs[0]["workload"], "name": "ceilings", "copy_bytes": sorted(set(copy_bytes))})
+        jobs.insert(0, {"workload": jobs[0]["workload"], "name": "ceilings", "copy_bytes": list(copy_bytes)})
     info = {"provenance": provenance(), "arch": device_arch(), "gpu": gpu, "kind": kind, "complete": False,
             "ceilings": {}, "gpu_spec": spec.__dict__, **(meta or {})}
     rows: list[dict] = []
