@@ -63,3 +63,27 @@ def load_calibration(path: str | None = None) -> dict:
 
 
 CALIBRATION = load_calibration()
+
+
+def tile_efficiency(cal: dict, key: str) -> float | None:
+    """The calibrated efficiency of tile ``key`` (``"tma 128x192"``): its own where a sweep timed it;
+    else, between two calibrated tiles of the family with the same ``block_m``, the straight line
+    in ``block_n`` between theirs (a wider tile reuses each A row over more columns: its rate lies
+    between its neighbours'); else None (the caller falls back on the family's default)."""
+    eff = cal["efficiency"]
+    if key in eff:
+        return eff[key]
+    head, _, size = key.rpartition(" ")
+    try:
+        bm, bn = (int(x) for x in size.split("x"))
+    except ValueError:
+        return None
+    widths = sorted(int(k.rpartition("x")[2]) for k in eff if k.startswith(f"{head} {bm}x")
+                    and k.rpartition("x")[2].isdigit())
+    lo = [w for w in widths if w < bn]
+    hi = [w for w in widths if w > bn]
+    if not (lo and hi):
+        return None
+    a, b = lo[-1], hi[0]
+    ea, eb = eff[f"{head} {bm}x{a}"], eff[f"{head} {bm}x{b}"]
+    return ea + (eb - ea) * (bn - a) / (b - a)

@@ -73,7 +73,7 @@ import itertools
 import math
 from dataclasses import asdict, dataclass, field, replace
 
-from .calibration import CALIBRATION
+from .calibration import CALIBRATION, tile_efficiency
 from .common import GpuSpec, ceil_div, current_gpu, limits_of
 from .dispatch_short_k import short_k_configs, short_k_us
 from .dispatch_stream_k import stream_k_offered, stream_k_us
@@ -118,7 +118,7 @@ SIMT_PIPELINES = ((2, False), (3, True), (4, True))
 SPLITS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 SIMT_MOST_SPLITS = 128  # a few hundred outputs, tens of thousands deep: a slice per SM
 # tensor-core tiles (block_m, block_n, stages)
-TMA_TILES = [(128, 256, 4), (128, 128, 6), (128, 64, 8), (256, 128, 4)]
+TMA_TILES = [(128, 256, 4), (128, 192, 5), (128, 128, 6), (128, 64, 8), (256, 128, 4)]
 TMA_SMALL_TILES = [(64, 256, 5), (64, 128, 8), (64, 64, 8)]  # one warpgroup, no producer: small M
 CP_TILES = [(128, 256, 4), (128, 128, 4), (128, 64, 4), (64, 128, 4), (64, 64, 4)]
 TF32_TMA_TILES = [(256, 128, 4), (128, 128, 6), (64, 128, 8)]  # (block_m = the wgmma's N, block_n, stages)
@@ -580,7 +580,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     if fam == "short_k":
         time_us, terms = short_k_us(wl, cand, gpu, cal, _store_bytes(wl), _epilogue_bytes(wl), _batches(wl))
         return Estimate(cand, time_us, terms)
-    eff = cal["efficiency"].get(cand.key) or (wmma_efficiency(cand.config, cal) if fam == "wmma"
+    eff = tile_efficiency(cal, cand.key) or (wmma_efficiency(cand.config, cal) if fam == "wmma"
                                               else cal["default_efficiency"][fam])
     cfg = cand.config
     M, N, K = wl.M, wl.N, wl.K

@@ -406,7 +406,7 @@ def read_column(vals, area, lane):
         T.ptx.ld.shared.f32(vals[r], area + T.cast((r * STAGE_ROW + lane % 32) * 4, "uint32"))
 
 
-def make_staged_rows(g, value, batched: bool = False):
+def make_staged_rows(g, value, batched: bool = False, early=None):
     """A macro ``store(D, x1, x2, x3, x4, x5, acc, vals, pair, stage, tile_m, tile_n, row0, w, lane,
     b)``: a consumer warp's accumulators (warp ``lane // 32`` of consumer warpgroup ``w``, rows
     ``row0``.. of the tile) through its staging area into D, each value read back turned into an
@@ -414,22 +414,67 @@ def make_staged_rows(g, value, batched: bool = False):
     kernel's; x1..x5 are the buffers it reads, None where it has fewer), D[b, row, col] where
     ``batched``. With N even lane l takes columns 2·(l % 16) and +1 of row l / 16 (one store of the
     pair), so a store is two rows of 64 bytes (16-bit output) or 128 (fp32): whole sectors; with N
-    odd, 32 outputs of one row. The FP8 kernels' and the 16-bit kernels' epilogue, ``staged_store``."""
+    odd, 32 outputs of one row. The FP8 kernels' and the 16-bit kernels' epilogue, ``staged_store``.
+
+    ``early``: ``(dtype, column, element)``, the epilogue's operands read ahead of their use (either
+    reader None where there is none): ``column(x1, .., x5, col)`` (the bias) for every column the
+    thread stores in the tile, at the start; ``element(x1, .., x5, row, col, b)`` (R) for the
+    chunk's rows, before the chunk is staged. ``value`` then takes them last: ``value(x, x1, ..,
+    x5, row, col, b, bias_value, r_value)``. Read inside the loop, each value's latency (L2, for
+    the first row of a column) came between two stores: a bias cost a 128 × 128 tile 20% of its
+    time (H100, 1000 × 10240 × 2560 bf16)."""
     M, N, NACC = g.M, g.N, g.NACC
     MT, CHUNKS = g.cfg.m_subtiles, g.BN // 32
     PAIRS = N % 2 == 0
     ROW_CHECK = M % g.BM != 0 or g.rows_padded
     COL_CHECK = N % g.BN != 0
     stage_chunk = make_stage_chunk(NACC)
+    EDT, COLUMN, ELEMENT = early if early else (None, None, None)
+    HAS_COLUMN, HAS_ELEMENT = COLUMN is not None, ELEMENT is not None
+    W = 2 if PAIRS else 1  # outputs per lane per staged row (a pair, or one of an odd N's rows)
+    ROWS = 8 if PAIRS else 16  # staged rows a lane stores per chunk
 
     def ok(row, col):
         return T.And(row < M if ROW_CHECK else T.bool(True), col < N if COL_CHECK else T.bool(True))
 
+    def col_ok(col):
+        return col < N if COL_CHECK else T.bool(True)
+
+    def lane_col(tile_n, c, lane):
+        return tile_n * g.BN + c * 32 + (lane % 16 * 2 if PAIRS else lane % 32)
+
+    def lane_row(tile_m, row0, mt, lane, i):
+        return tile_m * g.BM + row0 + mt * 64 + lane // 32 * 16 + (i * 2 + lane % 32 // 16 if PAIRS else i)
+
+    def out(x, x1, x2, x3, x4, x5, row, col, b, bv, rv, c, i, e):  # chunk c, the lane's staged row i
+        if not early:
+            return value(x, x1, x2, x3, x4, x5, row, col, b)
+        return value(x, x1, x2, x3, x4, x5, row, col, b, bv[c * W + e] if HAS_COLUMN else None,
+                     rv[i * W + e] if HAS_ELEMENT else None)
+
     @T.macro
     def store(D, x1, x2, x3, x4, x5, acc, vals, pair, stage, tile_m, tile_n, row0, w, lane, b):
         area: T.let[T.uint32] = stage + T.cast((w * 4 + lane // 32) * STAGE_WARP_BYTES, "uint32")
+        if HAS_COLUMN:  # the bias of every column this lane stores in the tile
+            bv = T.alloc_buffer((CHUNKS * W,), EDT, scope="local")
+            for c in T.unroll(CHUNKS):
+                if col_ok(lane_col(tile_n, c, lane)):
+                    for e in T.vectorized(W):
+                        bv[c * W + e] = COLUMN(x1, x2, x3, x4, x5, lane_col(tile_n, c, lane) + e)
+        else:
+            bv = T.meta_var(None)
+        if HAS_ELEMENT:
+            rv = T.alloc_buffer((ROWS * W,), EDT, scope="local")
+        else:
+            rv = T.meta_var(None)
         for mt in T.unroll(MT):
             for c in T.unroll(CHUNKS):
+                if HAS_ELEMENT:  # R at the chunk's outputs, read before the chunk is staged
+                    for i in T.unroll(ROWS):
+                        if ok(lane_row(tile_m, row0, mt, lane, i), lane_col(tile_n, c, lane)):
+                            for e in T.vectorized(W):
+                                rv[i * W + e] = ELEMENT(x1, x2, x3, x4, x5, lane_row(tile_m, row0, mt, lane, i),
+                                                        lane_col(tile_n, c, lane) + e, b)
                 stage_chunk(acc, area, mt, c, lane)
                 if PAIRS:
                     for i in T.unroll(8):
@@ -437,11 +482,11 @@ def make_staged_rows(g, value, batched: bool = False):
                             T.ptx.ld.shared.f32(vals[i * 2 + e], area + T.cast(
                                 ((i * 2 + lane % 32 // 16) * STAGE_ROW + lane % 16 * 2 + e) * 4, "uint32"))
                     for i in T.unroll(8):
-                        row = T.meta_var(tile_m * g.BM + row0 + mt * 64 + lane // 32 * 16 + i * 2 + lane % 32 // 16)
-                        col = T.meta_var(tile_n * g.BN + c * 32 + lane % 16 * 2)
+                        row = T.meta_var(lane_row(tile_m, row0, mt, lane, i))
+                        col = T.meta_var(lane_col(tile_n, c, lane))
                         if ok(row, col):
                             for e in T.unroll(2):
-                                pair[e] = value(vals[i * 2 + e], x1, x2, x3, x4, x5, row, col + e, b)
+                                pair[e] = out(vals[i * 2 + e], x1, x2, x3, x4, x5, row, col + e, b, bv, rv, c, i, e)
                             for e in T.vectorized(2):
                                 if batched:
                                     D[b, row, col + e] = pair[e]
@@ -450,13 +495,13 @@ def make_staged_rows(g, value, batched: bool = False):
                 else:
                     read_column(vals, area, lane)
                     for r in T.unroll(16):
-                        row = T.meta_var(tile_m * g.BM + row0 + mt * 64 + lane // 32 * 16 + r)
-                        col = T.meta_var(tile_n * g.BN + c * 32 + lane % 32)
+                        row = T.meta_var(lane_row(tile_m, row0, mt, lane, r))
+                        col = T.meta_var(lane_col(tile_n, c, lane))
                         if ok(row, col):
                             if batched:
-                                D[b, row, col] = value(vals[r], x1, x2, x3, x4, x5, row, col, b)
+                                D[b, row, col] = out(vals[r], x1, x2, x3, x4, x5, row, col, b, bv, rv, c, r, 0)
                             else:
-                                D[row, col] = value(vals[r], x1, x2, x3, x4, x5, row, col, b)
+                                D[row, col] = out(vals[r], x1, x2, x3, x4, x5, row, col, b, bv, rv, c, r, 0)
                 T.cuda.warp_sync()  # every lane has read the area before the next chunk overwrites it
 
     return store
@@ -464,15 +509,21 @@ def make_staged_rows(g, value, batched: bool = False):
 
 def make_staged_fused_epilogue(g: "Geometry", wl: Gemm):
     """:func:`make_fused_epilogue` through the consumer warps' staging areas (``staged_store``): the
-    epilogue applied to the accumulators read back along the rows, bias and R read there
-    (:func:`make_staged_rows`), D stored by rows in its type."""
+    epilogue applied to the accumulators read back along the rows, the bias read once per tile and R
+    once per chunk, ahead of their use (:func:`make_staged_rows`' ``early``), D stored by rows in
+    its type."""
     BIAS, RES, BATCHED = wl.bias, wl.residual, wl.batched
 
-    def value(x, bias, R, _3, _4, _5, row, col, b):
-        r = (R[b, row, col] if BATCHED else R[row, col]) if RES else None
-        return epilogue_value(wl, x, bias[col] if BIAS else None, r)
+    def value(x, bias, R, _3, _4, _5, row, col, b, bias_value, r_value):
+        return epilogue_value(wl, x, bias_value, r_value)
 
-    return make_staged_rows(g, value, BATCHED)
+    def column(bias, R, _3, _4, _5, col):
+        return bias[col]
+
+    def element(bias, R, _3, _4, _5, row, col, b):
+        return R[b, row, col] if BATCHED else R[row, col]
+
+    return make_staged_rows(g, value, BATCHED, (wl.out_dtype, column if BIAS else None, element if RES else None))
 
 
 def make_staged_epilogue(g: "Geometry"):

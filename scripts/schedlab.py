@@ -244,13 +244,13 @@ def cmd_bench_gemm(args):
         given = [o for o, v in (("--shapes", args.shapes), ("--precisions", args.precisions), ("--random", args.random),
                                 ("--layouts", args.layouts), ("--steps", args.steps)) if v]
         if given:
-            raise CliError(f"--llm times bf16 language-model layers: it takes --models, --rows and --no-epilogue, "
+            raise CliError(f"--llm times bf16 language-model layers: it takes --models, --rows, --forms and --no-epilogue, "
                            f"not {', '.join(given)}")
         if args.out == "out/bench_gemm":
             args.out = "out/bench_llm"
         return bench_llm.command(args)
-    if args.models or args.rows or args.no_epilogue:
-        raise CliError("--models, --rows and --no-epilogue go with --llm")
+    if args.models or args.rows or args.forms or args.no_epilogue:
+        raise CliError("--models, --rows, --forms and --no-epilogue go with --llm")
     if args.random:
         from reports.experiments import bench_random  # heavy: as above
 
@@ -419,12 +419,16 @@ def make_parser():
                         "attention-like shapes beside cuBLAS of the same layout, instead (bench_layouts)")
     s.add_argument("--seed", type=int, default=0, help="with --random: the drawing's seed")
     s.add_argument("--llm", action="store_true", help="language-model linear layers (bf16 in and out, weight N×K, "
-                   "1 to 4096 rows, each with its model's epilogue) beside cuBLAS, cuBLASLt's fused epilogue and eager "
-                   "PyTorch (bench_llm)")
+                   "1 to 8192 rows, with its model's epilogue, without, and with a bias and GELU) beside cuBLAS, "
+                   "cuBLASLt's fused epilogue and eager PyTorch (bench_llm)")
     s.add_argument("--models", default=None, help="with --llm: comma-separated models (default: llama-3.1-8b, "
                    "qwen2.5-7b, phi-2; also llama-3.1-70b)")
-    s.add_argument("--rows", default=None, help="with --llm: comma-separated row counts M (default: 1,16,61,256,1000,4096)")
-    s.add_argument("--no-epilogue", action="store_true", help="with --llm: every layer as the product alone (bf16 out)")
+    s.add_argument("--rows", default=None, help="with --llm: comma-separated row counts M (default: "
+                   "1,16,61,256,1000,2000,4096,8192)")
+    s.add_argument("--forms", default=None, help="with --llm: comma-separated forms of each layer: model (its model's "
+                   "epilogue), plain (none), bias_gelu (a bias and the tanh GELU, past 64 rows); default: all three")
+    s.add_argument("--no-epilogue", action="store_true", help="with --llm: every layer as the product alone (bf16 out): "
+                   "--forms plain")
     s.set_defaults(fn=cmd_bench_gemm)
     s = _command(sub, "tune-random", "Tune the dispatcher's worst fp32 shapes of a random draw, each within a time limit.",
                  "The draw of bench-gemm --random N --seed S: its K fp32 shapes where the dispatcher's choice is "

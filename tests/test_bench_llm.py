@@ -29,13 +29,38 @@ def test_layer_shapes_from_the_models_configurations():
 def test_each_distinct_layer_is_timed_once_with_its_epilogue_or_none():
     layers = L.plan_layers(["llama-3.1-8b", "llama-3.1-8b"], [1, 61])
     assert len(layers) == 8 and len({e["workload"] for e in layers}) == 8
-    assert all(e["also"] == ["llama-3.1-8b " + e["layer"]] for e in layers)
+    assert all(e["also"] == ["llama-3.1-8b " + e["layer"] + " (model)"] for e in layers)
     wl = parse_workload(next(e["workload"] for e in layers if e["layer"] == "down" and e["rows"] == 61))
     assert (wl.M, wl.N, wl.K, wl.dtype, wl.out_dtype, wl.layout) == (61, 4096, 14336, "bfloat16", "bfloat16", "nt")
     assert wl.epilogue.residual and not wl.epilogue.bias
-    plain = L.plan_layers(["phi-2"], [16], epilogue=False)
+    plain = L.plan_layers(["phi-2"], [16], ["plain"])
     assert all(parse_workload(e["workload"]).epilogue is None for e in plain)
     assert all(parse_workload(e["workload"]).out_dtype == "bfloat16" for e in plain)
+
+
+def test_the_forms_of_a_layer():
+    """Each layer with its model's epilogue, without, and from 65 rows on with a bias and the tanh GELU;
+    a workload two forms share (Llama's QKV has no epilogue: model = plain) is timed once."""
+    layers = L.plan_layers(["llama-3.1-8b"], [16, 1000], L.FORMS)
+    by = {(e["layer"], e["rows"], e["form"]): parse_workload(e["workload"]) for e in layers}
+    assert by[("o_proj", 16, "model")].epilogue.residual and by[("o_proj", 16, "plain")].epilogue is None
+    assert ("qkv", 16, "plain") not in by  # the same workload as its model form
+    assert any("(plain)" in a for e in layers for a in e["also"])
+    gelu = by[("o_proj", 1000, "bias_gelu")].epilogue
+    assert gelu.bias and gelu.activation == "gelu_tanh" and not gelu.residual
+    assert ("o_proj", 16, "bias_gelu") not in by  # decode-sized: the weight's read, not the epilogue, decides
+    assert len(layers) == len({e["workload"] for e in layers})
+    with pytest.raises(ScheduleParamError, match="not one of model, plain, bias_gelu"):
+        L.check_args(["phi-2"], [16], ["fused"])
+
+
+def test_regimes_follow_the_targets():
+    reg = lambda m, words: L.regime(parse_workload(L.layer_workload(m, 4096, 4096, words)))  # noqa: E731
+    assert reg(61, ["bias", "gelu_tanh"]) == "decode (M ≤ 64)"
+    assert reg(1000, []) == "mid (64 < M < 1024)"
+    assert reg(1024, []) == "prefill (M ≥ 1024), no epilogue"
+    assert reg(4096, ["bias", "gelu_tanh"]) == "prefill (M ≥ 1024), bias + activation"
+    assert reg(4096, ["bias"]) == reg(4096, ["residual"]) == "prefill (M ≥ 1024), other epilogues"
 
 
 def test_the_jobs_per_layer():
@@ -100,11 +125,12 @@ def test_bandwidth_share_summary_and_table_from_a_results_frame():
     assert lab["pct_same_size_copy"] == pytest.approx(85.0)
     assert df.xs("cublas", level="name").iloc[0]["pct_same_size_copy"] == pytest.approx(68.0)
     s = L.summary(_frame()).set_index("regime")
-    decode, prefill = s.loc["decode (M ≤ 64)"], s.loc["prefill (M > 64)"]
+    decode, prefill = s.loc["decode (M ≤ 64)"], s.loc["mid (64 < M < 1024)"]
     assert decode["geomean % cuBLAS"] == "125.0" and decode["measured"] == 1
     assert float(decode["cuBLAS % copy BW"]) == pytest.approx(0.8 * float(decode["lab % copy BW"]), rel=1e-2)
     assert prefill["failed"] == 1 and prefill["measured"] == 0
     assert decode["lab % same-size copy"] == "85.0" and decode["cuBLAS % same-size copy"] == "68.0"
+    assert decode["min lab % copy BW"] == decode["lab % copy BW"]  # one decode row
     assert "lab % same-size copy" not in prefill or prefill["lab % same-size copy"] != prefill["lab % same-size copy"]
     md = L.markdown(_frame())
     assert "Test GPU" in md and "3000 GB/s" in md and "decode_gemm [decode t16]" in md
@@ -118,6 +144,8 @@ def test_bandwidth_share_summary_and_table_from_a_results_frame():
     (["--llm", "--rows", "0,16"], "between 1 and 65536"),
     (["--llm", "--rows", "16,x"], "not a whole number"),
     (["--rows", "16"], "go with --llm"),
+    (["--forms", "plain"], "go with --llm"),
+    (["--llm", "--forms", "plain,fused"], "not one of model, plain, bias_gelu"),
 ])
 def test_refusals_are_one_line(argv, word, capsys, tmp_path):
     assert main(["bench-gemm", *argv, "--out", str(tmp_path / "out")]) == 2

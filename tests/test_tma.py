@@ -206,9 +206,19 @@ def test_tf32_split_k_and_padding_are_right(harness, workload, params):
 
 def test_staged_store_takes_an_epilogue_and_a_16_bit_output():
     # D in its type: the epilogue applied to the values read back, pairs stored by rows (N even)
-    b = built("persistent_gemm", "gemm:1000x4096x4096:bfloat16:nt:out=bfloat16:residual", staged_store=True)
+    b = built("persistent_gemm", "gemm:1000x4096x4096:bfloat16:nt:out=bfloat16:bias:residual", staged_store=True,
+              block_n=128)
     assert all(k.spills == 0 for k in b.device.kernels) and "st.shared.v2.f32" in b.device.ptx
-    assert "*(nv_bfloat162*)(D_ptr" in b.device.cuda and "R_ptr[" in b.device.cuda
+    cuda = b.device.cuda
+    assert "*(nv_bfloat162*)(D_ptr" in cuda
+    # read ahead of their use: the bias of the lane's 4 column pairs once per tile (a 128-wide tile:
+    # 4 chunks of 32 columns), R as pairs for a chunk's 8 rows before the chunk is staged; read
+    # inside the row loop, each load's latency sat between two stores (a bias cost 20% of the time)
+    assert cuda.count("(bias_ptr +") == 4 and "bias_ptr[" not in cuda
+    assert cuda.count("(R_ptr +") == 4 * 8 and "R_ptr[" not in cuda  # the 4 chunks unrolled
+    body = cuda[cuda.rindex("main_kernel("):]
+    first_r, first_stage = body.index("(R_ptr +"), body.index("tvm_builtin_ptx_st_vec_shared_v2_f32(")
+    assert body.index("(bias_ptr +") < first_r < first_stage
 
 
 def test_staged_store_writes_c_through_each_warps_shared_area():

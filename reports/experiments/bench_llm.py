@@ -1,9 +1,11 @@
 """``schedlab bench-gemm --llm``: the linear layers of language models as they run: bf16 in and out,
 the weight stored N×K (``nt``, as PyTorch's ``Linear`` keeps it), M from one token (a decode step)
-to a long prompt (prefill), each layer with the epilogue its model puts after it (a bias, a GELU, the
-residual add) or none.
+to a long prompt (prefill), in up to three forms: with the epilogue its model puts after it (a bias,
+a GELU, the residual add, or none: ``model``), as the product alone (``plain``), and, from 65 rows on,
+with a bias and the tanh GELU (``bias_gelu``: the epilogue cuBLASLt fuses, on every layer).
 
-    schedlab bench-gemm --llm --out out/bench_llm [--models llama-3.1-8b,...] [--rows 1,16,...] [--no-epilogue]
+    schedlab bench-gemm --llm --out out/bench_llm [--models llama-3.1-8b,...] [--rows 1,16,...]
+                        [--forms model,plain,bias_gelu | --no-epilogue]
 
 Per layer and row count: cuBLAS of the same types (the product alone, ``torch.matmul`` into bf16),
 where the layer has an epilogue cuBLASLt's fused one (``torch.addmm`` / ``torch._addmm_activation``,
@@ -41,9 +43,14 @@ from .bench import applies, run_bench, write_bench
 
 CHOICE = "best_fp16_gemm"
 LIBRARY = ("cublas", "cublaslt_fused", "torch_eager")
-# one decode step, a few speculative or batched tokens, a short and a long prompt; not all powers of two
-ROWS = (1, 16, 61, 256, 1000, 4096)
+# one decode step, a few speculative or batched tokens, short and long prompts; not all powers of two
+ROWS = (1, 16, 61, 256, 1000, 2000, 4096, 8192)
 DECODE_ROWS = 64  # up to this many rows, the weight's read is the bound: the bandwidth columns apply
+PREFILL_ROWS = 1024  # from this many rows on, a product runs at the tensor cores' rate (the summary's prefill)
+# the forms a layer is timed in: its model's epilogue, the product alone, a bias and the tanh GELU (past
+# DECODE_ROWS rows: what cuBLASLt's fused epilogue computes, so that every layer meets it)
+FORMS = ("model", "plain", "bias_gelu")
+BIAS_GELU = ["bias", "gelu_tanh"]
 
 
 @dataclass(frozen=True)
@@ -95,19 +102,36 @@ def layer_workload(m: int, n: int, k: int, words: list[str], epilogue: bool = Tr
     return ":".join([f"gemm:{m}x{n}x{k}", "bfloat16", "nt", "out=bfloat16", *(words if epilogue else [])])
 
 
-def plan_layers(models, rows, epilogue: bool = True) -> list[dict]:
-    """One entry per (model, layer, rows): the workload and where it comes from. Layers of the same
-    shape and epilogue in two models are timed once, under the first model that has them."""
+def form_words(form: str, words: list[str], m: int) -> list[str] | None:
+    """The epilogue words of a layer with ``m`` rows in ``form`` (:data:`FORMS`), None where the
+    form does not apply (``bias_gelu`` on a decode-sized product)."""
+    if form == "model":
+        return list(words)
+    if form == "plain":
+        return []
+    if form == "bias_gelu":
+        return BIAS_GELU if m > DECODE_ROWS else None
+    raise ScheduleParamError(f"--forms: {form!r} is not one of {', '.join(FORMS)}")
+
+
+def plan_layers(models, rows, forms=("model",)) -> list[dict]:
+    """One entry per (model, layer, rows, form): the workload and where it comes from. The same
+    workload (a shape and epilogue in two models, or two forms that coincide) is timed once, under
+    the first model and form that have it."""
     seen, out = {}, []
-    for name in models:
-        for layer, n, k, words in MODELS[name].layers():
-            for m in rows:
-                wl = layer_workload(m, n, k, words, epilogue)
-                if wl in seen:
-                    seen[wl]["also"].append(f"{name} {layer}")
-                    continue
-                seen[wl] = {"workload": wl, "model": name, "layer": layer, "rows": m, "also": []}
-                out.append(seen[wl])
+    for form in forms:
+        for name in models:
+            for layer, n, k, words in MODELS[name].layers():
+                for m in rows:
+                    ep = form_words(form, words, m)
+                    if ep is None:
+                        continue
+                    wl = layer_workload(m, n, k, ep)
+                    if wl in seen:
+                        seen[wl]["also"].append(f"{name} {layer} ({form})")
+                        continue
+                    seen[wl] = {"workload": wl, "model": name, "layer": layer, "rows": m, "form": form, "also": []}
+                    out.append(seen[wl])
     return out
 
 
@@ -138,7 +162,9 @@ def parse_list(text: str | None, default, what: str, convert=str):
     return out
 
 
-def check_args(models: list[str], rows: list[int]):
+def check_args(models: list[str], rows: list[int], forms: list[str] = ("model",)):
+    for form in forms:
+        form_words(form, [], 1)  # an unknown form: its one-line error
     for name in models:
         if name not in MODELS:
             raise ScheduleParamError(f"--models: {name!r} is not one of {', '.join(MODELS)}")
@@ -157,6 +183,7 @@ def tidy(df: pd.DataFrame, layers: list[dict]) -> pd.DataFrame:
     df = df.copy()
     df["model"] = df["workload"].map(lambda w: where.get(w, {}).get("model"))
     df["layer"] = df["workload"].map(lambda w: where.get(w, {}).get("layer"))
+    df["form"] = df["workload"].map(lambda w: where.get(w, {}).get("form"))
     df["also"] = df["workload"].map(lambda w: ", ".join(where.get(w, {}).get("also", [])) or None)
     copy = (df.attrs.get("ceilings") or {}).get("copy_gbps")
     df["pct_copy_bw"] = 100 * df["gbps"] / copy if copy else np.nan
@@ -188,6 +215,7 @@ def per_layer(df: pd.DataFrame) -> pd.DataFrame:
 
         rows.append({
             "model": lab.get("model") or cub.get("model"), "layer": lab.get("layer") or cub.get("layer"),
+            "form": lab.get("form") or cub.get("form"),
             "M": w.M, "N×K": f"{w.N}×{w.K}", "epilogue": " ".join(w.epilogue.words()) if w.epilogue else "",
             "cuBLAS µs": us(cub), "cuBLASLt fused µs": us(by.get("cublaslt_fused", {})),
             "eager µs": us(by.get("torch_eager", {})), "lab µs": us(lab),
@@ -221,24 +249,41 @@ def _geomean(values) -> float:
     return float(np.exp(np.log(v).mean())) if len(v) else float("nan")
 
 
+def regime(wl) -> str:
+    """The summary's group of a layer workload, as the targets read: decode-sized (the weight's read
+    bounds it), between, and from PREFILL_ROWS rows on split by epilogue: none (against cuBLAS), a
+    bias with an activation (against cuBLASLt's fused epilogue), the others (a bias alone, a residual)."""
+    if decode_sized(wl):
+        return f"decode (M ≤ {DECODE_ROWS})"
+    if wl.M < PREFILL_ROWS:
+        return f"mid ({DECODE_ROWS} < M < {PREFILL_ROWS})"
+    ep = wl.epilogue
+    if ep is None:
+        return f"prefill (M ≥ {PREFILL_ROWS}), no epilogue"
+    if ep.bias and ep.activation:
+        return f"prefill (M ≥ {PREFILL_ROWS}), bias + activation"
+    return f"prefill (M ≥ {PREFILL_ROWS}), other epilogues"
+
+
 def summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per regime (decode: M ≤ 64; prefill: more rows), the lab's choice against the libraries:
-    geometric means of % cuBLAS, % cuBLASLt fused and × eager, the lowest % cuBLAS, and for decode
-    the geometric mean share of the copy bandwidth, the lab's and cuBLAS's."""
+    """Per regime (:func:`regime`), the lab's choice against the libraries: geometric means of
+    % cuBLAS, % cuBLASLt fused and × eager, the lowest % cuBLAS, and for decode the geometric mean
+    and lowest share of the copy bandwidth (the lab's; cuBLAS's geometric mean) and of a same-size copy."""
     lab = df[df["name"] == CHOICE].copy()
     cub = df[df["name"] == "cublas"].set_index("workload")
-    lab["_decode"] = lab["workload"].map(lambda w: decode_sized(parse_workload(w)))
+    lab["_regime"] = lab["workload"].map(lambda w: regime(parse_workload(w)))
     out = []
-    for decode, g in lab.groupby("_decode", sort=False):
+    order = {r: i for i, r in enumerate(REGIMES)}
+    for name, g in sorted(lab.groupby("_regime", sort=False), key=lambda x: order.get(x[0], 99)):
         ok = g[g["status"] == "ok"]
-        row = {"regime": f"decode (M ≤ {DECODE_ROWS})" if decode else f"prefill (M > {DECODE_ROWS})",
-               "layers": len(g), "measured": len(ok), "failed": int((g["status"] != "ok").sum()),
+        row = {"regime": name, "layers": len(g), "measured": len(ok), "failed": int((g["status"] != "ok").sum()),
                "geomean % cuBLAS": T.fmt(_geomean(ok["pct_cublas"]), ".1f"),
                "min % cuBLAS": T.fmt(ok["pct_cublas"].min() if len(ok) else np.nan, ".1f"),
                "geomean % cuBLASLt fused": T.fmt(_geomean(ok.get("pct_cublaslt", pd.Series(dtype=float))), ".1f"),
                "geomean × eager": T.fmt(_geomean(ok.get("speedup_vs_eager", pd.Series(dtype=float))), ".2f")}
-        if decode:
+        if name.startswith("decode"):
             row["lab % copy BW"] = T.fmt(_geomean(ok["pct_copy_bw"]), ".1f")
+            row["min lab % copy BW"] = T.fmt(ok["pct_copy_bw"].min() if len(ok) else np.nan, ".1f")
             c = cub.reindex(ok["workload"])
             row["cuBLAS % copy BW"] = T.fmt(_geomean(c["pct_copy_bw"][c["status"] == "ok"]), ".1f")
             row["lab % same-size copy"] = T.fmt(_geomean(ok.get("pct_same_size_copy", pd.Series(dtype=float))), ".1f")
@@ -248,13 +293,19 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+REGIMES = (f"decode (M ≤ {DECODE_ROWS})", f"mid ({DECODE_ROWS} < M < {PREFILL_ROWS})",
+           f"prefill (M ≥ {PREFILL_ROWS}), no epilogue", f"prefill (M ≥ {PREFILL_ROWS}), bias + activation",
+           f"prefill (M ≥ {PREFILL_ROWS}), other epilogues")
+
+
 def markdown(df: pd.DataFrame) -> str:
     timer = df["timer"].dropna().iloc[0] if "timer" in df and df["timer"].notna().any() else "no GPU: nothing timed"
     copy = (df.attrs.get("ceilings") or {}).get("copy_gbps")
     models = df.attrs.get("models", [])
     lines = [f"# Language-model linear layers: {df.attrs['provenance']['gpu']}", "", T.provenance_line(df.attrs), "",
              f"Models: {', '.join(models)}; rows: {', '.join(map(str, df.attrs.get('rows', [])))}; bf16 inputs and "
-             f"output, weight N×K (nt){'' if df.attrs.get('epilogue', True) else ', no epilogue'}. Timer: {timer}; "
+             f"output, weight N×K (nt); forms: {', '.join(df.attrs.get('forms', ['model']))} (model: the model's "
+             f"epilogue; plain: none; bias_gelu: a bias and the tanh GELU, past {DECODE_ROWS} rows). Timer: {timer}; "
              f"median; every result checked against float64 first. % cuBLAS: against cuBLAS's product alone in the "
              f"same types; % cuBLASLt: against its fused epilogue where PyTorch reaches it (a bias, with ReLU or the "
              f"tanh GELU); × eager: eager PyTorch's time over the lab's. % copy BW: the layer's bytes over the time, "
@@ -269,9 +320,10 @@ def command(args) -> int:
     """``schedlab bench-gemm --llm`` (``args``: the command's options)."""
     models = parse_list(args.models, DEFAULT_MODELS, "models")
     rows = parse_list(args.rows, ROWS, "rows", int)
-    check_args(models, rows)
-    layers = plan_layers(models, rows, epilogue=not args.no_epilogue)
-    meta = {"models": models, "rows": rows, "epilogue": not args.no_epilogue,
+    forms = ["plain"] if args.no_epilogue else parse_list(args.forms, FORMS, "forms")
+    check_args(models, rows, forms)
+    layers = plan_layers(models, rows, forms)
+    meta = {"models": models, "rows": rows, "forms": forms,
             "layers": [{k: v for k, v in e.items() if k != "also"} for e in layers]}
     df = run_bench(make_jobs(layers), args.out, "bench-gemm-llm", workers=args.workers, timeout=args.timeout,
                    budget_s=args.budget, progress=not args.quiet, meta=meta, copy_bytes=copy_bytes(layers))
