@@ -65,7 +65,7 @@ from .tma_common import (WARPGROUP, StreamUnits, WorkUnits, grouped_tile, pad_co
 from .tma_fp16 import (Geometry, TmaConfig, encode_maps, make_epilogue, make_fused_epilogue, make_group_store,
                        make_loader, make_mma, make_staged_epilogue, make_staged_fused_epilogue, simple_kernel,
                        staged_bytes)
-from .wgmma_epilogue import kernel_entry, split_sum_epilogue
+from .wgmma_epilogue import kernel_entry, make_residual_prefetch, split_sum_epilogue
 from .workloads import Gemm
 
 
@@ -118,6 +118,9 @@ def ws_kernel(wl: Gemm, cfg):
     FUSED = wl.has_epilogue  # the epilogue on the accumulators (with split-K: in the sum kernel)
     fused = make_fused_epilogue(g, wl) if FUSED and SPLIT == 1 else None
     staged_fused = make_staged_fused_epilogue(g, wl) if STAGED and FUSED and SPLIT == 1 else None
+    # R's rows of a tile asked into L2 as its mainloop starts (with split-K the sum kernel reads R)
+    PREFETCH_R = FUSED and wl.residual and SPLIT == 1
+    prefetch_r = make_residual_prefetch(wl, BM, g.BN, ROW0) if PREFETCH_R else None
     if STREAM:
         CONSUMER_THREADS = NC * WARPGROUP
         store_piece = stream_store_piece(g.ACC, CONSUMER_THREADS)
@@ -210,6 +213,10 @@ def ws_kernel(wl: Gemm, cfg):
                     t: T.let[T.int32] = units.tile(cid, sk_begin, n_sk, i)
                     n_k: T.let[T.int32] = units.k_count(sk_begin, sk_end, n_sk, i, t)
                     pos: T.let[T.int32] = units.position(sk_begin, sk_end, n_sk, i, t)
+                    if PREFETCH_R:
+                        if n_k == KT:  # a whole tile: its epilogue reads R
+                            pm_, pn_ = T.meta_var(units.tile_of(t, rank))
+                            prefetch_r(R, pm_, pn_, w * ROW0, lane, 0)
                     for kt in T.serial(n_k):
                         it: T.let[T.int32] = pos + kt
                         T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
@@ -245,6 +252,9 @@ def ws_kernel(wl: Gemm, cfg):
                         n_k: T.let[T.int32] = units.k_tiles(part)
                     else:
                         n_k = T.meta_var(KTS)
+                    if PREFETCH_R:
+                        pm_, pn_ = T.meta_var(units.tile(cid, i, rank))
+                        prefetch_r(R, pm_, pn_, w * ROW0, lane, part if BATCH > 0 else 0)
                     for kt in T.serial(n_k):
                         it: T.let[T.int32] = i * KTS + kt
                         T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)

@@ -215,10 +215,13 @@ def test_staged_store_takes_an_epilogue_and_a_16_bit_output():
     # 4 chunks of 32 columns), R as pairs for a chunk's 8 rows before the chunk is staged; read
     # inside the row loop, each load's latency sat between two stores (a bias cost 20% of the time)
     assert cuda.count("(bias_ptr +") == 4 and "bias_ptr[" not in cuda
-    assert cuda.count("(R_ptr +") == 4 * 8 and "R_ptr[" not in cuda  # the 4 chunks unrolled
+    assert cuda.count("(R_ptr +") == 4 * 8 and cuda.count("R_ptr[") == 1  # the 4 chunks unrolled; 1: the prefetch
     body = cuda[cuda.rindex("main_kernel("):]
     first_r, first_stage = body.index("(R_ptr +"), body.index("tvm_builtin_ptx_st_vec_shared_v2_f32(")
     assert body.index("(bias_ptr +") < first_r < first_stage
+    # and R's lines of the tile asked into L2 before its mainloop (its first wgmma)
+    assert "prefetch.global.L2" in b.device.ptx
+    assert body.index("tvm_builtin_ptx_prefetch_global_L2(") < body.index("_mma_async_") < first_r
 
 
 def test_staged_store_writes_c_through_each_warps_shared_area():
