@@ -7,6 +7,7 @@ pieces, stored by the main kernel and added by a fix-up kernel that writes those
 from __future__ import annotations
 
 from .common import GpuSpec, ceil_div
+from .workloads import itemsize
 from .tma_common import stream_k_grid, stream_plan
 
 
@@ -37,28 +38,41 @@ def stream_k_offered(wl, bm: int, bn: int, sms: int, bk: int = 64) -> bool:
 STREAM_K_FACTOR = 0.55
 
 
+# Why a shared-out K tile is slower than a whole tile's: the blocks of a round of whole tiles walk K
+# together, so the A rows and B columns of neighbouring tiles are read from DRAM once and then from L2;
+# the blocks that share a stream-K tile walk different K ranges of it, and nothing one of them reads
+# serves another. The shared-out phase (every block's stream-K range, run first and at once) therefore
+# reads each of its K tiles' A and B pieces from DRAM: ``sk_dram_us`` below, against which its compute
+# is overlapped. Without it the model put stream-K at 0.67-0.89 of its measured time on the H100's
+# language-model layers (bf16, K 3584-18944: reports/results/NVIDIA_H100_80GB_HBM3/bench_llm, f4c8388),
+# where whole tiles were within 5%.
+
+
 def stream_k_us(wl, cfg, tiles: int, bk: int, flops_per_k_tile: float, rate: float, gpu: GpuSpec, cal: dict,
                 store_bytes: int, store_factor: float) -> tuple[float, dict]:
     """(µs, plan) of a stream-K grid's main kernel: its blocks' pipelines filled once, then the
-    block that takes longest, its K tiles at ``rate`` (flops per µs; those of its stream-K range at
-    ``stream_k_factor`` of it) and its stores: each whole tile
-    at ``store_bytes`` per output (the output type, and R read), each piece of a split tile in fp32,
-    at ``sm_store_gbps`` × ``store_factor`` per SM; the plan (:func:`schedules.tma_common.stream_plan`,
-    one block per SM) with the fix-up kernel's µs: a launch, every piece read (from L2,
-    ``l2_factor`` times the DRAM bandwidth, where the pieces fit there: the main kernel has just
-    written them) and the split tiles stored (DRAM)."""
+    block that takes longest: its whole tiles' K tiles at ``rate`` (flops per µs), its stream-K
+    range's at ``stream_k_factor`` of it or, where longer, the shared-out phase's DRAM time
+    (``sk_dram_us``: every stream-K K tile's A and B pieces read from DRAM, see above), and its
+    stores: each whole tile at ``store_bytes`` per output (the output type, and R read), each
+    piece of a split tile in fp32, at ``sm_store_gbps`` × ``store_factor`` per SM; the plan
+    (:func:`schedules.tma_common.stream_plan`, one block per SM) with ``sk_dram_us`` and the fix-up
+    kernel's µs: a launch, every piece read (from L2, ``l2_factor`` times the DRAM bandwidth, where
+    the pieces fit there: the main kernel has just written them) and the split tiles stored (DRAM)."""
     bm, bn = cfg.block_m, cfg.block_n
     KT = ceil_div(wl.K, bk)
     grid = stream_k_grid(tiles, KT, gpu.sms)
     plan = stream_plan(tiles, grid, KT)
     store_rate = cal["sm_store_gbps"] * 1e3 * store_factor  # bytes per µs and SM
     whole_us, piece_us = store_bytes * bm * bn / store_rate, 4 * bm * bn / store_rate
-    # the K tiles of the shared-out range at ``stream_k_factor`` of the tile's rate (see STREAM_K_FACTOR)
-    slow = 1.0 / cal.get("stream_k_factor", STREAM_K_FACTOR) - 1.0
-    busy = max((k + slow * shared) * flops_per_k_tile / rate + whole * whole_us + pieces * piece_us
-               for k, whole, pieces, shared in plan["blocks"])
-    pieces = plan["pieces"] * 4 * bm * bn
     bw = gpu.memory_gbps * 1e3  # bytes per µs
+    sk_dram = plan["sk_tiles"] * KT * (bm + bn) * bk * itemsize(wl.dtype) / bw
+    # the K tiles of the shared-out range at ``stream_k_factor`` of the tile's rate (see STREAM_K_FACTOR)
+    shared_rate = rate * cal.get("stream_k_factor", STREAM_K_FACTOR)
+    busy = max((k - shared) * flops_per_k_tile / rate + max(shared * flops_per_k_tile / shared_rate, sk_dram)
+               + whole * whole_us + pieces * piece_us for k, whole, pieces, shared in plan["blocks"])
+    pieces = plan["pieces"] * 4 * bm * bn
     read = pieces / (bw * (cal["l2_factor"] if pieces <= gpu.l2_bytes else 1.0))
-    plan.update(grid=grid, fixup_us=cal["launch_us"] + read + plan["split_tiles"] * bm * bn * store_bytes / bw)
+    plan.update(grid=grid, sk_dram_us=sk_dram,
+                fixup_us=cal["launch_us"] + read + plan["split_tiles"] * bm * bn * store_bytes / bw)
     return cal["fill_us"] + busy, plan
