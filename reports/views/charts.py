@@ -184,11 +184,12 @@ def compare_chart(rows: pd.DataFrame, by: str, labels: tuple[str, str], path: st
 
 def llm_chart(df: pd.DataFrame, choice: str, path: str):
     """``bench-gemm --llm``'s chart: the lab's choice as a % of cuBLAS (the product alone, same
-    types) against the rows M (log), one line per model's layer, of the layers timed without an
-    epilogue where the run has them (``form`` plain); None where nothing was timed."""
+    types) against the rows M (log), one line per model's layer, of the products timed without an
+    epilogue where the run has them; None where nothing was timed."""
     lab = df[(df["name"] == choice) & df["pct_cublas"].notna()]
-    if "form" in lab and (lab["form"] == "plain").any():
-        lab = lab[lab["form"] == "plain"]
+    plain = lab["workload"].map(lambda w: parse_workload(w).epilogue is None).astype(bool)
+    if plain.any():
+        lab = lab[plain]
     if lab.empty:
         return None
     fig, ax = plt.subplots(figsize=(6.8, 4.0))
