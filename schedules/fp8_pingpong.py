@@ -96,7 +96,9 @@ def make_pingpong_promotion(g, mma):
 
     Not ``wait_group 1`` with two partial sets (promoting K tile kt-1 while kt's wgmmas run): ptxas
     then serializes every wgmma (C7514: non-wgmma instructions reading accumulator registers while
-    a wgmma is in flight), as CUTLASS's and DeepGEMM's promotions also wait for 0."""
+    a wgmma is in flight, across the K loop's back edge), as CUTLASS's and DeepGEMM's promotions also
+    wait for 0. The cooperative kernel's ``pipelined=True`` (fp8_block_scales.make_pipelined_unit)
+    avoids it with unrolled chunks of K tiles, nothing in flight at a loop's back edge."""
     S, KT, CL = g.S, g.KT, g.cfg.cluster_m
     load_scales, add = make_scale_loader(g), make_scale_sum(g)
 

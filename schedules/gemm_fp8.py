@@ -41,7 +41,7 @@ from tvm.script import tirx as T
 
 from .common import ceil_div
 from .errors import ScheduleParamError
-from .fp8_block_scales import make_scale_loader, make_scale_sum
+from .fp8_block_scales import make_pipelined_unit, make_scale_loader, make_scale_sum
 from .fp8_pingpong import check_pingpong, make_pingpong_promotion, pass_turn, wait_turn
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
@@ -318,6 +318,8 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     promote = make_promotion(g, wl, mma) if BLOCK else None
     load_scales = make_scale_loader(g) if BLOCK else None
     promote_unit = make_pingpong_promotion(g, mma) if BLOCK and PP else None
+    PIPE = BLOCK and getattr(cfg, "pipelined", False)  # two partial sets, promoted behind the next wgmmas
+    pipe_unit = make_pipelined_unit(g, mma) if PIPE else None
     # K not a multiple of 16 (pad_k): A and B copied first into rows of KP = K rounded up to 16 bytes,
     # the extra columns zero (they add nothing to the sum; K tiles, block scales and KT are K's)
     PAD = cfg.copied(wl)[0]
@@ -349,6 +351,8 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
             sab = T.alloc_buffer((1,), "float32", scope="local")  # scale_a·scale_b (per tensor)
             if BLOCK:  # a K tile's partial sums, and its scales for this thread's rows and column blocks
                 part = T.alloc_buffer((g.ACC,), "float32", scope="local")
+                if PIPE:  # odd K tiles' partial sums (part: the even ones')
+                    part1 = T.alloc_buffer((g.ACC,), "float32", scope="local")
                 sa_r = T.alloc_buffer((4 * cfg.m_subtiles,), "float32", scope="local")  # this K tile's, the next's
                 sb_r = T.alloc_buffer((2 * g.BN // SCALE_BLOCK,), "float32", scope="local")
             ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
@@ -407,7 +411,10 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                         tm_, tn_ = T.meta_var(units.tile(cid, i, rank))
                         tile_m: T.let[T.int32] = tm_
                         tile_n: T.let[T.int32] = tn_
-                        if BLOCK:
+                        if PIPE:
+                            pipe_unit(acc, part, part1, sa_r, sb_r, SA, SB, ring, bars, i, tile_m, tile_n, w * ROW0,
+                                      lane)
+                        elif BLOCK:
                             for r in T.unroll(g.ACC):
                                 acc[r] = T.float32(0)
                             load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, w * ROW0, lane, 0)
@@ -495,10 +502,14 @@ def fp8_tma_gemm(wl: Gemm, cfg: Fp8TmaConfig = Fp8TmaConfig()):
 class Fp8BlockConfig(Fp8TmaConfig):
     """Fp8TmaConfig with a 128 × 128 tile and 6 stages: each consumer thread holds two accumulator
     sets, the running sum and a K tile's partial sums (2 × 64 registers at 128 × 128), and
-    ``block_n`` is a whole number of B's 128-column scale blocks."""
+    ``block_n`` is a whole number of B's 128-column scale blocks. ``pipelined``: a third set, so
+    that a K tile's promotion runs while the next K tile's wgmmas do (cooperative consumers only;
+    fp8_block_scales.make_pipelined_unit)."""
 
     block_n: int = 128
     stages: int = 6
+    pipelined: bool = False  # two partial-sum sets: K tile kt promoted behind kt+1's wgmmas
+    pipe_tiles: int = 4  # pipelined: K tiles per chunk, unrolled, one wait_group 0 each (C7514 otherwise)
     scalings = ("block",)  # promoted into fp32 registers every K tile (make_promotion)
     step_name = "fp8_block_scaled_gemm"
 
@@ -507,14 +518,22 @@ class Fp8BlockConfig(Fp8TmaConfig):
         if self.block_n % SCALE_BLOCK:
             raise ScheduleParamError(f"{name}: block_n must be a multiple of {SCALE_BLOCK} (whole 128-column blocks "
                                      f"of B's scales), got {self.block_n}")
-        if 2 * self.acc_regs > self.consumer_budget - 40:
-            raise ScheduleParamError(f"{name}: two accumulator sets of {self.acc_regs} registers (the running sum "
-                                     f"and a K tile's) leave too few of the {self.consumer_budget} a consumer gets: "
-                                     f"lower block_n or block_m")
+        if self.pipelined and self.pingpong:
+            raise ScheduleParamError(f"{name}: pipelined is for the cooperative consumers (pingpong=false): a "
+                                     f"ping-pong consumer's promotion hides behind the other's wgmmas")
+        if self.pipe_tiles < 2:
+            raise ScheduleParamError(f"{name}: pipe_tiles must be ≥ 2 (K tiles per pipelined chunk), "
+                                     f"got {self.pipe_tiles}")
+        sets = 3 if self.pipelined else 2
+        if sets * self.acc_regs > self.consumer_budget - 40:
+            what = "the running sum and two K tiles'" if self.pipelined else "the running sum and a K tile's"
+            raise ScheduleParamError(f"{name}: {('two', 'three')[sets - 2]} accumulator sets of {self.acc_regs} registers ({what}) leave "
+                                     f"too few of the {self.consumer_budget} a consumer gets: lower block_n or block_m")
         Fp8TmaConfig.check(self, wl)
 
     def describe(self) -> str:
-        return "block-scaled " + Fp8TmaConfig.describe(self)
+        pipe = (" pipelined" + (f"/{self.pipe_tiles}" if self.pipe_tiles != 4 else "")) if self.pipelined else ""
+        return "block-scaled " + Fp8TmaConfig.describe(self) + pipe
 
 
 @register("fp8_block_scaled_gemm", "gemm", Fp8BlockConfig, aliases=("fp8_block",), tags=("fp8",))
@@ -533,6 +552,11 @@ def fp8_block_scaled_gemm(wl: Gemm, cfg: Fp8BlockConfig = Fp8BlockConfig()):
     ``pingpong=true`` with ``block_m=64``: each consumer warpgroup promotes a whole 64 × 128 tile of
     its own, the two taking tiles in turn; the epilogue hides behind the other's mainloop, the
     promotion does not (schedules/fp8_pingpong.py).
+
+    ``pipelined=true`` (cooperative): a second partial-sum set (3 × 64 registers at 128 × 128, within
+    the consumers' 232), so that each K tile's promotion runs while the next K tile's wgmmas do
+    (``wait_group 1``), in unrolled chunks of ``pipe_tiles`` K tiles with one ``wait_group 0`` each
+    (fp8_block_scales.make_pipelined_unit).
     """
     cfg.check(wl)
     return s_tir.Schedule(fp8_kernel(wl, cfg))

@@ -211,6 +211,34 @@ def test_block_scales_are_promoted_every_k_tile(built):
     assert launch.shared_bytes == 6 * (128 + 128) * 128 + 1024 + 20480
 
 
+@pytest.mark.parametrize("K", [384, 704, 1152, 4096])
+def test_pipelined_promotion_runs_behind_the_next_k_tiles_wgmmas(built, K):
+    """pipelined=True: two partial-sum sets, K tile kt+1's wgmmas issued before ``wait_group 1``
+    and K tile kt's promotion; chunks of pipe_tiles (4) K tiles unrolled, each ended by ``wait_group
+    0`` (KT 3, 6 with a partial last K tile, 9 and 32: odd chunks and remainders). No spills, and
+    ptxas does not serialize the wgmmas (C7514: a K loop of pairs with a wgmma in flight across its
+    back edge did)."""
+    b = built(f"gemm:4096x4096x{K}:float8_e4m3fn:nt:scale=block:out=bfloat16", BLOCK_STEP, pipelined=True)
+    assert len(b.device.kernels) == 1 and b.device.kernels[0].spills == 0
+    assert "C7514" not in b.device.ptxas_log and "C7517" not in b.device.ptxas_log
+    ptx = b.device.ptx
+    assert "wgmma.wait_group.sync.aligned 1" in ptx and "wgmma.wait_group.sync.aligned 0" in ptx
+    cuda = b.device.cuda
+    assert "acc_ptr[0] = (acc_ptr[0] + (part1_ptr[0] * (sa_r_ptr[0] * sb_r_ptr[0])));" in cuda
+    assert "acc_ptr[0] = (acc_ptr[0] + (part_ptr[0] * (sa_r_ptr[0] * sb_r_ptr[0])));" in cuda
+    # the next K tile's wgmmas are issued before this one's wait: a wait_group 1 follows part1's wgmmas
+    assert cuda.index("aligned_m64n128k32_f32_e4m3_e4m3_1_1(part1_ptr[0]") < cuda.index("aligned_1();")
+    kt, chunk = -(-K // 128), 4
+    assert cuda.count("wait_group_sync_aligned_0();") == (2 if kt > chunk and kt % chunk else 1)
+
+
+def test_pipelined_is_a_knob_of_the_block_scaled_step_only():
+    cfg = get(BLOCK_STEP).config(pipelined=True)
+    assert cfg.describe() == "block-scaled fp8 128x128x128 s6 ws 2c pers pipelined"
+    assert get(BLOCK_STEP).config(pipelined=True, pipe_tiles=8).describe().endswith(" pipelined/8")
+    assert get(BLOCK_STEP).config().describe() == "block-scaled fp8 128x128x128 s6 ws 2c pers"
+
+
 PINGPONG = dict(pingpong=True, block_m=128, block_n=128, stages=6)  # a consumer's whole tile: 128 accumulators
 BLOCK_PINGPONG = dict(pingpong=True, block_m=64, block_n=128, stages=8)  # two 64-register sets per consumer
 
@@ -284,6 +312,12 @@ def test_what_pingpong_cannot_take_is_refused_in_one_line(step, params, word):
     ("gemm:256x256x256:float8_e4m3fn:nt", dict(step=BLOCK_STEP), "applies block scales, not scale=tensor"),
     ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, block_n=192), "multiple of 128"),
     ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, block_n=256), "two accumulator sets"),
+    ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, pipelined=True, consumer_regs=200),
+     "three accumulator sets of 64 registers"),
+    ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, pipelined=True, pipe_tiles=1),
+     "pipe_tiles must be ≥ 2"),
+    ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(BLOCK_PINGPONG, step=BLOCK_STEP, pipelined=True),
+     "pipelined is for the cooperative consumers"),
 ])
 def test_what_the_tma_path_cannot_take_is_refused_in_one_line(workload, params, word):
     params = dict(params)
@@ -340,6 +374,16 @@ BLOCK_GPU_CASES = [
     (MIXED.replace("scale=row", "scale=block"), {"cluster_m": 2}),
     ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", BLOCK_PINGPONG),
     ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(BLOCK_PINGPONG, sms=5, cluster_m=2)),
+    # pipelined: chunks of 4 K tiles (32), remainders (KT 6: 4 + 2; 9: 4 + 4 + 1), a single odd chunk (KT 3),
+    # partial last K tiles (2000, 704), several units per block (sms), clusters, pipe_tiles 2 and 8
+    ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(pipelined=True)),
+    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(pipelined=True)),
+    ("gemm:512x384x384:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(pipelined=True, sms=2)),
+    ("gemm:1000x520x704:float8_e4m3fn:nt:scale=block", dict(pipelined=True, sms=5, cluster_m=2)),
+    ("gemm:1024x768x1152:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(pipelined=True, sms=7)),
+    ("gemm:1024x768x1152:float8_e4m3fn:nt:scale=block", dict(pipelined=True, pipe_tiles=2, sms=3)),
+    ("gemm:1024x1024x8192:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(pipelined=True, pipe_tiles=8)),
+    (MIXED.replace("scale=row", "scale=block"), {"cluster_m": 2, "pipelined": True}),
 ]
 
 
