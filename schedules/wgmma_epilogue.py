@@ -24,7 +24,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from .common import ceil_div
-from .workloads import Gemm, epilogue_value
+from .workloads import Gemm, epilogue_value, itemsize
 
 SUM_THREADS = 128  # threads per block of split-K's second kernel (as tma_common's plain sum)
 
@@ -149,7 +149,7 @@ def make_residual_prefetch(wl: Gemm, BM: int, BN: int, ROWS: int):
     then come from L2: read from DRAM there, a chunk's latency sat in every tile's epilogue (R cost
     a 128 × 128 tile of 1000 × 3584 × 3584 bf16 half again its time on an H100)."""
     M, N = wl.M, wl.N
-    PER_LINE = LINE_BYTES // (2 if wl.out_dtype in ("float16", "bfloat16") else 4)  # outputs per line
+    PER_LINE = LINE_BYTES // itemsize(wl.out_dtype)  # outputs (R is in the output type) per line
     LPR = ceil_div(BN, PER_LINE)  # lines per row of the tile
     LINES = ROWS * LPR
     PASSES = ceil_div(LINES, 128)

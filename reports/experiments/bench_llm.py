@@ -96,10 +96,10 @@ MODELS = {m.name: m for m in (
 DEFAULT_MODELS = ("llama-3.1-8b", "qwen2.5-7b", "phi-2")
 
 
-def layer_workload(m: int, n: int, k: int, words: list[str], epilogue: bool = True) -> str:
-    """The bf16 ``nt`` workload of a layer with ``m`` rows, its output bf16, with the layer's epilogue
-    (``words``) or, with ``epilogue=False``, without it."""
-    return ":".join([f"gemm:{m}x{n}x{k}", "bfloat16", "nt", "out=bfloat16", *(words if epilogue else [])])
+def layer_workload(m: int, n: int, k: int, words: list[str]) -> str:
+    """The bf16 ``nt`` workload of a layer with ``m`` rows, its output bf16, with the epilogue ``words``
+    (none where empty)."""
+    return ":".join([f"gemm:{m}x{n}x{k}", "bfloat16", "nt", "out=bfloat16", *words])
 
 
 def form_words(form: str, words: list[str], m: int) -> list[str] | None:
@@ -249,20 +249,25 @@ def _geomean(values) -> float:
     return float(np.exp(np.log(v).mean())) if len(v) else float("nan")
 
 
+# the summary's groups (:func:`regime`), in the order the table shows them
+REGIMES = (f"decode (M ≤ {DECODE_ROWS})", f"mid ({DECODE_ROWS} < M < {PREFILL_ROWS})",
+           f"prefill (M ≥ {PREFILL_ROWS}), no epilogue", f"prefill (M ≥ {PREFILL_ROWS}), bias + activation",
+           f"prefill (M ≥ {PREFILL_ROWS}), other epilogues")
+
+
 def regime(wl) -> str:
     """The summary's group of a layer workload, as the targets read: decode-sized (the weight's read
     bounds it), between, and from PREFILL_ROWS rows on split by epilogue: none (against cuBLAS), a
     bias with an activation (against cuBLASLt's fused epilogue), the others (a bias alone, a residual)."""
+    decode, mid, plain, fused, other = REGIMES
     if decode_sized(wl):
-        return f"decode (M ≤ {DECODE_ROWS})"
+        return decode
     if wl.M < PREFILL_ROWS:
-        return f"mid ({DECODE_ROWS} < M < {PREFILL_ROWS})"
+        return mid
     ep = wl.epilogue
     if ep is None:
-        return f"prefill (M ≥ {PREFILL_ROWS}), no epilogue"
-    if ep.bias and ep.activation:
-        return f"prefill (M ≥ {PREFILL_ROWS}), bias + activation"
-    return f"prefill (M ≥ {PREFILL_ROWS}), other epilogues"
+        return plain
+    return fused if ep.bias and ep.activation else other
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -281,7 +286,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                "min % cuBLAS": T.fmt(ok["pct_cublas"].min() if len(ok) else np.nan, ".1f"),
                "geomean % cuBLASLt fused": T.fmt(_geomean(ok.get("pct_cublaslt", pd.Series(dtype=float))), ".1f"),
                "geomean × eager": T.fmt(_geomean(ok.get("speedup_vs_eager", pd.Series(dtype=float))), ".2f")}
-        if name.startswith("decode"):
+        if name == REGIMES[0]:
             row["lab % copy BW"] = T.fmt(_geomean(ok["pct_copy_bw"]), ".1f")
             row["min lab % copy BW"] = T.fmt(ok["pct_copy_bw"].min() if len(ok) else np.nan, ".1f")
             c = cub.reindex(ok["workload"])
@@ -291,11 +296,6 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                 _geomean(c.get("pct_same_size_copy", pd.Series(dtype=float))[c["status"] == "ok"]), ".1f")
         out.append(row)
     return pd.DataFrame(out)
-
-
-REGIMES = (f"decode (M ≤ {DECODE_ROWS})", f"mid ({DECODE_ROWS} < M < {PREFILL_ROWS})",
-           f"prefill (M ≥ {PREFILL_ROWS}), no epilogue", f"prefill (M ≥ {PREFILL_ROWS}), bias + activation",
-           f"prefill (M ≥ {PREFILL_ROWS}), other epilogues")
 
 
 def markdown(df: pd.DataFrame) -> str:
