@@ -4,7 +4,7 @@ and its term of the model.
 A short-K product's time is its output leaving the SMs: short_k_gemm has no K pipeline and
 small blocks that fill the SMs with warps, so its stores, its loads and its FMAs overlap, and
 
-    time = launch + fill + max(store, compute, L2)
+    time = launch + max(fill + max(store, compute, L2), latency)
 
 * **store**: the output (in its type; R read beside it) and the inputs once from DRAM, at the
   measured DRAM bandwidth (``memory_gbps``) times ``short_k_store_efficiency``, the share of it
@@ -15,7 +15,18 @@ small blocks that fill the SMs with warps, so its stores, its loads and its FMAs
   (``fp32_sm_tflops``) times the tile's efficiency (``efficiency["short_k ..."]``, else
   ``default_efficiency["short_k"]``, else :data:`SHORT_K_EFFICIENCY`);
 * **L2**: each block reads its rows of A and its columns of B (A once per block-column, B once
-  per block-row) at ``l2_factor`` times the DRAM bandwidth.
+  per block-row) at ``l2_factor`` times the DRAM bandwidth;
+* **latency**: a thread walks K in steps of K_STEP, each step's loads of A and B a round trip to
+  memory that the next step's FMAs wait for (the whole K is unrolled, but nvcc keeps a step's
+  fragments, not the next step's, in flight: 32-127 registers per thread), so a block takes at
+  least ``fill_us`` + ⌈K / K_STEP⌉ · ``k_step_us`` (the SIMT tiles' load latency), and its blocks
+  run in waves of the SMs times the blocks one SM holds (registers: :func:`short_k_registers`).
+  Where the output is a few waves of blocks and K is not tiny, this is the cost: on an H100,
+  78x6296x50 (150 blocks, 13 steps) ran 16.2 µs where its stores take 1 µs and the model without
+  this term said 6.1; 1210x3424x21 on 32x256 tiles (532 blocks, 3 per SM at 78 registers: 2
+  waves of 6 steps) 17.2 µs against 11.1. A tiled kernel, whose loads of the next K tile are in
+  flight while one is computed, wins such shapes (the committed candidate timings,
+  reports/results/NVIDIA_H100_80GB_HBM3/floor_candidates).
 
 ``schedlab calibrate`` fits ``short_k_store_efficiency`` (and the tiles' efficiencies where the
 FMAs, not the stores, set the time) to the sweep's short_k_gemm points; until a sweep has
@@ -24,7 +35,7 @@ measured the kernel, the defaults below stand.
 
 from __future__ import annotations
 
-from .common import ceil_div, current_gpu, limits_of
+from .common import GpuSpec, ceil_div, current_gpu, limits_of
 from .gemm_short_k import K_STEP, ShortKConfig
 from .errors import ScheduleParamError
 from .registry import get
@@ -43,6 +54,22 @@ SHORT_K_STORE_EFFICIENCY = 0.9
 # it: the calibrated efficiency of the tiled kernels' 4 × 4 thread tiles (simt 64x64 t4x4: 0.63;
 # 16x128 t4x4: 0.54), here with no shared-memory loads but two L1 loads per 4 k steps
 SHORT_K_EFFICIENCY = 0.6
+
+
+def short_k_registers(cfg: ShortKConfig) -> int:
+    """Registers per thread of a short_k_gemm tile, which set how many blocks an SM holds: the
+    accumulators twice over (a step's fragments of A and B and the widened values beside them) and
+    16 for addresses, in steps of 8. ptxas reported 30-48 for 4 × 4 (48 estimated), 61-80 for
+    8 × 4 (80) and 64-127 for 4 × 8 (80; 127 at K = 36) on the H100 timings the module cites."""
+    return ceil_div(2 * cfg.thread_m * cfg.thread_n + 16, 8) * 8
+
+
+def short_k_waves(wl, cfg: ShortKConfig, gpu: GpuSpec, batches: int = 1) -> int:
+    """Waves of blocks: the grid over the SMs times the blocks one SM holds (threads, registers)."""
+    regs = ceil_div(short_k_registers(cfg) * cfg.threads, 256) * 256  # allocated per warp in steps
+    per_sm = max(1, min(gpu.blocks_per_sm, gpu.threads_per_sm // cfg.threads, gpu.regs_per_sm // regs))
+    blocks = ceil_div(wl.M, cfg.block_m) * ceil_div(wl.N, cfg.block_n) * batches
+    return ceil_div(blocks, gpu.sms * per_sm)
 
 
 def short_k_configs(wl, limits=None):
@@ -83,7 +110,9 @@ def short_k_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, batches:
     compute = flops / (cal["fp32_sm_tflops"] * 1e6 * gpu.sms * eff)
     blocks = ceil_div(M, cfg.block_m) * ceil_div(N, cfg.block_n) * batches
     l2 = batches * item * (M * K * ceil_div(N, cfg.block_n) + K * N * ceil_div(M, cfg.block_m)) / (bw * cal["l2_factor"])
+    waves = short_k_waves(wl, cfg, gpu, batches)
+    latency = waves * (cal["fill_us"] + ceil_div(K, K_STEP) * cal.get("k_step_us", 0.0))
     terms = {"family": "short_k", "efficiency": eff, "store_efficiency": store_eff, "store_us": store,
-             "compute_us": compute, "dram_us": store, "l2_us": l2, "reduce_us": 0.0, "blocks": blocks,
-             "per_sm": 0, "waves": 1, "splits": 1}
-    return cal["launch_us"] + cal["fill_us"] + max(store, compute, l2), terms
+             "compute_us": compute, "dram_us": store, "l2_us": l2, "latency_us": latency, "reduce_us": 0.0,
+             "blocks": blocks, "per_sm": 0, "waves": waves, "splits": 1}
+    return cal["launch_us"] + max(cal["fill_us"] + max(store, compute, l2), latency), terms

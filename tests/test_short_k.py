@@ -145,3 +145,27 @@ def test_the_calibration_fits_its_store_efficiency():
     cal = copy.deepcopy(base)
     calibrate._fit_short_k_store(pts, cal, gpu)
     assert cal["short_k_store_efficiency"] == pytest.approx(0.7, abs=0.005)
+
+
+def test_the_model_charges_its_walk_over_k_in_waves():
+    """A block waits for each K step's loads (k_step_us per 4 k values), and its blocks run in
+    waves of what one SM holds at the tile's registers: with a few waves and K = 64 that walk, not
+    the store, sets the time."""
+    from schedules.common import GpuSpec
+    from schedules.dispatch_short_k import short_k_registers, short_k_waves
+    from schedules.gemm_short_k import ShortKConfig
+
+    gpu, cal = GpuSpec(), dispatch.CALIBRATION
+    wide = ShortKConfig(block_m=32, block_n=256, thread_m=4, thread_n=8)
+    assert short_k_registers(wide) == 80  # 3 blocks of 256 threads per SM: 396 a wave on 132 SMs
+    assert short_k_waves(parse_workload("gemm:1000x4000x20"), wide, gpu) == 2  # 32 × 16 = 512 blocks
+    assert short_k_waves(parse_workload("gemm:1000x4000x20"), wide, gpu, batches=2) == 3
+    wl = parse_workload("gemm:100x5000x64")
+    for c in dispatch.short_k_candidates(wl):
+        e = dispatch.estimate(wl, c, gpu, cal)
+        walk = e.terms["waves"] * (cal["fill_us"] + 16 * cal["k_step_us"])
+        assert e.terms["latency_us"] == pytest.approx(walk)
+        assert e.time_us == pytest.approx(cal["launch_us"] + walk)  # its stores take about a µs
+        short = dispatch.estimate(parse_workload("gemm:100x5000x8"), c, gpu, cal)
+        assert short.terms["latency_us"] == pytest.approx(e.terms["waves"] * (cal["fill_us"] + 2 * cal["k_step_us"]))
+    assert dispatch.choose(wl, "fp32", gpu)[0] != "short_k_gemm"

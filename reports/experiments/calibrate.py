@@ -381,8 +381,9 @@ def _fit_stream_k_factor(pts, cal, gpu):
 
 def _fit_short_k_store(pts, cal, gpu):
     """short_k_gemm's share of the DRAM bandwidth on its stores (``short_k_store_efficiency``): the
-    median, over its points where the store term is at least twice the compute and L2 terms, of
-    (its bytes at the full bandwidth) / (measured time − launch − fill)."""
+    median, over its points where the store term is at least twice the compute and L2 terms and
+    the measured time (less the launch) a fifth over the latency path (whose stores then set it),
+    of (its bytes at the full bandwidth) / (measured time − launch − fill)."""
     ratios = []
     for wl, _, c, t in pts:
         if c.family != "short_k":
@@ -390,7 +391,8 @@ def _fit_short_k_store(pts, cal, gpu):
         terms = dispatch.estimate(wl, c, gpu, cal).terms
         store = terms["store_us"] * terms["store_efficiency"]  # at the full bandwidth
         busy = t - cal["launch_us"] - cal["fill_us"]
-        if busy > 0 and terms["store_us"] >= 2 * max(terms["compute_us"], terms["l2_us"]):
+        if busy > 0 and terms["store_us"] >= 2 * max(terms["compute_us"], terms["l2_us"]) \
+                and t - cal["launch_us"] >= 1.2 * terms["latency_us"]:
             ratios.append(store / busy)
     if ratios:
         cal["short_k_store_efficiency"] = round(float(np.clip(np.median(ratios), 0.2, 1.2)), 3)
