@@ -13,6 +13,13 @@ from .tma_common import fence_acc, release_slot
 from .workloads import SCALE_BLOCK
 
 
+def scale_group(block_n: int) -> int:
+    """Columns of a tile that share one B scale in every tile: B's 128-column block where block_n is
+    a multiple of 128; 64 where it is an odd multiple of 64 (128 × 192: a tile starts at column 0 or
+    64 of a block, so each 64-column group lies in one block, which one depending on the tile)."""
+    return SCALE_BLOCK if block_n % SCALE_BLOCK == 0 else 64
+
+
 def make_scale_loader(g):
     """A macro ``load(sa, sb, at, SA, SB, tile_m, tile_n, row0, lane, kb)``: the block scales of K
     tile ``kb`` for this thread's rows (A's 1×128 pieces, 2 per m64 subtile) and the tile's 128-column
@@ -21,8 +28,14 @@ def make_scale_loader(g):
     global memory takes longer than a K tile's wgmmas, and waiting on it every K tile left the
     block-scaled kernel at 57-59% of the per-tensor one."""
     M, N = g.M, g.N
-    MT, NCB = g.cfg.m_subtiles, g.BN // SCALE_BLOCK
+    MT, GW = g.cfg.m_subtiles, scale_group(g.BN)
+    NCB = g.BN // GW
     NB = ceil_div(N, SCALE_BLOCK)
+
+    def block_of(tile_n, cb):  # B's 128-column block holding the tile's column group cb
+        if GW == SCALE_BLOCK:
+            return tile_n * NCB + cb
+        return T.truncdiv(tile_n * g.BN + cb * GW, SCALE_BLOCK)
 
     @T.macro
     def load(sa, sb, at, SA, SB, tile_m, tile_n, row0, lane, kb):
@@ -30,7 +43,7 @@ def make_scale_loader(g):
             for h in T.unroll(2):
                 sa[at * 2 * MT + mt * 2 + h] = SA[T.min(g.out_row(tile_m, row0, lane, mt, h), M - 1), kb]
         for cb in T.unroll(NCB):
-            sb[at * NCB + cb] = SB[T.min(tile_n * NCB + cb, NB - 1), kb]
+            sb[at * NCB + cb] = SB[T.min(block_of(tile_n, cb), NB - 1), kb]
 
     return load
 
@@ -40,7 +53,8 @@ def make_scale_sum(g):
     scales (set 0 of :func:`make_scale_loader`'s), then the next K tile's scales (set 1) moved into
     set 0."""
     NACC, MT, JN = g.NACC, g.cfg.m_subtiles, g.BN // 8
-    NCB, JB = g.BN // SCALE_BLOCK, SCALE_BLOCK // 8  # 128-column blocks per tile, 8-column groups per block
+    GW = scale_group(g.BN)
+    NCB, JB = g.BN // GW, GW // 8  # column groups of one B scale per tile, 8-column groups per column group
 
     @T.macro
     def add(acc, part, sa, sb):

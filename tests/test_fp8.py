@@ -232,6 +232,28 @@ def test_pipelined_promotion_runs_behind_the_next_k_tiles_wgmmas(built, K):
     assert cuda.count("wait_group_sync_aligned_0();") == (2 if kt > chunk and kt % chunk else 1)
 
 
+def test_block_scales_of_a_192_column_tile_are_read_per_64_column_group(built):
+    """block_n=192: a tile starts at column 0 or 64 of B's 128-column scale blocks, so each thread
+    reads B's scale per 64-column group (3 per K tile), the block computed from the tile's first
+    column; 8-column group j takes group j // 8's. Two 96-register sets, no spills."""
+    b = built("gemm:1000x1000x704:float8_e4m3fn:nt:scale=block:out=bfloat16", BLOCK_STEP, block_n=192, stages=5)
+    assert len(b.device.kernels) == 1 and b.device.kernels[0].spills == 0
+    assert "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3" in b.device.ptx
+    cuda = b.device.cuda
+    assert "float sb_r_ptr[6];" in cuda  # 3 groups: this K tile's and the next's
+    assert "(part_ptr[32] * (sa_r_ptr[0] * sb_r_ptr[1]))" in cuda  # j = 8: columns 64.. take group 1's scale
+    assert "* 192) + 64) / 128)" in cuda  # group 1's block: (col0 + 64) / 128
+
+
+def test_three_consumers_promote_a_192_row_tile(built):
+    """block_m=192 with three consumer warpgroups (64 rows each) and producer_regs=24: 160 registers a
+    consumer, two 64-register sets; while one consumer promotes, two others' wgmmas keep the tensor
+    cores busy."""
+    b = built("gemm:1000x520x704:float8_e4m3fn:nt:scale=block", BLOCK_STEP, **THREE_CONSUMERS)
+    assert len(b.device.kernels) == 1 and b.device.kernels[0].spills == 0
+    assert "setmaxnreg.inc.sync.aligned.u32 160" in b.device.ptx and "setmaxnreg.dec.sync.aligned.u32 24" in b.device.ptx
+
+
 def test_pipelined_is_a_knob_of_the_block_scaled_step_only():
     cfg = get(BLOCK_STEP).config(pipelined=True)
     assert cfg.describe() == "block-scaled fp8 128x128x128 s6 ws 2c pers pipelined"
@@ -241,6 +263,7 @@ def test_pipelined_is_a_knob_of_the_block_scaled_step_only():
 
 PINGPONG = dict(pingpong=True, block_m=128, block_n=128, stages=6)  # a consumer's whole tile: 128 accumulators
 BLOCK_PINGPONG = dict(pingpong=True, block_m=64, block_n=128, stages=8)  # two 64-register sets per consumer
+THREE_CONSUMERS = dict(block_m=192, consumers=3, producer_regs=24, stages=4)  # 160 registers a consumer
 
 
 def test_pingpong_consumers_take_whole_tiles_in_turn(built):
@@ -310,7 +333,9 @@ def test_what_pingpong_cannot_take_is_refused_in_one_line(step, params, word):
     ("gemm:256x256x256:float8_e4m3fn:nt", dict(stages=5), "shared memory"),
     ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", {}, "applies tensor or row scales, not scale=block"),
     ("gemm:256x256x256:float8_e4m3fn:nt", dict(step=BLOCK_STEP), "applies block scales, not scale=tensor"),
-    ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, block_n=192), "multiple of 128"),
+    ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, block_n=96), "multiple of 64"),
+    ("gemm:576x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, block_m=192, consumers=3, stages=4),
+     "two accumulator sets of 64 registers"),  # producer_regs 40: 152 a consumer
     ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, block_n=256), "two accumulator sets"),
     ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, pipelined=True, consumer_regs=200),
      "three accumulator sets of 64 registers"),
@@ -384,6 +409,12 @@ BLOCK_GPU_CASES = [
     ("gemm:1024x768x1152:float8_e4m3fn:nt:scale=block", dict(pipelined=True, pipe_tiles=2, sms=3)),
     ("gemm:1024x1024x8192:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(pipelined=True, pipe_tiles=8)),
     (MIXED.replace("scale=row", "scale=block"), {"cluster_m": 2, "pipelined": True}),
+    # 128 × 192 (tiles starting at column 0 or 64 of B's scale blocks; ragged N), three consumers of 192 × 128
+    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(block_n=192, stages=5)),
+    ("gemm:1000x1000x704:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(block_n=192, stages=5, sms=5)),
+    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", THREE_CONSUMERS),
+    ("gemm:1000x520x704:float8_e4m3fn:nt:scale=block", dict(THREE_CONSUMERS, sms=5, cluster_m=2)),
+    ("gemm:1000x520x2000:float8_e4m3fn:nt:scale=block", dict(pipelined=True, pipe_tiles=8, sms=7)),  # KT 16, last partial
 ]
 
 
