@@ -45,6 +45,15 @@ class GpuSpec:
     memory_gbps: float = 4000.0  # device memory bandwidth, for the roofline terms of the model
 
 
+def blocks_per_sm(threads: int, regs: int, smem: int, gpu: GpuSpec) -> int:
+    """Occupancy: how many blocks of this size one SM holds (threads, registers, shared memory)."""
+    regs_per_block = ceil_div(regs * threads, 256) * 256  # registers are allocated per warp in steps
+    limits = [gpu.blocks_per_sm, gpu.threads_per_sm // threads, gpu.regs_per_sm // max(regs_per_block, 1)]
+    if smem:
+        limits.append(gpu.smem_per_sm // (smem + 1024))  # the runtime's 1 KiB per block
+    return max(0, min(limits))
+
+
 _CURRENT_GPU: list = [None]
 _GPU_READER = [GpuSpec]  # what gives the GPU where none was set: the engine installs the device's reader
 

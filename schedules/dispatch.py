@@ -74,7 +74,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from .calibration import CALIBRATION, tile_efficiency
-from .common import GpuSpec, ceil_div, current_gpu, limits_of
+from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
 from .dispatch_short_k import short_k_configs, short_k_us
 from .dispatch_stream_k import stream_k_offered, stream_k_us
 from .dispatch_thin import thin_configs, thin_us
@@ -457,15 +457,6 @@ def _gpu_key(name: str) -> str:
 
 
 # --- the model -----------------------------------------------------------------------------------
-def blocks_per_sm(threads: int, regs: int, smem: int, gpu: GpuSpec) -> int:
-    """Occupancy: how many blocks of this size one SM holds (threads, registers, shared memory)."""
-    regs_per_block = ceil_div(regs * threads, 256) * 256  # registers are allocated per warp in steps
-    limits = [gpu.blocks_per_sm, gpu.threads_per_sm // threads, gpu.regs_per_sm // max(regs_per_block, 1)]
-    if smem:
-        limits.append(gpu.smem_per_sm // (smem + 1024))  # the runtime's 1 KiB per block
-    return max(0, min(limits))
-
-
 def _out_bytes(wl) -> int:
     """Bytes per output: its type's (4 for fp32, 2 for a 16-bit output)."""
     return itemsize(getattr(wl, "out_dtype", "float32"))

@@ -35,7 +35,7 @@ measured the kernel, the defaults below stand.
 
 from __future__ import annotations
 
-from .common import GpuSpec, ceil_div, current_gpu, limits_of
+from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
 from .gemm_short_k import K_STEP, ShortKConfig
 from .errors import ScheduleParamError
 from .registry import get
@@ -66,8 +66,7 @@ def short_k_registers(cfg: ShortKConfig) -> int:
 
 def short_k_waves(wl, cfg: ShortKConfig, gpu: GpuSpec, batches: int = 1) -> int:
     """Waves of blocks: the grid over the SMs times the blocks one SM holds (threads, registers)."""
-    regs = ceil_div(short_k_registers(cfg) * cfg.threads, 256) * 256  # allocated per warp in steps
-    per_sm = max(1, min(gpu.blocks_per_sm, gpu.threads_per_sm // cfg.threads, gpu.regs_per_sm // regs))
+    per_sm = max(1, blocks_per_sm(cfg.threads, short_k_registers(cfg), 0, gpu))
     blocks = ceil_div(wl.M, cfg.block_m) * ceil_div(wl.N, cfg.block_n) * batches
     return ceil_div(blocks, gpu.sms * per_sm)
 
