@@ -457,6 +457,8 @@ def _gpu_key(name: str) -> str:
 
 
 # --- the model -----------------------------------------------------------------------------------
+RUN_UNALIGNED_STORE = 0.5  # _store_factor's runs of outputs on rows not 16-byte aligned, until a sweep fits it
+
 def _out_bytes(wl) -> int:
     """Bytes per output: its type's (4 for fp32, 2 for a 16-bit output)."""
     return itemsize(getattr(wl, "out_dtype", "float32"))
@@ -473,12 +475,14 @@ def _store_bytes(wl) -> int:
     return _out_bytes(wl) * (2 if getattr(wl, "residual", False) else 1)
 
 
-def _memory_us(wl, bm, bn, splits, gpu, cal, cfg=None) -> tuple[float, float]:
+def _memory_us(wl, bm, bn, splits, gpu, cal, cfg=None, store: float | None = None) -> tuple[float, float]:
     """(DRAM time, L2→SM time) of a tiled product in µs; the split-K partials in the first; a batch
-    (bmm) moves each product's bytes. The output in its type, and the epilogue's inputs."""
+    (bmm) moves each product's bytes. The output in its type (at ``store``, the share of the
+    bandwidth its stores reach: :func:`_store_factor`), and the epilogue's inputs."""
     item = itemsize(wl.dtype)
     M, N, K = wl.M, wl.N, wl.K
-    dram = item * (M * K + K * N) + _out_bytes(wl) * M * N / _store_factor(wl, cal, cfg) + _epilogue_bytes(wl)
+    store = _store_factor(wl, cal, cfg) if store is None else store
+    dram = item * (M * K + K * N) + _out_bytes(wl) * M * N / store + _epilogue_bytes(wl)
     if splits > 1:
         dram += _partial_bytes(wl, splits)  # partials written by the main kernel
     l2 = item * (M * K * ceil_div(N, bn) + K * N * ceil_div(M, bm))
@@ -504,16 +508,20 @@ def _reduce_us(wl, splits, gpu, cal) -> float:
     return cal["launch_us"] + moved * _batches(wl) / (gpu.memory_gbps * 1e3)
 
 
-def _store_factor(wl, cal, cfg=None) -> float:
+def _store_factor(wl, cal, cfg=None, runs: bool = False) -> float:
     """C's rows start 16-byte aligned only when N % 4 == 0 (fp32; a 16-bit output's rows need N % 8
     for 16-byte stores, but its 8-byte stores of 4 outputs only N % 4): otherwise a thread's 4 or 8
-    adjacent outputs leave as scalar stores strided across the warp's lanes. A thread tile one
-    column wide (``thread_n = 1``) stores scalars too, but a warp's lanes write 32 consecutive
-    floats of a row: whole sectors, whatever N's alignment. (``staged_store`` does too, through
-    shared memory, at a cost no sweep has measured yet: the factor stays, no pick changes.)"""
+    adjacent outputs leave as scalar stores strided across the warp's lanes (``unaligned_store``).
+    A thread tile one column wide (``thread_n = 1``) stores scalars too, but a warp's lanes write 32
+    consecutive floats of a row: whole sectors, whatever N's alignment. ``runs``: a kernel whose
+    warps store runs of consecutive outputs of a row that do not start on a sector (the TMA
+    kernels' staged store, a row of the tile at a time; the TF32 kernel's 8-column groups of C =
+    Dᵀ): about two sectors written per sector of output, ``run_unaligned_store`` (0.5 until a sweep
+    fits it; the H100's floor candidates: the staged 128 × 128 tile stored 57.6 MB at 5205 columns
+    in 51 µs, 1.1 TB/s, where 0.25 had it at 95)."""
     if wl.N % 4 == 0 or getattr(cfg, "thread_n", 0) == 1:
         return 1.0
-    return cal["unaligned_store"]
+    return cal.get("run_unaligned_store", RUN_UNALIGNED_STORE) if runs else cal["unaligned_store"]
 
 
 def simt_registers(cfg, cal) -> int:
@@ -606,6 +614,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     # With an epilogue, step 19 stores pairs too (N even), as the TMA kernels do
     pairs = getattr(wl, "has_epilogue", False) and wl.N % 2 == 0
     scalar_store = cal.get("scalar_store_factor", 1.0) if fam in ("cp", "cp_tf32") and not pairs else 1.0
+    store = _store_factor(wl, cal, runs=getattr(cfg, "staged_store", False) or fam == "tma_tf32")
     tf32 = fam in ("tma_tf32", "cp_tf32")
     peak = cal["tf32_sm_tflops"] if tf32 else cal["tc16_sm_tflops"]
     bk = 32 if tf32 else (cfg.block_k if fam == "wmma" else 64)
@@ -620,14 +629,14 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     stream = None
     if getattr(cfg, "stream_k", False):
         comp, stream = stream_k_us(wl, cfg, tiles, bk, flops / kts, peak * 1e6 * eff, gpu, cal,
-                                   _store_bytes(wl), _store_factor(wl, cal))
+                                   _store_bytes(wl), store)
         waves, per_sm = round(stream["k_tiles"] / ceil_div(K, bk), 2), 1
     elif fam in ("tma", "tma_tf32") and getattr(cfg, "persistent", True):
         units = tiles * splits
         grid = min(gpu.sms, units)
         per_block = ceil_div(units, grid)
         # the epilogue: a tile's outputs leave the SM (and R comes in), not overlapped with the next tile
-        epi = _store_bytes(wl) * bm * bn / (cal["sm_store_gbps"] * 1e3 * _store_factor(wl, cal))
+        epi = _store_bytes(wl) * bm * bn / (cal["sm_store_gbps"] * 1e3 * store)
         comp = cal["fill_us"] + per_block * (flops / (peak * 1e6 * eff) + epi)
         waves = per_block
         per_sm = 1
@@ -640,8 +649,8 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
             regs = cal["regs"].get(fam, 168)
         per_sm = blocks_per_sm(threads, regs, smem, gpu)
         waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal,
-                                     _store_bytes(wl) * bm * bn, _store_factor(wl, cal) * scalar_store)
-    dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal)
+                                     _store_bytes(wl) * bm * bn, store * scalar_store)
+    dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal, store=store)
     # stream-K: every SM walks the same number of K tiles, so no SM streams more than its share
     spread = 1.0 if stream else stream_spread(tiles * splits, gpu, persistent=fam in ("tma", "tma_tf32")
                                                and getattr(cfg, "persistent", True))

@@ -524,3 +524,23 @@ def test_the_tma_choice_stages_a_16_bit_output_or_an_epilogue_on_any_n(w, p):
     for c in dispatch.candidates(parse_workload(w), p):
         if c.step == "persistent_gemm":
             assert c.config.staged_store == (c.config.split_k == 1 and c.config.block_n >= 128), c
+
+
+def test_runs_of_outputs_on_unaligned_rows_cost_two_sectors_a_sector():
+    """Rows of C not 16-byte aligned: a kernel whose warps store runs of consecutive outputs (the
+    staged store, the TF32 kernel's 8-column groups) writes about two sectors per sector of output
+    (run_unaligned_store, 0.5), not the quarter rate of scalar stores strided across the lanes."""
+    cal, gpu = dispatch.CALIBRATION, GpuSpec()
+    odd, even = parse_workload("gemm:3000x5001x64:float16"), parse_workload("gemm:3000x5000x64:float16")
+    runs = cal.get("run_unaligned_store", dispatch.RUN_UNALIGNED_STORE)
+    assert runs == 0.5 and dispatch._store_factor(odd, cal, runs=True) == runs
+    assert dispatch._store_factor(odd, cal) == cal["unaligned_store"] < runs
+    assert dispatch._store_factor(even, cal, runs=True) == dispatch._store_factor(even, cal) == 1.0
+    est = {}
+    for staged in (True, False):
+        cfg = get("persistent_gemm").config(block_m=128, block_n=128, pad_operands=True, staged_store=staged)
+        est[staged] = dispatch.estimate(odd, dispatch.Candidate("persistent_gemm", cfg, "tma", "tma 128x128"), gpu, cal)
+    inputs, out = 2 * (3000 * 64 + 64 * 5001), 4 * 3000 * 5001  # bytes: A and B once, C in fp32
+    ratio = (inputs + out / cal["unaligned_store"]) / (inputs + out / runs)
+    assert est[False].terms["dram_us"] / est[True].terms["dram_us"] == pytest.approx(ratio)
+    assert est[True].time_us < est[False].time_us

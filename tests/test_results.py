@@ -196,7 +196,8 @@ PUBLISHED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder",
                "compare_h200_bench_gemm": "a comparison of two results folders",
                "tune_random_seed7": "a tune-random report", "tune_random_seed7_gemv": "a tune-random report",
-               "floor_candidates": "no results here", "fp8_block_variants": "no results here"}
+               "floor_candidates": "no results here", "fp8_block_variants": "no results here",
+               "floor_candidates_short_k": "no results here"}
 
 
 @pytest.fixture(scope="module")
