@@ -197,7 +197,8 @@ NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder
                "compare_h200_bench_gemm": "a comparison of two results folders",
                "tune_random_seed7": "a tune-random report", "tune_random_seed7_gemv": "a tune-random report",
                "floor_candidates": "no results here", "fp8_block_variants": "no results here",
-               "floor_candidates_short_k": "no results here", "store_runs_flips": "no results here"}
+               "floor_candidates_short_k": "no results here", "store_runs_flips": "no results here",
+               "tune_random_seed12": "a tune-random report"}
 
 
 @pytest.fixture(scope="module")
