@@ -769,7 +769,7 @@ def explain_text(x: dict) -> str:
     lines = [f"{x['workload']} ({precision}) on {g['name']} ({g['arch']}): {g['sms']} SMs, {g['regs_per_sm']} registers "
              f"and {g['smem_per_sm'] // 1024} KiB shared memory per SM",
              f"chosen: {best['description']}, estimated {best['time_us']:.1f} µs",
-             f"  model: time = launch + max(compute, DRAM, L2) [+ extra kernels: split-K sum, stream-K fix-up, padded copies]; calibration: "
+             f"  model: time = launch + max(compute or a short-K walk, DRAM, L2) [+ split-K sum, stream-K fix-up, padded copies]; calibration: "
              f"{x['calibration']}"]
     if x.get("calibration_note"):
         lines.append(f"  {x['calibration_note']}")
@@ -784,7 +784,7 @@ def explain_text(x: dict) -> str:
     for c in x["candidates"]:
         t = c["terms"]
         lines.append(f"{c['rank']:>4}  {c['time_us']:>9.1f}  {x['launch_us']:>6.1f}  "
-                     f"{t.get('compute_us', 0):>8.1f}  {t.get('dram_us', t.get('memory_us', 0)):>7.1f}  "
+                     f"{max(t.get('compute_us', 0), t.get('latency_us', 0)):>8.1f}  {t.get('dram_us', t.get('memory_us', 0)):>7.1f}  "
                      f"{t.get('l2_us', 0):>7.1f}  {t.get('reduce_us', 0):>6.1f}  {t.get('blocks', 0):>7}  "
                      f"{t.get('per_sm', 0):>6}  {t.get('waves', 0):>5}  {t['efficiency']:>5.2f}  {c['description']}")
     lines.append(f"({x['valid_candidates']} valid candidates in all)")
