@@ -475,13 +475,12 @@ def _store_bytes(wl) -> int:
     return _out_bytes(wl) * (2 if getattr(wl, "residual", False) else 1)
 
 
-def _memory_us(wl, bm, bn, splits, gpu, cal, cfg=None, store: float | None = None) -> tuple[float, float]:
+def _memory_us(wl, bm, bn, splits, gpu, cal, store: float) -> tuple[float, float]:
     """(DRAM time, L2→SM time) of a tiled product in µs; the split-K partials in the first; a batch
     (bmm) moves each product's bytes. The output in its type (at ``store``, the share of the
     bandwidth its stores reach: :func:`_store_factor`), and the epilogue's inputs."""
     item = itemsize(wl.dtype)
     M, N, K = wl.M, wl.N, wl.K
-    store = _store_factor(wl, cal, cfg) if store is None else store
     dram = item * (M * K + K * N) + _out_bytes(wl) * M * N / store + _epilogue_bytes(wl)
     if splits > 1:
         dram += _partial_bytes(wl, splits)  # partials written by the main kernel
@@ -598,11 +597,12 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         regs = simt_registers(cfg, cal)
         per_sm = blocks_per_sm(cfg.threads, regs, 4 * cfg.shared_floats(), gpu)
         factor, width = _simt_copy_factor(wl, cfg, cal)
+        store = _store_factor(wl, cal, cfg)
         eff *= factor * (cal.get("simt_async_factor", 1.0) if cfg.async_copy else 1.0)
         waves, comp = _waves_compute(tiles * splits, per_sm, cfg.threads // 32, 2 * cfg.block_m * cfg.block_n * kt,
                                      cal["fp32_sm_tflops"], eff, gpu, cal, _store_bytes(wl) * cfg.block_m * cfg.block_n,
-                                     _store_factor(wl, cal, cfg), k_steps=kt // cfg.block_k, in_flight=tiles_in_flight(cfg))
-        dram, l2 = _memory_us(wl, cfg.block_m, cfg.block_n, splits, gpu, cal, cfg=cfg)
+                                     store, k_steps=kt // cfg.block_k, in_flight=tiles_in_flight(cfg))
+        dram, l2 = _memory_us(wl, cfg.block_m, cfg.block_n, splits, gpu, cal, store)
         reduce = _reduce_us(wl, splits, gpu, cal) + _pad_us(wl, cfg, gpu, cal)
         terms.update(blocks=tiles * splits, per_sm=per_sm, waves=waves, compute_us=comp, dram_us=dram, l2_us=l2,
                      reduce_us=reduce, splits=splits, efficiency=eff, load_width=width,
@@ -650,7 +650,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         per_sm = blocks_per_sm(threads, regs, smem, gpu)
         waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal,
                                      _store_bytes(wl) * bm * bn, store * scalar_store)
-    dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal, store=store)
+    dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal, store)
     # stream-K: every SM walks the same number of K tiles, so no SM streams more than its share
     spread = 1.0 if stream else stream_spread(tiles * splits, gpu, persistent=fam in ("tma", "tma_tf32")
                                                and getattr(cfg, "persistent", True))
