@@ -35,12 +35,11 @@ from .common import ceil_div
 from .errors import ScheduleParamError
 from .registry import Launch, register
 from .step_config import StepConfig
+from .tma_common import ROW_BYTES, WARPGROUP  # a K tile row: the 128-byte swizzle atom (64 fp16, 32 tf32)
 from .wgmma_epilogue import kernel_entry, make_fused_store
 from .workloads import LAYOUTS, Gemm
 
-ROW_BYTES = 128  # one K tile row: exactly the 128-byte swizzle atom (64 fp16 or 32 tf32)
 SWIZZLE_128B = 3  # TVM's descriptor encoder: 0 none, 1 32 B, 2 64 B, 3 128 B
-WARPGROUP = 128  # threads
 WGMMA_K_BYTES = 32  # K of one wgmma: 16 fp16 (m64nNk16) or 8 tf32 (m64nNk8)
 ITEMSIZE = {"float16": 2, "float32": 4}
 

@@ -24,9 +24,8 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from .common import ceil_div
+from .tma_common import SUM_THREADS, WARPGROUP
 from .workloads import Gemm, epilogue_value, itemsize
-
-SUM_THREADS = 128  # threads per block of split-K's second kernel (as tma_common's plain sum)
 
 
 def kernel_entry(wl: Gemm, body):
@@ -152,15 +151,16 @@ def make_residual_prefetch(wl: Gemm, BM: int, BN: int, ROWS: int):
     PER_LINE = LINE_BYTES // itemsize(wl.out_dtype)  # outputs (R is in the output type) per line
     LPR = ceil_div(BN, PER_LINE)  # lines per row of the tile
     LINES = ROWS * LPR
-    PASSES = ceil_div(LINES, 128)
+    PASSES = ceil_div(LINES, WARPGROUP)
     BATCHED = wl.batched
 
     @T.macro
     def prefetch(R, tile_m, tile_n, row0, lane, b):
         for p in T.unroll(PASSES):
-            row = T.meta_var(tile_m * BM + row0 + (p * 128 + lane) // LPR)
-            col = T.meta_var(tile_n * BN + (p * 128 + lane) % LPR * PER_LINE)
-            if T.And(T.And(p * 128 + lane < LINES, row < M), col < N):
+            line = T.meta_var(p * WARPGROUP + lane)
+            row = T.meta_var(tile_m * BM + row0 + line // LPR)
+            col = T.meta_var(tile_n * BN + line % LPR * PER_LINE)
+            if T.And(T.And(line < LINES, row < M), col < N):
                 if BATCHED:
                     T.ptx.prefetch.global_.L2(T.address_of(R[b, row, col]))
                 else:
