@@ -76,6 +76,9 @@ from dataclasses import asdict, dataclass, field, replace
 from .calibration import CALIBRATION, tile_efficiency
 from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
 from .dispatch_short_k import short_k_configs, short_k_us
+from .dispatch_store import RUN_UNALIGNED_STORE
+from .dispatch_store import batches as _batches, epilogue_bytes as _epilogue_bytes, output_bytes as _out_bytes
+from .dispatch_store import store_bytes as _store_bytes, store_factor as _store_factor
 from .dispatch_stream_k import stream_k_offered, stream_k_us
 from .dispatch_thin import thin_configs, thin_us
 from .errors import ScheduleParamError
@@ -457,28 +460,10 @@ def _gpu_key(name: str) -> str:
 
 
 # --- the model -----------------------------------------------------------------------------------
-RUN_UNALIGNED_STORE = 0.5  # _store_factor's runs of outputs on rows not 16-byte aligned, until a sweep fits it
-
-def _out_bytes(wl) -> int:
-    """Bytes per output: its type's (4 for fp32, 2 for a 16-bit output)."""
-    return itemsize(getattr(wl, "out_dtype", "float32"))
-
-
-def _epilogue_bytes(wl) -> int:
-    """Bytes the epilogue of one product reads besides it: the bias (N outputs' worth), R (one per
-    output); 0 without an epilogue."""
-    return getattr(wl, "epilogue_bytes", 0) // _batches(wl)
-
-
-def _store_bytes(wl) -> int:
-    """Bytes a block moves per output as it stores its tile: the output, and R read beside it."""
-    return _out_bytes(wl) * (2 if getattr(wl, "residual", False) else 1)
-
-
 def _memory_us(wl, bm, bn, splits, gpu, cal, store: float) -> tuple[float, float]:
     """(DRAM time, L2→SM time) of a tiled product in µs; the split-K partials in the first; a batch
     (bmm) moves each product's bytes. The output in its type (at ``store``, the share of the
-    bandwidth its stores reach: :func:`_store_factor`), and the epilogue's inputs."""
+    bandwidth its stores reach: :func:`schedules.dispatch_store.store_factor`), and the epilogue's inputs."""
     item = itemsize(wl.dtype)
     M, N, K = wl.M, wl.N, wl.K
     dram = item * (M * K + K * N) + _out_bytes(wl) * M * N / store + _epilogue_bytes(wl)
@@ -487,10 +472,6 @@ def _memory_us(wl, bm, bn, splits, gpu, cal, store: float) -> tuple[float, float
     l2 = item * (M * K * ceil_div(N, bn) + K * N * ceil_div(M, bm))
     bw = gpu.memory_gbps * 1e3  # bytes per µs
     return _batches(wl) * dram / bw, _batches(wl) * l2 / (bw * cal["l2_factor"])
-
-
-def _batches(wl) -> int:
-    return getattr(wl, "batches", 1)
 
 
 def _partial_bytes(wl, splits) -> int:
@@ -505,22 +486,6 @@ def _reduce_us(wl, splits, gpu, cal) -> float:
         return 0.0
     moved = _partial_bytes(wl, splits) + _out_bytes(wl) * wl.M * wl.N + _epilogue_bytes(wl)
     return cal["launch_us"] + moved * _batches(wl) / (gpu.memory_gbps * 1e3)
-
-
-def _store_factor(wl, cal, cfg=None, runs: bool = False) -> float:
-    """C's rows start 16-byte aligned only when N % 4 == 0 (fp32; a 16-bit output's rows need N % 8
-    for 16-byte stores, but its 8-byte stores of 4 outputs only N % 4): otherwise a thread's 4 or 8
-    adjacent outputs leave as scalar stores strided across the warp's lanes (``unaligned_store``).
-    A thread tile one column wide (``thread_n = 1``) stores scalars too, but a warp's lanes write 32
-    consecutive floats of a row: whole sectors, whatever N's alignment. ``runs``: a kernel whose
-    warps store runs of consecutive outputs of a row that do not start on a sector (the TMA
-    kernels' staged store, a row of the tile at a time; the TF32 kernel's 8-column groups of C =
-    Dᵀ): about two sectors written per sector of output, ``run_unaligned_store`` (0.5 until a sweep
-    fits it; the H100's floor candidates: the staged 128 × 128 tile stored 57.6 MB at 5205 columns
-    in 51 µs, 1.1 TB/s, where 0.25 had it at 95)."""
-    if wl.N % 4 == 0 or getattr(cfg, "thread_n", 0) == 1:
-        return 1.0
-    return cal.get("run_unaligned_store", RUN_UNALIGNED_STORE) if runs else cal["unaligned_store"]
 
 
 def simt_registers(cfg, cal) -> int:

@@ -1,0 +1,48 @@
+"""The dispatcher's model of storing C (:mod:`schedules.dispatch`): the bytes a product's output
+and epilogue move, and the share of the bandwidth its stores reach, which depends on how a kernel's
+warps write the rows of C (16-byte vectors, pairs from the accumulator fragments, scalars, runs of
+a row) and on where those rows start."""
+
+from __future__ import annotations
+
+from .workloads import itemsize
+
+RUN_UNALIGNED_STORE = 0.5  # store_factor's runs of outputs on rows not 16-byte aligned, until a sweep fits it
+
+
+def batches(wl) -> int:
+    """Products of a batch (bmm): 1 for a single product."""
+    return getattr(wl, "batches", 1)
+
+
+def output_bytes(wl) -> int:
+    """Bytes per output: its type's (4 for fp32, 2 for a 16-bit output)."""
+    return itemsize(getattr(wl, "out_dtype", "float32"))
+
+
+def epilogue_bytes(wl) -> int:
+    """Bytes the epilogue of one product reads besides it: the bias (N outputs' worth), R (one per
+    output); 0 without an epilogue."""
+    return getattr(wl, "epilogue_bytes", 0) // batches(wl)
+
+
+def store_bytes(wl) -> int:
+    """Bytes a block moves per output as it stores its tile: the output, and R read beside it."""
+    return output_bytes(wl) * (2 if getattr(wl, "residual", False) else 1)
+
+
+
+def store_factor(wl, cal, cfg=None, runs: bool = False) -> float:
+    """C's rows start 16-byte aligned only when N % 4 == 0 (fp32; a 16-bit output's rows need N % 8
+    for 16-byte stores, but its 8-byte stores of 4 outputs only N % 4): otherwise a thread's 4 or 8
+    adjacent outputs leave as scalar stores strided across the warp's lanes (``unaligned_store``).
+    A thread tile one column wide (``thread_n = 1``) stores scalars too, but a warp's lanes write 32
+    consecutive floats of a row: whole sectors, whatever N's alignment. ``runs``: a kernel whose
+    warps store runs of consecutive outputs of a row that do not start on a sector (the TMA
+    kernels' staged store, a row of the tile at a time; the TF32 kernel's 8-column groups of C =
+    Dᵀ): about two sectors written per sector of output, ``run_unaligned_store`` (0.5 until a sweep
+    fits it; the H100's floor candidates: the staged 128 × 128 tile stored 57.6 MB at 5205 columns
+    in 51 µs, 1.1 TB/s, where 0.25 had it at 95)."""
+    if wl.N % 4 == 0 or getattr(cfg, "thread_n", 0) == 1:
+        return 1.0
+    return cal.get("run_unaligned_store", RUN_UNALIGNED_STORE) if runs else cal["unaligned_store"]
