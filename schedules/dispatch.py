@@ -579,7 +579,8 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     # With an epilogue, step 19 stores pairs too (N even), as the TMA kernels do
     pairs = getattr(wl, "has_epilogue", False) and wl.N % 2 == 0
     scalar_store = cal.get("scalar_store_factor", 1.0) if fam in ("cp", "cp_tf32") and not pairs else 1.0
-    store = _store_factor(wl, cal, runs=getattr(cfg, "staged_store", False) or fam == "tma_tf32")
+    store = _store_factor(wl, cal, runs=getattr(cfg, "staged_store", False) or fam == "tma_tf32",
+                          sectors=fam in ("tma", "tma_small", "cp", "cp_tf32") and _out_bytes(wl) == 4)
     tf32 = fam in ("tma_tf32", "cp_tf32")
     peak = cal["tf32_sm_tflops"] if tf32 else cal["tc16_sm_tflops"]
     bk = 32 if tf32 else (cfg.block_k if fam == "wmma" else 64)

@@ -544,3 +544,30 @@ def test_runs_of_outputs_on_unaligned_rows_cost_two_sectors_a_sector():
     ratio = (inputs + out / cal["unaligned_store"]) / (inputs + out / runs)
     assert est[False].terms["dram_us"] / est[True].terms["dram_us"] == pytest.approx(ratio)
     assert est[True].time_us < est[False].time_us
+
+
+def test_runs_on_rows_that_are_not_whole_sectors_cost_two_sectors_a_sector():
+    """An fp32 C with N % 8 = 4 has rows 16-byte aligned, every other one starting mid-sector: the
+    Hopper kernels' stores from the accumulator fragments (a sector of a row: 4 lanes x 2 floats)
+    and the staged store's runs straddle sectors there (run_unaligned_store); rows of whole sectors,
+    and the SIMT kernels' 16-byte vectors, are charged nothing."""
+    cal, gpu = dispatch.CALIBRATION, GpuSpec()
+    runs = cal.get("run_unaligned_store", dispatch.RUN_UNALIGNED_STORE)
+    half, whole = parse_workload("gemm:5000x11356x16:float16"), parse_workload("gemm:5000x11352x16:float16")
+    assert dispatch._store_factor(half, cal, sectors=True) == dispatch._store_factor(half, cal, runs=True) == runs
+    assert dispatch._store_factor(half, cal) == 1.0
+    assert dispatch._store_factor(whole, cal, sectors=True) == dispatch._store_factor(whole, cal, runs=True) == 1.0
+    # a 16-bit output's rows are whole sectors at N % 16 == 0
+    for n, factor in ((4104, runs), (4096, 1.0)):
+        assert dispatch._store_factor(parse_workload(f"gemm:64x{n}x64:bfloat16:out=bfloat16"), cal, runs=True) == factor
+    cands = {"tma": dispatch.Candidate("persistent_gemm", get("persistent_gemm").config(block_m=128, block_n=128),
+                                       "tma", "tma 128x128"),
+             "cp": dispatch.Candidate("wgmma_gemm", get("wgmma_gemm").config(block_m=128, block_n=128), "cp", "cp 128x128")}
+    for fam, cand in cands.items():
+        terms = {wl.N: dispatch.estimate(wl, cand, gpu, cal).terms for wl in (half, whole)}
+        moved = {n: t["dram_us"] / t["spread"] * gpu.memory_gbps * 1e3 for n, t in terms.items()}  # bytes at full rate
+        per_c = {n: (moved[n] - 2 * (5000 * 16 + 16 * n)) / (4 * 5000 * n) for n in moved}  # per byte of C
+        assert per_c[11352] == pytest.approx(1.0) and per_c[11356] == pytest.approx(1 / runs), fam
+    # the model then leaves the fragments' stores for short_k_gemm's 16-byte vectors on the rows of half sectors
+    assert dispatch.choose(whole, "fp16")[0] == "persistent_gemm"
+    assert dispatch.choose(half, "fp16")[0] == "short_k_gemm"
