@@ -426,6 +426,11 @@ class GemvDispatchConfig(StepConfig):
         _, cfg = self.pick(wl)
         return cfg.launch(wl)
 
+    def kernels(self, wl) -> int:
+        """Kernels one call launches: split_k_gemv's two (each chunk's partial sums, then a kernel adding
+        them per row), one for the others."""
+        return 2 if self.pick(wl)[0] is split_k_gemv else 1
+
 
 @register("gemv_dispatch", "gemv", GemvDispatchConfig, aliases=("gemv_auto",))
 def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):

@@ -236,3 +236,20 @@ if __name__ == "__main__":  # the GPU tests without pytest (the device may lack 
             print("FAIL", fn.__name__, args, str(e).strip().splitlines()[-1][:200] if str(e).strip() else repr(e))
     print(f"{len(cases) - failures} passed, {failures} failed")
     sys.exit(1 if failures else 0)
+
+
+@pytest.mark.parametrize("workload, kernels", [("gemm:36x1x3149", 2), ("gemm:36x1x1000", 1), ("gemm:100x1x3149", 1)])
+def test_the_gemv_dispatch_counts_split_ks_second_kernel(workload, kernels):
+    """gemv_dispatch sends a few very long rows (≥ 4 KiB, fewer than split_k_max_rows) to split_k_gemv,
+    whose chunk sums a second kernel adds: the dispatcher's model charges that launch too."""
+    from schedules import dispatch
+
+    wl = parse_workload(workload)
+    cfg = get("gemv_dispatch").config()
+    assert cfg.kernels(wl) == kernels
+    built = _build("gemv_dispatch", wl)
+    assert len(built.device.kernels) == kernels
+    est = next(e for e in dispatch.rank(wl, "fp32") if e.step == "gemv_dispatch")
+    cal = dispatch.CALIBRATION
+    assert est.terms["kernels"] == kernels
+    assert est.time_us == pytest.approx(cal["launch_us"] * kernels + est.terms["memory_us"])
