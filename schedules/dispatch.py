@@ -76,7 +76,6 @@ from dataclasses import asdict, dataclass, field, replace
 from .calibration import CALIBRATION, tile_efficiency
 from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
 from .dispatch_short_k import short_k_configs, short_k_us
-from .dispatch_store import RUN_UNALIGNED_STORE
 from .dispatch_store import batches as _batches, epilogue_bytes as _epilogue_bytes, output_bytes as _out_bytes
 from .dispatch_store import store_bytes as _store_bytes, store_factor as _store_factor
 from .dispatch_stream_k import stream_k_offered, stream_k_us

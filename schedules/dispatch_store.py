@@ -8,7 +8,7 @@ from __future__ import annotations
 from .workloads import itemsize
 
 SECTOR_BYTES = 32  # the unit in which L2 takes stores
-RUN_UNALIGNED_STORE = 0.5  # store_factor's runs of outputs on rows not 16-byte aligned, until a sweep fits it
+RUN_UNALIGNED_STORE = 0.5  # store_factor's runs of outputs that straddle sectors, until a sweep fits it
 
 
 def batches(wl) -> int:
@@ -30,7 +30,6 @@ def epilogue_bytes(wl) -> int:
 def store_bytes(wl) -> int:
     """Bytes a block moves per output as it stores its tile: the output, and R read beside it."""
     return output_bytes(wl) * (2 if getattr(wl, "residual", False) else 1)
-
 
 
 def store_factor(wl, cal, cfg=None, runs: bool = False, sectors: bool = False) -> float:

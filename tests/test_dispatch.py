@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from schedules import dispatch, get, parse_workload
+from schedules import dispatch, dispatch_store, get, parse_workload
 from schedules.common import GpuSpec
 from schedules.errors import ScheduleParamError
 
@@ -532,7 +532,7 @@ def test_runs_of_outputs_on_unaligned_rows_cost_two_sectors_a_sector():
     (run_unaligned_store, 0.5), not the quarter rate of scalar stores strided across the lanes."""
     cal, gpu = dispatch.CALIBRATION, GpuSpec()
     odd, even = parse_workload("gemm:3000x5001x64:float16"), parse_workload("gemm:3000x5000x64:float16")
-    runs = cal.get("run_unaligned_store", dispatch.RUN_UNALIGNED_STORE)
+    runs = cal.get("run_unaligned_store", dispatch_store.RUN_UNALIGNED_STORE)
     assert runs == 0.5 and dispatch._store_factor(odd, cal, runs=True) == runs
     assert dispatch._store_factor(odd, cal) == cal["unaligned_store"] < runs
     assert dispatch._store_factor(even, cal, runs=True) == dispatch._store_factor(even, cal) == 1.0
@@ -552,7 +552,7 @@ def test_runs_on_rows_that_are_not_whole_sectors_cost_two_sectors_a_sector():
     and the staged store's runs straddle sectors there (run_unaligned_store); rows of whole sectors,
     and the SIMT kernels' 16-byte vectors, are charged nothing."""
     cal, gpu = dispatch.CALIBRATION, GpuSpec()
-    runs = cal.get("run_unaligned_store", dispatch.RUN_UNALIGNED_STORE)
+    runs = cal.get("run_unaligned_store", dispatch_store.RUN_UNALIGNED_STORE)
     half, whole = parse_workload("gemm:5000x11356x16:float16"), parse_workload("gemm:5000x11352x16:float16")
     assert dispatch._store_factor(half, cal, sectors=True) == dispatch._store_factor(half, cal, runs=True) == runs
     assert dispatch._store_factor(half, cal) == 1.0
