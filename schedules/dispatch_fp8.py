@@ -53,6 +53,7 @@ from . import dispatch
 from .calibration import CALIBRATION
 from .common import GpuSpec, ceil_div, current_gpu, limits_of
 from .dispatch import Candidate, Estimate
+from .dispatch_store import epilogue_bytes, output_bytes, store_bytes, store_factor
 from .errors import ScheduleParamError
 from .gemm_fp8 import Fp8BlockConfig, Fp8TmaConfig
 from .registry import get
@@ -221,7 +222,8 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     grid = min((cfg.sms or gpu.sms) // cl, units)  # clusters resident at once, one block per SM
     per_block = ceil_div(units, grid)
     flops = 2 * bm * bn * ceil_div(K, cfg.block_k) * cfg.block_k
-    store = dispatch._store_bytes(wl) * bm * bn / (cal["sm_store_gbps"] * 1e3 * dispatch._store_factor(wl, cal))
+    share = store_factor(wl, cal)  # of the bandwidth, as C's rows allow
+    store = store_bytes(wl) * bm * bn / (cal["sm_store_gbps"] * 1e3 * share)
     mainloop = flops / (peak * 1e6 * eff)
     if pp:  # the epilogue behind the other consumer's mainloop, but the last one
         store *= c8["pingpong_epilogue"]
@@ -231,8 +233,8 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     hidden = per_block * (mainloop + store) - (comp - cal["fill_us"])  # 0 without ping-pong
     bw = gpu.memory_gbps * 1e3  # bytes per µs
     a_item, b_item = itemsize(wl.dtype), itemsize(wl.dtype_b)
-    dram = (a_item * M * K + b_item * N * K + dispatch._out_bytes(wl) * M * N / dispatch._store_factor(wl, cal)
-            + dispatch._epilogue_bytes(wl) + scale_bytes(wl)) / bw
+    dram = (a_item * M * K + b_item * N * K + output_bytes(wl) * M * N / share
+            + epilogue_bytes(wl) + scale_bytes(wl)) / bw
     l2 = (a_item * M * K * tn + b_item * N * K * cluster_rows) / (bw * cal["l2_factor"])  # B multicast per cluster
     pad = dispatch._pad_us(wl, cfg, gpu, cal)
     terms = {"family": cand.family, "efficiency": eff, "blocks": grid * cl, "per_sm": 1, "waves": per_block,

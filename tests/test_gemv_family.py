@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from reports.engine.build import build, cuda_available, cuda_target
-from schedules import Gemv, GemvT, get, parse_workload
+from schedules import Gemv, GemvT, dispatch, get, parse_workload
 from schedules.gemv import GEMV_FAMILY, GemvDispatchConfig, aligned_vector
 
 TARGET = cuda_target("sm_90")
@@ -217,6 +217,21 @@ def test_fp16_inputs_fp32_sum_match_float64_of_the_same_halves(form, shape):
     assert _run_on_gpu(name, wl) < 1e-6
 
 
+@pytest.mark.parametrize("workload, kernels", [("gemm:36x1x3149", 2), ("gemm:36x1x1000", 1), ("gemm:100x1x3149", 1)])
+def test_the_gemv_dispatch_counts_split_ks_second_kernel(workload, kernels):
+    """gemv_dispatch sends a few very long rows (≥ 4 KiB, fewer than split_k_max_rows) to split_k_gemv,
+    whose chunk sums a second kernel adds: the dispatcher's model charges that launch too."""
+    wl = parse_workload(workload)
+    cfg = get("gemv_dispatch").config()
+    assert cfg.kernels(wl) == kernels
+    built = _build("gemv_dispatch", wl)
+    assert len(built.device.kernels) == kernels
+    est = next(e for e in dispatch.rank(wl, "fp32") if e.step == "gemv_dispatch")
+    cal = dispatch.CALIBRATION
+    assert est.terms["kernels"] == kernels
+    assert est.time_us == pytest.approx(cal["launch_us"] * kernels + est.terms["memory_us"])
+
+
 if __name__ == "__main__":  # the GPU tests without pytest (the device may lack it)
     import itertools
     import sys
@@ -237,19 +252,3 @@ if __name__ == "__main__":  # the GPU tests without pytest (the device may lack 
     print(f"{len(cases) - failures} passed, {failures} failed")
     sys.exit(1 if failures else 0)
 
-
-@pytest.mark.parametrize("workload, kernels", [("gemm:36x1x3149", 2), ("gemm:36x1x1000", 1), ("gemm:100x1x3149", 1)])
-def test_the_gemv_dispatch_counts_split_ks_second_kernel(workload, kernels):
-    """gemv_dispatch sends a few very long rows (≥ 4 KiB, fewer than split_k_max_rows) to split_k_gemv,
-    whose chunk sums a second kernel adds: the dispatcher's model charges that launch too."""
-    from schedules import dispatch
-
-    wl = parse_workload(workload)
-    cfg = get("gemv_dispatch").config()
-    assert cfg.kernels(wl) == kernels
-    built = _build("gemv_dispatch", wl)
-    assert len(built.device.kernels) == kernels
-    est = next(e for e in dispatch.rank(wl, "fp32") if e.step == "gemv_dispatch")
-    cal = dispatch.CALIBRATION
-    assert est.terms["kernels"] == kernels
-    assert est.time_us == pytest.approx(cal["launch_us"] * kernels + est.terms["memory_us"])
