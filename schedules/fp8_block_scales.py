@@ -1,6 +1,8 @@
 """Block scales (DeepSeek-V3's: a scale per 1×128 piece of A, per 128×128 block of B) in the FP8
-kernels' registers: loaded a K tile ahead of their use, the promotion of a K tile's partial sums
-into the running fp32 sum (schedules.gemm_fp8.make_promotion, the ping-pong unit of
+kernels: carried into shared memory beside each K tile by a producer warp (``scales_in_ring``, the
+default: :func:`make_scale_copier`, :func:`make_scale_reader`) or loaded by the consumers from
+global memory a K tile ahead of their use (:func:`make_scale_loader`); the promotion of a K tile's
+partial sums into the running fp32 sum (schedules.gemm_fp8.make_promotion, the ping-pong unit of
 schedules.fp8_pingpong), and the software-pipelined cooperative unit (``pipelined=True``,
 :func:`make_pipelined_unit`)."""
 
@@ -20,6 +22,98 @@ def scale_group(block_n: int) -> int:
     return SCALE_BLOCK if block_n % SCALE_BLOCK == 0 else 64
 
 
+def block_of(g, tile_n, cb):
+    """B's 128-column scale block holding column group ``cb`` of tile column ``tile_n``."""
+    GW = scale_group(g.BN)
+    if GW == SCALE_BLOCK:
+        return tile_n * (g.BN // GW) + cb
+    return T.truncdiv(tile_n * g.BN + cb * GW, SCALE_BLOCK)
+
+
+def scale_slot_floats(cfg) -> int:
+    """Floats of one ring slot's scales (``scales_in_ring``): the K tile's scale of each of the
+    block tile's rows (A's 1×128 pieces), then one per column group of the tile (B's blocks),
+    rounded up to 16 bytes."""
+    return ceil_div(cfg.block_m + cfg.block_n // scale_group(cfg.block_n), 4) * 4
+
+
+def scale_ring_bytes(cfg) -> int:
+    """Shared memory of the scales' slots, one per ring stage (0 unless ``scales_in_ring``)."""
+    return cfg.stages * scale_slot_floats(cfg) * 4 if getattr(cfg, "scales_in_ring", False) else 0
+
+
+#: Arrivals a slot's full barrier waits for with ``scales_in_ring``: the producer thread's
+#: expect_tx and the 32 lanes of the scale-copying warp (cp.async.mbarrier.arrive.noinc).
+SCALE_COPIER_LANES = 32
+
+
+def make_scale_copier(g, units):
+    """A macro ``copy(SA, SB, bars, scales, lane, n_tiles, first, rank)`` for the producer
+    warpgroup's second warp (``lane`` 32-63): it walks the block's work units and K tiles as the
+    TMA thread does and, once a slot is free (its empty barrier), copies that K tile's scales into
+    the slot's scale area at shared address ``scales``: the scale of each of the tile's rows (lane l
+    copies rows l, l + 32, ...; rows past M read row M - 1, never stored) and of each column group's
+    B block (lanes 0..), each a 4-byte ``cp.async``; then every lane arrives on the slot's full
+    barrier when its copies land (``cp.async.mbarrier.arrive.noinc``: counted in the barrier's
+    arrivals, :data:`SCALE_COPIER_LANES`). The consumers find the scales beside the K tile when its
+    full barrier completes, read them with ``ld.shared`` (:func:`make_scale_reader`).
+
+    Why: read by the consumers from global memory, the scales of a K tile are 128 row-strided 4-byte
+    loads per block (A's scales are stored M × ⌈K/128⌉, one value per row per K tile), each a sector
+    of its own, whose latency the consumers wait on between wgmmas. On an H100 at 4096³ (bf16
+    output) replacing them with constants took the kernel from 130.9 to 113.0 µs; the copies here
+    run in a warp that waits for nothing else, ``stages`` K tiles ahead."""
+    S, KT, BM, M = g.S, g.KT, g.BM, g.M
+    SLOT, NCB = scale_slot_floats(g.cfg), g.BN // scale_group(g.BN)
+    NB = ceil_div(g.N, SCALE_BLOCK)
+    assert BM % SCALE_COPIER_LANES == 0 and NCB <= SCALE_COPIER_LANES
+
+    @T.macro
+    def copy(SA, SB, bars, scales, lane, n_tiles, first, rank):
+        for i in T.serial(n_tiles):
+            tm_, tn_ = T.meta_var(units.tile(first, i, rank))
+            tile_m: T.let[T.int32] = tm_
+            tile_n: T.let[T.int32] = tn_
+            for kt in T.serial(KT):
+                it: T.let[T.int32] = i * KT + kt
+                slot: T.let[T.int32] = it % S
+                T.cuda.mbarrier_wait(T.address_of(bars[S + slot]), it // S % 2 ^ 1)  # fill it // S - 1 consumed
+                area: T.let[T.uint32] = scales + T.cast(slot * SLOT * 4, "uint32")
+                for r in T.unroll(BM // SCALE_COPIER_LANES):
+                    T.ptx["cp.async.ca.shared.global"](
+                        area + T.cast((r * SCALE_COPIER_LANES + lane % 32) * 4, "uint32"),
+                        T.address_of(SA[T.min(tile_m * BM + r * SCALE_COPIER_LANES + lane % 32, M - 1), kt]), 4)
+                if lane % 32 < NCB:
+                    T.ptx["cp.async.ca.shared.global"](
+                        area + T.cast((BM + lane % 32) * 4, "uint32"),
+                        T.address_of(SB[T.min(block_of(g, tile_n, lane % 32), NB - 1), kt]), 4)
+                T.ptx["cp.async.mbarrier.arrive.noinc.shared.b64"](
+                    T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])))
+
+    return copy
+
+
+def make_scale_reader(g):
+    """A macro ``read(sa, sb, at, scales, slot, row0, lane)``: the scales of the K tile in ring slot
+    ``slot`` (:func:`make_scale_copier`'s area) for this thread's rows (2 per m64 subtile) and the
+    tile's column groups, into set ``at`` of ``sa`` and ``sb`` (:func:`make_scale_loader`'s
+    layout), by ``ld.shared``; called once the slot's full barrier has completed."""
+    MT, NCB, BM = g.cfg.m_subtiles, g.BN // scale_group(g.BN), g.BM
+    SLOT = scale_slot_floats(g.cfg)
+
+    @T.macro
+    def read(sa, sb, at, scales, slot, row0, lane):
+        area = T.meta_var(scales + T.cast(slot * SLOT * 4, "uint32"))
+        for mt in T.unroll(MT):
+            for h in T.unroll(2):
+                T.ptx.ld.shared.f32(sa[at * 2 * MT + mt * 2 + h], area + T.cast(
+                    (row0 + mt * 64 + lane // 32 * 16 + lane % 32 // 4 + h * 8) * 4, "uint32"))
+        for cb in T.unroll(NCB):
+            T.ptx.ld.shared.f32(sb[at * NCB + cb], area + T.uint32((BM + cb) * 4))
+
+    return read
+
+
 def make_scale_loader(g):
     """A macro ``load(sa, sb, at, SA, SB, tile_m, tile_n, row0, lane, kb)``: the block scales of K
     tile ``kb`` for this thread's rows (A's 1×128 pieces, 2 per m64 subtile) and the tile's 128-column
@@ -32,18 +126,13 @@ def make_scale_loader(g):
     NCB = g.BN // GW
     NB = ceil_div(N, SCALE_BLOCK)
 
-    def block_of(tile_n, cb):  # B's 128-column block holding the tile's column group cb
-        if GW == SCALE_BLOCK:
-            return tile_n * NCB + cb
-        return T.truncdiv(tile_n * g.BN + cb * GW, SCALE_BLOCK)
-
     @T.macro
     def load(sa, sb, at, SA, SB, tile_m, tile_n, row0, lane, kb):
         for mt in T.unroll(MT):
             for h in T.unroll(2):
                 sa[at * 2 * MT + mt * 2 + h] = SA[T.min(g.out_row(tile_m, row0, lane, mt, h), M - 1), kb]
         for cb in T.unroll(NCB):
-            sb[at * NCB + cb] = SB[T.min(block_of(tile_n, cb), NB - 1), kb]
+            sb[at * NCB + cb] = SB[T.min(block_of(g, tile_n, cb), NB - 1), kb]
 
     return load
 
@@ -97,20 +186,26 @@ def make_pipelined_unit(g, mma):
     The ring's protocol is make_promotion's: every full barrier waited once per K tile (a chunk's
     first before its loop, kt+1's in step kt), every slot released once, in order, after its
     wgmmas are done; the unit's last release follows ``wait_group 0``, so nothing is in flight when
-    the epilogue reads ``acc``. The scales stay a K tile ahead (set 1 loaded at step kt for kt+1,
-    across chunks too; make_scale_sum moves it to set 0)."""
+    the epilogue reads ``acc``. The scales: with ``scales_in_ring`` read from K tile kt+1's slot
+    into set 1 once its full barrier completes (the chunk's first into set 0); else loaded from
+    global memory a K tile ahead (set 1 at step kt for kt+1, across chunks too); make_scale_sum
+    moves set 1 to set 0."""
     S, KT, CL = g.S, g.KT, g.cfg.cluster_m
-    load_scales, add = make_scale_loader(g), make_scale_sum(g)
+    load_scales, read_scales, add = make_scale_loader(g), make_scale_reader(g), make_scale_sum(g)
+    IN_RING = g.cfg.scales_in_ring
     U = min(g.cfg.pipe_tiles, KT)  # K tiles per chunk
     CHUNKS, REST = KT // U, KT % U
 
     @T.macro
-    def step(cur, nxt, acc, sa_r, sb_r, SA, SB, ring, bars, i, kt, has_next, tile_m, tile_n, row0, lane):
+    def step(cur, nxt, acc, sa_r, sb_r, SA, SB, scales, ring, bars, i, kt, has_next, tile_m, tile_n, row0, lane):
         # has_next: kt + 1 in the chunk; a constant once the chunk is unrolled
         it = T.meta_var(i * KT + kt)
-        load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + 1, KT - 1))  # the next K tile's
+        if not IN_RING:  # the next K tile's
+            load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + 1, KT - 1))
         if has_next:
             T.cuda.mbarrier_wait(T.address_of(bars[(it + 1) % S]), (it + 1) // S % 2)
+            if IN_RING:
+                read_scales(sa_r, sb_r, 1, scales, (it + 1) % S, row0, lane)
             mma(nxt, ring, (it + 1) % S, row0, 0)  # K tile kt+1 into the other set (scale-d 0 first)
             T.ptx.wgmma.wait_group.sync.aligned(1)  # K tile kt's wgmmas are done, kt+1's run on
         else:
@@ -124,24 +219,30 @@ def make_pipelined_unit(g, mma):
         return True if n % 2 else jp * 2 + 2 < n
 
     @T.macro
-    def chunk(acc, part0, part1, sa_r, sb_r, SA, SB, ring, bars, i, k0, n, tile_m, tile_n, row0, lane):
+    def chunk(acc, part0, part1, sa_r, sb_r, SA, SB, scales, ring, bars, i, k0, n, tile_m, tile_n, row0, lane):
         T.cuda.mbarrier_wait(T.address_of(bars[(i * KT + k0) % S]), (i * KT + k0) // S % 2)
+        if IN_RING:
+            read_scales(sa_r, sb_r, 0, scales, (i * KT + k0) % S, row0, lane)
         mma(part0, ring, (i * KT + k0) % S, row0, 0)  # the chunk's first K tile into part0
         for jp in T.unroll(n // 2):
-            step(part0, part1, acc, sa_r, sb_r, SA, SB, ring, bars, i, k0 + jp * 2, True, tile_m, tile_n, row0, lane)
-            step(part1, part0, acc, sa_r, sb_r, SA, SB, ring, bars, i, k0 + jp * 2 + 1, second_has_next(jp, n),
-                 tile_m, tile_n, row0, lane)
+            step(part0, part1, acc, sa_r, sb_r, SA, SB, scales, ring, bars, i, k0 + jp * 2, True, tile_m, tile_n,
+                 row0, lane)
+            step(part1, part0, acc, sa_r, sb_r, SA, SB, scales, ring, bars, i, k0 + jp * 2 + 1,
+                 second_has_next(jp, n), tile_m, tile_n, row0, lane)
         if n % 2 == 1:
-            step(part0, part1, acc, sa_r, sb_r, SA, SB, ring, bars, i, k0 + n - 1, False, tile_m, tile_n, row0, lane)
+            step(part0, part1, acc, sa_r, sb_r, SA, SB, scales, ring, bars, i, k0 + n - 1, False, tile_m, tile_n,
+                 row0, lane)
 
     @T.macro
-    def unit(acc, part0, part1, sa_r, sb_r, SA, SB, ring, bars, i, tile_m, tile_n, row0, lane):
+    def unit(acc, part0, part1, sa_r, sb_r, SA, SB, scales, ring, bars, i, tile_m, tile_n, row0, lane):
         for r in T.unroll(g.ACC):
             acc[r] = T.float32(0)
-        load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, row0, lane, 0)
+        if not IN_RING:
+            load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, row0, lane, 0)
         for c in T.serial(CHUNKS):
-            chunk(acc, part0, part1, sa_r, sb_r, SA, SB, ring, bars, i, c * U, U, tile_m, tile_n, row0, lane)
+            chunk(acc, part0, part1, sa_r, sb_r, SA, SB, scales, ring, bars, i, c * U, U, tile_m, tile_n, row0, lane)
         if REST > 0:
-            chunk(acc, part0, part1, sa_r, sb_r, SA, SB, ring, bars, i, CHUNKS * U, REST, tile_m, tile_n, row0, lane)
+            chunk(acc, part0, part1, sa_r, sb_r, SA, SB, scales, ring, bars, i, CHUNKS * U, REST, tile_m, tile_n,
+                  row0, lane)
 
     return unit

@@ -30,7 +30,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from .errors import ScheduleParamError
-from .fp8_block_scales import make_scale_loader, make_scale_sum
+from .fp8_block_scales import make_scale_loader, make_scale_reader, make_scale_sum
 from .tma_common import fence_acc, release_slot
 
 ORDER_BARRIER = 1  # named barrier 1 + w: consumer w may issue (0 is __syncthreads')
@@ -100,16 +100,21 @@ def make_pingpong_promotion(g, mma):
     wait for 0. The cooperative kernel's ``pipelined=True`` (fp8_block_scales.make_pipelined_unit)
     avoids it with unrolled chunks of K tiles, nothing in flight at a loop's back edge."""
     S, KT, CL = g.S, g.KT, g.cfg.cluster_m
-    load_scales, add = make_scale_loader(g), make_scale_sum(g)
+    load_scales, read_scales, add = make_scale_loader(g), make_scale_reader(g), make_scale_sum(g)
+    IN_RING = g.cfg.scales_in_ring
 
     @T.macro
-    def unit(acc, part, sa_r, sb_r, SA, SB, ring, bars, i, tile_m, tile_n, lane, w, n_tiles):
+    def unit(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, i, tile_m, tile_n, lane, w, n_tiles):
         for r in T.unroll(g.ACC):
             acc[r] = T.float32(0)
-        load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, 0, lane, 0)
+        if not IN_RING:
+            load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, 0, lane, 0)
         for kt in T.serial(KT):
-            load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, 0, lane, T.min(kt + 1, KT - 1))  # the next K tile's
+            if not IN_RING:  # the next K tile's
+                load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, 0, lane, T.min(kt + 1, KT - 1))
             T.cuda.mbarrier_wait(T.address_of(bars[(i * KT + kt) % S]), (i * KT + kt) // S % 2)
+            if IN_RING:  # this K tile's, from its slot (set 0; add's move of set 1 is then unused)
+                read_scales(sa_r, sb_r, 0, scales, (i * KT + kt) % S, 0, lane)
             mma(part, ring, (i * KT + kt) % S, 0, 0)  # kt = 0 for the macro: a fresh partial sum
             if T.And(kt == KT - 1, i + 1 < n_tiles):
                 pass_turn(w)  # the unit's last wgmmas are issued

@@ -41,7 +41,8 @@ from tvm.script import tirx as T
 
 from .common import ceil_div
 from .errors import ScheduleParamError
-from .fp8_block_scales import make_pipelined_unit, make_scale_loader, make_scale_sum, scale_group
+from .fp8_block_scales import (SCALE_COPIER_LANES, make_pipelined_unit, make_scale_copier, make_scale_loader,
+                               make_scale_reader, make_scale_sum, scale_group, scale_ring_bytes)
 from .fp8_pingpong import check_pingpong, make_pingpong_promotion, pass_turn, wait_turn
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
@@ -265,16 +266,21 @@ def make_promotion(g: Fp8Geometry, wl: Gemm, mma):
     block of both operands' scales) is multiplied into a fresh set of accumulators, ``part``
     (scale-d 0 at its first k32 step); once its wgmmas are done (``wait_group 0``; the slot is
     released at once) each partial sum is added to the running sum in fp32 registers, multiplied by
-    the scale of its row's 1×128 piece of A and of its column's 128×128 block of B, loaded from
+    the scale of its row's 1×128 piece of A and of its column's 128×128 block of B: read from the
+    slot beside the K tile (``scales_in_ring``: fp8_block_scales.make_scale_copier), or loaded from
     global memory one K tile ahead (:func:`make_scale_loader`; the tile's first by the caller). The
     tensor cores' limited-precision accumulation then spans 128 products, not K."""
     S, CL = g.S, g.cfg.cluster_m
-    load_scales, add = make_scale_loader(g), make_scale_sum(g)
+    load_scales, read_scales, add = make_scale_loader(g), make_scale_reader(g), make_scale_sum(g)
+    IN_RING = g.cfg.scales_in_ring
 
     @T.macro
-    def promote(acc, part, sa_r, sb_r, SA, SB, ring, bars, it, kt, tile_m, tile_n, row0, lane):
-        load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + 1, g.KT - 1))  # the next K tile's
+    def promote(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, it, kt, tile_m, tile_n, row0, lane):
+        if not IN_RING:  # the next K tile's
+            load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + 1, g.KT - 1))
         T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
+        if IN_RING:  # this K tile's, from its slot (set 0; add's move of set 1 is then unused)
+            read_scales(sa_r, sb_r, 0, scales, it % S, row0, lane)
         mma(part, ring, it % S, row0, 0)  # kt = 0: scale-d 0 on the first k32 step, a fresh partial sum
         T.ptx.wgmma.wait_group.sync.aligned(0)
         if lane == 0:
@@ -311,10 +317,13 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
 
     units = WorkUnits(CL_TILES, GRID // CL, KT, KT, 1, 0, block_tile)
     PP = cfg.pingpong  # each slot read by one consumer: one arrival per block of the cluster
-    init_ring = ring_barriers(S, (1 if PP else NC) * CL, CL)
+    BLOCK = wl.scaling == "block"
+    IN_RING = BLOCK and cfg.scales_in_ring  # a producer warp copies each K tile's scales beside it
+    init_ring = ring_barriers(S, (1 if PP else NC) * CL, CL, 1 + (SCALE_COPIER_LANES if IN_RING else 0))
+    copy_scales = make_scale_copier(g, units) if IN_RING else None
     produce = ring_producer(units, S, cfg.producer_regs, load)
     unit_done = ring_unit_done(units, S, CL, g.ACC)
-    ROWWISE, BLOCK = wl.scaling == "row", wl.scaling == "block"
+    ROWWISE = wl.scaling == "row"
     promote = make_promotion(g, wl, mma) if BLOCK else None
     load_scales = make_scale_loader(g) if BLOCK else None
     promote_unit = make_pingpong_promotion(g, mma) if BLOCK and PP else None
@@ -344,7 +353,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                 crank = T.launch_thread("clusterCtaIdx.x", CL)
             tid = T.launch_thread("threadIdx.x", cfg.threads)
             T.attr(0, "tirx.max_registers", cfg.launch_regs)  # setmaxnreg needs a known count at entry
-            smem = T.alloc_buffer((g.RING_BYTES + 1024 + staged_bytes(cfg),), "uint8", scope="shared.dyn")
+            smem = T.alloc_buffer((cfg.shared_bytes(1),), "uint8", scope="shared.dyn")
             bars = T.alloc_buffer((2 * S,), "uint64", scope="shared", align=8)  # full[0:S], empty[S:2S]
             acc = T.alloc_buffer((g.ACC,), "float32", scope="local")
             pair = T.alloc_buffer((2,), OUT, scope="local")  # an adjacent pair of outputs, stored together
@@ -360,6 +369,10 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
             if STAGED:
                 vals = T.alloc_buffer((16,), "float32", scope="local")  # accumulators read back from the area
                 stage: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES)
+            if IN_RING:  # the scales' slots, after the staging areas
+                scales: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES + staged_bytes(cfg))
+            else:
+                scales = T.meta_var(ring)  # unused
             wg = T.meta_var(tid // WARPGROUP)
             lane = T.meta_var(tid % WARPGROUP)
             if CL > 1:
@@ -372,6 +385,9 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
             init_ring(bars, tid)
             if wg == 0:
                 produce(A_map, B_map, ring, bars, lane, n_tiles, cid, rank)
+                if IN_RING:
+                    if lane // 32 == 1:
+                        copy_scales(SA, SB, bars, scales, lane, n_tiles, cid, rank)
             else:
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
                 w = T.meta_var(wg - 1)
@@ -389,7 +405,8 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                         if i > 0:
                             wait_turn(w)  # the other consumer has issued unit i - 1's last wgmmas
                         if BLOCK:  # passes the turn itself, before its last promotion
-                            promote_unit(acc, part, sa_r, sb_r, SA, SB, ring, bars, i, tile_m, tile_n, lane, w, n_tiles)
+                            promote_unit(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, i, tile_m, tile_n, lane, w,
+                                         n_tiles)
                         else:
                             for kt in T.serial(KT):
                                 it: T.let[T.int32] = i * KT + kt
@@ -412,15 +429,16 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                         tile_m: T.let[T.int32] = tm_
                         tile_n: T.let[T.int32] = tn_
                         if PIPE:
-                            pipe_unit(acc, part, part1, sa_r, sb_r, SA, SB, ring, bars, i, tile_m, tile_n, w * ROW0,
-                                      lane)
+                            pipe_unit(acc, part, part1, sa_r, sb_r, SA, SB, scales, ring, bars, i, tile_m, tile_n,
+                                      w * ROW0, lane)
                         elif BLOCK:
                             for r in T.unroll(g.ACC):
                                 acc[r] = T.float32(0)
-                            load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, w * ROW0, lane, 0)
+                            if not IN_RING:
+                                load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, w * ROW0, lane, 0)
                             for kt in T.serial(KT):
-                                promote(acc, part, sa_r, sb_r, SA, SB, ring, bars, i * KT + kt, kt, tile_m, tile_n,
-                                        w * ROW0, lane)
+                                promote(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, i * KT + kt, kt, tile_m,
+                                        tile_n, w * ROW0, lane)
                         else:
                             for kt in T.serial(KT):
                                 it: T.let[T.int32] = i * KT + kt
@@ -513,6 +531,10 @@ class Fp8BlockConfig(Fp8TmaConfig):
     stages: int = 6
     pipelined: bool = False  # two partial-sum sets: K tile kt promoted behind kt+1's wgmmas
     pipe_tiles: int = 4  # pipelined: K tiles per chunk, unrolled, one wait_group 0 each (C7514 otherwise)
+    #: each K tile's scales copied into shared memory beside it by a producer warp (cp.async, arriving
+    #: on the slot's full barrier: fp8_block_scales.make_scale_copier); False: the consumers load them
+    #: from global memory a K tile ahead
+    scales_in_ring: bool = True
     scalings = ("block",)  # promoted into fp32 registers every K tile (make_promotion)
     step_name = "fp8_block_scaled_gemm"
 
@@ -533,6 +555,10 @@ class Fp8BlockConfig(Fp8TmaConfig):
             raise ScheduleParamError(f"{name}: {('two', 'three')[sets - 2]} accumulator sets of {self.acc_regs} registers ({what}) leave "
                                      f"too few of the {self.consumer_budget} a consumer gets: lower block_n or block_m")
         Fp8TmaConfig.check(self, wl)
+
+    def shared_bytes(self, itemsize: int = 2) -> int:
+        """The ring, the staging areas and (``scales_in_ring``) the scales' slots."""
+        return Fp8TmaConfig.shared_bytes(self, itemsize) + scale_ring_bytes(self)
 
     def describe(self) -> str:
         pipe = (" pipelined" + (f"/{self.pipe_tiles}" if self.pipe_tiles != 4 else "")) if self.pipelined else ""

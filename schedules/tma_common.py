@@ -312,17 +312,19 @@ class WorkUnits:
         return k_tiles_of(part, self.KT, self.KTS)
 
 
-def ring_barriers(S: int, empty_arrivals: int, CL: int = 1):
-    """A macro: thread 0 initialises the ring's barriers, ``bars[0:S]`` *full* (one arrival: the
-    producer's expect_tx) and ``bars[S:2S]`` *empty* (``empty_arrivals``: every consumer
-    warpgroup of every block of the cluster), then the block (cluster: peers' barriers are
+def ring_barriers(S: int, empty_arrivals: int, CL: int = 1, full_arrivals: int = 1):
+    """A macro: thread 0 initialises the ring's barriers, ``bars[0:S]`` *full* (``full_arrivals``:
+    the producer's expect_tx, and the lanes of a warp copying more into the slot where a kernel has
+    one, fp8_block_scales.make_scale_copier) and ``bars[S:2S]`` *empty* (``empty_arrivals``: every
+    consumer warpgroup of every block of the cluster), then the block (cluster: peers' barriers are
     initialized before anyone multicasts) synchronises."""
 
     @T.macro
     def init(bars, tid):
         if tid == 0:
             for s in T.unroll(S):
-                T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[s])), T.uint32(1))
+                T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[s])),
+                                               T.uint32(full_arrivals))
                 T.ptx.mbarrier.init.shared.b64(T.cuda.cvta_generic_to_shared(T.address_of(bars[S + s])),
                                                T.uint32(empty_arrivals))
             T.ptx.fence.mbarrier_init.release.cluster()

@@ -208,7 +208,25 @@ def test_block_scales_are_promoted_every_k_tile(built):
     assert "acc_ptr[3] = (acc_ptr[3] + (part_ptr[3] * (sa_r_ptr[1] * sb_r_ptr[0])));" in cuda  # row + 8: its own scale
     assert "sab_ptr" not in cuda  # nothing scales the stored outputs again
     launch = get(BLOCK_STEP).validate(parse_workload("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block"))
-    assert launch.shared_bytes == 6 * (128 + 128) * 128 + 1024 + 20480
+    assert launch.shared_bytes == 6 * (128 + 128) * 128 + 1024 + 20480 + 6 * 132 * 4  # + each slot's 128 + 1 scales
+
+
+def test_a_producer_warp_copies_each_k_tiles_scales_beside_it(built):
+    """scales_in_ring (the default): the producer warpgroup's second warp copies each K tile's
+    scales (one per row of the tile, one per B block) into the slot's scale area with 4-byte
+    cp.async and arrives on the slot's full barrier when they land (.noinc: 1 + 32 arrivals); the
+    consumers read them with ld.shared, no global load of a scale in their K loop. False: the
+    consumers' global loads, full barriers of one arrival."""
+    wl = "gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16"
+    ring, glob = built(wl, BLOCK_STEP, pipelined=True), built(wl, BLOCK_STEP, pipelined=True, scales_in_ring=False)
+    assert all(k.spills == 0 for k in ring.device.kernels + glob.device.kernels)
+    assert "cp.async.mbarrier.arrive.noinc.shared.b64" in ring.device.ptx
+    assert ring.device.cuda.count("cp_async_ca_async_ca_shared_global_4((") == 4 + 1  # 128 rows over 32 lanes, B
+    assert "cp.async" not in glob.device.ptx.replace("cp.async.bulk", "")
+    init = "mbarrier_init_init_shared_b64(tvm_builtin_cuda_cvta_generic_to_shared((&(bars_ptr[0]))), (uint){});"
+    assert init.format(33) in ring.device.cuda and init.format(1) in glob.device.cuda
+    consumers = [b.device.cuda.rsplit("setmaxnreg_inc", 1)[1] for b in (ring, glob)]
+    assert "scale_a_ptr[" not in consumers[0] and "scale_a_ptr[" in consumers[1]  # their global loads of scales
 
 
 @pytest.mark.parametrize("K", [384, 704, 1152, 4096])
@@ -415,6 +433,10 @@ BLOCK_GPU_CASES = [
     ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", THREE_CONSUMERS),
     ("gemm:1000x520x704:float8_e4m3fn:nt:scale=block", dict(THREE_CONSUMERS, sms=5, cluster_m=2)),
     ("gemm:1000x520x2000:float8_e4m3fn:nt:scale=block", dict(pipelined=True, pipe_tiles=8, sms=7)),  # KT 16, last partial
+    # the scales loaded by the consumers from global memory (scales_in_ring=false): cooperative, pipelined, ping-pong
+    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(scales_in_ring=False, sms=5)),
+    ("gemm:1024x768x1152:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(pipelined=True, scales_in_ring=False, sms=7)),
+    ("gemm:1000x520x2000:float8_e4m3fn:nt:scale=block", dict(BLOCK_PINGPONG, scales_in_ring=False, sms=5)),
 ]
 
 
