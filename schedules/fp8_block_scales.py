@@ -43,54 +43,77 @@ def scale_ring_bytes(cfg) -> int:
 
 
 #: Arrivals a slot's full barrier waits for with ``scales_in_ring``: the producer thread's
-#: expect_tx and the 32 lanes of the scale-copying warp (cp.async.mbarrier.arrive.noinc).
-SCALE_COPIER_LANES = 32
+#: expect_tx and the scale-copying warp's lane 0 (after the warp's stores, ``__syncwarp``).
+SCALE_COPIER_ARRIVALS = 1
+COPIER_LANES = 32  # the scale-copying warp
+COPIER_LEAD = 2  # K tiles between a scale's load from global memory and its store into a slot
 
 
 def make_scale_copier(g, units):
-    """A macro ``copy(SA, SB, bars, scales, lane, n_tiles, first, rank)`` for the producer
-    warpgroup's second warp (``lane`` 32-63): it walks the block's work units and K tiles as the
-    TMA thread does and, once a slot is free (its empty barrier), copies that K tile's scales into
-    the slot's scale area at shared address ``scales``: the scale of each of the tile's rows (lane l
-    copies rows l, l + 32, ...; rows past M read row M - 1, never stored) and of each column group's
-    B block (lanes 0..), each a 4-byte ``cp.async``; then every lane arrives on the slot's full
-    barrier when its copies land (``cp.async.mbarrier.arrive.noinc``: counted in the barrier's
-    arrivals, :data:`SCALE_COPIER_LANES`). The consumers find the scales beside the K tile when its
-    full barrier completes, read them with ``ld.shared`` (:func:`make_scale_reader`).
+    """A macro ``copy(SA, SB, regs, bars, scales, lane, n_tiles, first, rank)`` for the producer
+    warpgroup's second warp (``lane`` 32-63): it walks the block's K tiles (all its work units'
+    in turn) as the TMA thread does and, once a slot is free (its empty barrier), stores that K
+    tile's scales into the slot's scale area at shared address ``scales``: the scale of each of the
+    tile's rows (lane l rows l, l + 32, ...; rows past M read row M - 1, never stored) and of each
+    column group's B block (lanes 0..), 32 consecutive floats per ``st.shared``; then ``__syncwarp``
+    and lane 0 arrives on the slot's full barrier (:data:`SCALE_COPIER_ARRIVALS`). The consumers
+    find the scales beside the K tile when its full barrier completes (:func:`make_scale_reader`).
+
+    The scales come from global memory in registers (``regs``: :data:`COPIER_LEAD` sets), loaded
+    :data:`COPIER_LEAD` K tiles before their store, so that the warp waits on a load only when the
+    ring is that far ahead. A ``cp.async`` of 4 bytes per lane straight into the slot would not
+    wait at all, but it writes shared memory a lane at a time: 128 wavefronts per K tile on the
+    port the wgmmas read their operands through (on an H100 the pipelined 128 × 128 kernel went
+    from 131 to 157 µs at 4096³); a warp's ``st.shared`` of 32 consecutive floats is one.
 
     Why: read by the consumers from global memory, the scales of a K tile are 128 row-strided 4-byte
     loads per block (A's scales are stored M × ⌈K/128⌉, one value per row per K tile), each a sector
     of its own, whose latency the consumers wait on between wgmmas. On an H100 at 4096³ (bf16
-    output) replacing them with constants took the kernel from 130.9 to 113.0 µs; the copies here
-    run in a warp that waits for nothing else, ``stages`` K tiles ahead."""
+    output) replacing them with constants took the pipelined kernel from 130.9 to 113.0 µs."""
     S, KT, BM, M = g.S, g.KT, g.BM, g.M
     SLOT, NCB = scale_slot_floats(g.cfg), g.BN // scale_group(g.BN)
     NB = ceil_div(g.N, SCALE_BLOCK)
-    assert BM % SCALE_COPIER_LANES == 0 and NCB <= SCALE_COPIER_LANES
+    RA = BM // COPIER_LANES  # rows per lane
+    R = RA + 1  # a set: a lane's rows, and its B block (lanes < NCB)
+    assert BM % COPIER_LANES == 0 and NCB <= COPIER_LANES
 
     @T.macro
-    def copy(SA, SB, bars, scales, lane, n_tiles, first, rank):
-        for i in T.serial(n_tiles):
-            tm_, tn_ = T.meta_var(units.tile(first, i, rank))
-            tile_m: T.let[T.int32] = tm_
-            tile_n: T.let[T.int32] = tn_
-            for kt in T.serial(KT):
-                it: T.let[T.int32] = i * KT + kt
-                slot: T.let[T.int32] = it % S
-                T.cuda.mbarrier_wait(T.address_of(bars[S + slot]), it // S % 2 ^ 1)  # fill it // S - 1 consumed
-                area: T.let[T.uint32] = scales + T.cast(slot * SLOT * 4, "uint32")
-                for r in T.unroll(BM // SCALE_COPIER_LANES):
-                    T.ptx["cp.async.ca.shared.global"](
-                        area + T.cast((r * SCALE_COPIER_LANES + lane % 32) * 4, "uint32"),
-                        T.address_of(SA[T.min(tile_m * BM + r * SCALE_COPIER_LANES + lane % 32, M - 1), kt]), 4)
-                if lane % 32 < NCB:
-                    T.ptx["cp.async.ca.shared.global"](
-                        area + T.cast((BM + lane % 32) * 4, "uint32"),
-                        T.address_of(SB[T.min(block_of(g, tile_n, lane % 32), NB - 1), kt]), 4)
-                T.ptx["cp.async.mbarrier.arrive.noinc.shared.b64"](
-                    T.cuda.cvta_generic_to_shared(T.address_of(bars[slot])))
+    def load(regs, e, SA, SB, total, it, lane, first, rank):
+        # K tile it (clamped into the block's stream) into set e
+        itc: T.let[T.int32] = T.min(it, total - 1)
+        tm_, tn_ = T.meta_var(units.tile(first, itc // KT, rank))
+        for r in T.unroll(RA):
+            regs[e * R + r] = SA[T.min(tm_ * BM + r * COPIER_LANES + lane % 32, M - 1), itc % KT]
+        if lane % 32 < NCB:
+            regs[e * R + RA] = SB[T.min(block_of(g, tn_, lane % 32), NB - 1), itc % KT]
+
+    @T.macro
+    def copy(SA, SB, regs, bars, scales, lane, n_tiles, first, rank):
+        total: T.let[T.int32] = n_tiles * KT
+        for e in T.unroll(COPIER_LEAD):
+            load(regs, e, SA, SB, total, e, lane, first, rank)
+        for p in T.serial(T.truncdiv(total + COPIER_LEAD - 1, COPIER_LEAD)):
+            for e in T.unroll(COPIER_LEAD):  # set e holds K tile p·LEAD + e (a static index)
+                if p * COPIER_LEAD + e < total:
+                    it: T.let[T.int32] = p * COPIER_LEAD + e
+                    T.cuda.mbarrier_wait(T.address_of(bars[S + it % S]), it // S % 2 ^ 1)  # fill it // S - 1 consumed
+                    area: T.let[T.uint32] = scales + T.cast(it % S * SLOT * 4, "uint32")
+                    for r in T.unroll(RA):
+                        T.ptx.st.shared.f32(area + T.cast((r * COPIER_LANES + lane % 32) * 4, "uint32"), regs[e * R + r])
+                    if lane % 32 < NCB:
+                        T.ptx.st.shared.f32(area + T.cast((BM + lane % 32) * 4, "uint32"), regs[e * R + RA])
+                    T.cuda.warp_sync()  # the warp's stores ordered before lane 0's arrival (release)
+                    if lane % 32 == 0:
+                        T.evaluate(T.ptx.mbarrier.arrive.shared.b64(
+                            T.cuda.cvta_generic_to_shared(T.address_of(bars[it % S])), T.uint32(1)))
+                    load(regs, e, SA, SB, total, it + COPIER_LEAD, lane, first, rank)
 
     return copy
+
+
+def copier_regs(cfg) -> int:
+    """Registers of the scale-copying warp's sets (:func:`make_scale_copier`)."""
+    return COPIER_LEAD * (cfg.block_m // COPIER_LANES + 1)
 
 
 def make_scale_reader(g):
@@ -139,11 +162,12 @@ def make_scale_loader(g):
 
 def make_scale_sum(g):
     """A macro ``add(acc, part, sa, sb)``: the running sum plus a K tile's partial sums times their
-    scales (set 0 of :func:`make_scale_loader`'s), then the next K tile's scales (set 1) moved into
-    set 0."""
+    scales (set 0 of :func:`make_scale_loader`'s), then each later K tile's scales moved a set down
+    (set 1 into set 0, with ``scale_lead`` 2 set 2 into set 1)."""
     NACC, MT, JN = g.NACC, g.cfg.m_subtiles, g.BN // 8
     GW = scale_group(g.BN)
     NCB, JB = g.BN // GW, GW // 8  # column groups of one B scale per tile, 8-column groups per column group
+    SETS = 2 if g.cfg.scales_in_ring else 1 + g.cfg.scale_lead
 
     @T.macro
     def add(acc, part, sa, sb):
@@ -153,10 +177,11 @@ def make_scale_sum(g):
                     for e in T.unroll(2):
                         acc[mt * NACC + j * 4 + h * 2 + e] = acc[mt * NACC + j * 4 + h * 2 + e] + part[
                             mt * NACC + j * 4 + h * 2 + e] * (sa[mt * 2 + h] * sb[j // JB])
-        for x in T.unroll(2 * MT):
-            sa[x] = sa[2 * MT + x]
-        for cb in T.unroll(NCB):
-            sb[cb] = sb[NCB + cb]
+        for t in T.unroll(SETS - 1):
+            for x in T.unroll(2 * MT):
+                sa[t * 2 * MT + x] = sa[(t + 1) * 2 * MT + x]
+            for cb in T.unroll(NCB):
+                sb[t * NCB + cb] = sb[(t + 1) * NCB + cb]
 
     return add
 
@@ -192,7 +217,7 @@ def make_pipelined_unit(g, mma):
     moves set 1 to set 0."""
     S, KT, CL = g.S, g.KT, g.cfg.cluster_m
     load_scales, read_scales, add = make_scale_loader(g), make_scale_reader(g), make_scale_sum(g)
-    IN_RING = g.cfg.scales_in_ring
+    IN_RING, LEAD = g.cfg.scales_in_ring, g.cfg.scale_lead
     U = min(g.cfg.pipe_tiles, KT)  # K tiles per chunk
     CHUNKS, REST = KT // U, KT % U
 
@@ -201,7 +226,7 @@ def make_pipelined_unit(g, mma):
         # has_next: kt + 1 in the chunk; a constant once the chunk is unrolled
         it = T.meta_var(i * KT + kt)
         if not IN_RING:  # the next K tile's
-            load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + 1, KT - 1))
+            load_scales(sa_r, sb_r, LEAD, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + LEAD, KT - 1))
         if has_next:
             T.cuda.mbarrier_wait(T.address_of(bars[(it + 1) % S]), (it + 1) // S % 2)
             if IN_RING:
@@ -238,7 +263,8 @@ def make_pipelined_unit(g, mma):
         for r in T.unroll(g.ACC):
             acc[r] = T.float32(0)
         if not IN_RING:
-            load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, row0, lane, 0)
+            for s in T.unroll(LEAD):  # the first K tiles'
+                load_scales(sa_r, sb_r, s, SA, SB, tile_m, tile_n, row0, lane, T.min(s, KT - 1))
         for c in T.serial(CHUNKS):
             chunk(acc, part0, part1, sa_r, sb_r, SA, SB, scales, ring, bars, i, c * U, U, tile_m, tile_n, row0, lane)
         if REST > 0:

@@ -41,8 +41,8 @@ from tvm.script import tirx as T
 
 from .common import ceil_div
 from .errors import ScheduleParamError
-from .fp8_block_scales import (SCALE_COPIER_LANES, make_pipelined_unit, make_scale_copier, make_scale_loader,
-                               make_scale_reader, make_scale_sum, scale_group, scale_ring_bytes)
+from .fp8_block_scales import (SCALE_COPIER_ARRIVALS, copier_regs, make_pipelined_unit, make_scale_copier,
+                               make_scale_loader, make_scale_reader, make_scale_sum, scale_group, scale_ring_bytes)
 from .fp8_pingpong import check_pingpong, make_pingpong_promotion, pass_turn, wait_turn
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
@@ -272,12 +272,12 @@ def make_promotion(g: Fp8Geometry, wl: Gemm, mma):
     tensor cores' limited-precision accumulation then spans 128 products, not K."""
     S, CL = g.S, g.cfg.cluster_m
     load_scales, read_scales, add = make_scale_loader(g), make_scale_reader(g), make_scale_sum(g)
-    IN_RING = g.cfg.scales_in_ring
+    IN_RING, LEAD = g.cfg.scales_in_ring, g.cfg.scale_lead
 
     @T.macro
     def promote(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, it, kt, tile_m, tile_n, row0, lane):
         if not IN_RING:  # the next K tile's
-            load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + 1, g.KT - 1))
+            load_scales(sa_r, sb_r, LEAD, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + LEAD, g.KT - 1))
         T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
         if IN_RING:  # this K tile's, from its slot (set 0; add's move of set 1 is then unused)
             read_scales(sa_r, sb_r, 0, scales, it % S, row0, lane)
@@ -319,8 +319,9 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     PP = cfg.pingpong  # each slot read by one consumer: one arrival per block of the cluster
     BLOCK = wl.scaling == "block"
     IN_RING = BLOCK and cfg.scales_in_ring  # a producer warp copies each K tile's scales beside it
-    init_ring = ring_barriers(S, (1 if PP else NC) * CL, CL, 1 + (SCALE_COPIER_LANES if IN_RING else 0))
+    init_ring = ring_barriers(S, (1 if PP else NC) * CL, CL, 1 + (SCALE_COPIER_ARRIVALS if IN_RING else 0))
     copy_scales = make_scale_copier(g, units) if IN_RING else None
+    SCALE_SETS = 1 + (1 if IN_RING or not BLOCK else cfg.scale_lead)
     produce = ring_producer(units, S, cfg.producer_regs, load)
     unit_done = ring_unit_done(units, S, CL, g.ACC)
     ROWWISE = wl.scaling == "row"
@@ -362,8 +363,11 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                 part = T.alloc_buffer((g.ACC,), "float32", scope="local")
                 if PIPE:  # odd K tiles' partial sums (part: the even ones')
                     part1 = T.alloc_buffer((g.ACC,), "float32", scope="local")
-                sa_r = T.alloc_buffer((4 * cfg.m_subtiles,), "float32", scope="local")  # this K tile's, the next's
-                sb_r = T.alloc_buffer((2 * g.BN // scale_group(g.BN),), "float32", scope="local")
+                # this K tile's scales, the next's (scale_lead 2: and the one after)
+                sa_r = T.alloc_buffer((SCALE_SETS * 2 * cfg.m_subtiles,), "float32", scope="local")
+                sb_r = T.alloc_buffer((SCALE_SETS * g.BN // scale_group(g.BN),), "float32", scope="local")
+                if IN_RING:  # the scale-copying producer warp's loads in flight
+                    copier_set = T.alloc_buffer((copier_regs(cfg),), "float32", scope="local")
             ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
                                                   T.uint32(0xFFFFFC00))
             if STAGED:
@@ -387,7 +391,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                 produce(A_map, B_map, ring, bars, lane, n_tiles, cid, rank)
                 if IN_RING:
                     if lane // 32 == 1:
-                        copy_scales(SA, SB, bars, scales, lane, n_tiles, cid, rank)
+                        copy_scales(SA, SB, copier_set, bars, scales, lane, n_tiles, cid, rank)
             else:
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
                 w = T.meta_var(wg - 1)
@@ -435,7 +439,8 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                             for r in T.unroll(g.ACC):
                                 acc[r] = T.float32(0)
                             if not IN_RING:
-                                load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, w * ROW0, lane, 0)
+                                for s in T.unroll(cfg.scale_lead):  # the first K tiles'
+                                    load_scales(sa_r, sb_r, s, SA, SB, tile_m, tile_n, w * ROW0, lane, T.min(s, KT - 1))
                             for kt in T.serial(KT):
                                 promote(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, i * KT + kt, kt, tile_m,
                                         tile_n, w * ROW0, lane)
@@ -535,6 +540,7 @@ class Fp8BlockConfig(Fp8TmaConfig):
     #: on the slot's full barrier: fp8_block_scales.make_scale_copier); False: the consumers load them
     #: from global memory a K tile ahead
     scales_in_ring: bool = True
+    scale_lead: int = 1  # scales_in_ring=false: K tiles ahead of their use that the consumers load the scales (1, 2)
     scalings = ("block",)  # promoted into fp32 registers every K tile (make_promotion)
     step_name = "fp8_block_scaled_gemm"
 
@@ -546,6 +552,9 @@ class Fp8BlockConfig(Fp8TmaConfig):
         if self.pipelined and self.pingpong:
             raise ScheduleParamError(f"{name}: pipelined is for the cooperative consumers (pingpong=false): a "
                                      f"ping-pong consumer's promotion hides behind the other's wgmmas")
+        if self.scale_lead not in (1, 2):
+            raise ScheduleParamError(f"{name}: scale_lead must be 1 or 2 (K tiles ahead that the consumers load "
+                                     f"the scales), got {self.scale_lead}")
         if self.pipe_tiles < 2:
             raise ScheduleParamError(f"{name}: pipe_tiles must be ≥ 2 (K tiles per pipelined chunk), "
                                      f"got {self.pipe_tiles}")

@@ -437,6 +437,8 @@ BLOCK_GPU_CASES = [
     ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(scales_in_ring=False, sms=5)),
     ("gemm:1024x768x1152:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(pipelined=True, scales_in_ring=False, sms=7)),
     ("gemm:1000x520x2000:float8_e4m3fn:nt:scale=block", dict(BLOCK_PINGPONG, scales_in_ring=False, sms=5)),
+    ("gemm:1000x520x704:float8_e4m3fn:nt:scale=block", dict(pipelined=True, scales_in_ring=False, scale_lead=2, sms=5)),
+    ("gemm:512x384x384:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(scales_in_ring=False, scale_lead=2, sms=2)),
 ]
 
 
