@@ -229,9 +229,9 @@ def make_pipelined_unit(g, mma):
             load_scales(sa_r, sb_r, LEAD, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + LEAD, KT - 1))
         if has_next:
             T.cuda.mbarrier_wait(T.address_of(bars[(it + 1) % S]), (it + 1) // S % 2)
-            if IN_RING:
-                read_scales(sa_r, sb_r, 1, scales, (it + 1) % S, row0, lane)
             mma(nxt, ring, (it + 1) % S, row0, 0)  # K tile kt+1 into the other set (scale-d 0 first)
+            if IN_RING:  # its scales, read once its wgmmas are issued
+                read_scales(sa_r, sb_r, 1, scales, (it + 1) % S, row0, lane)
             T.ptx.wgmma.wait_group.sync.aligned(1)  # K tile kt's wgmmas are done, kt+1's run on
         else:
             T.ptx.wgmma.wait_group.sync.aligned(0)  # the chunk's last: nothing left in flight
@@ -246,9 +246,9 @@ def make_pipelined_unit(g, mma):
     @T.macro
     def chunk(acc, part0, part1, sa_r, sb_r, SA, SB, scales, ring, bars, i, k0, n, tile_m, tile_n, row0, lane):
         T.cuda.mbarrier_wait(T.address_of(bars[(i * KT + k0) % S]), (i * KT + k0) // S % 2)
+        mma(part0, ring, (i * KT + k0) % S, row0, 0)  # the chunk's first K tile into part0
         if IN_RING:
             read_scales(sa_r, sb_r, 0, scales, (i * KT + k0) % S, row0, lane)
-        mma(part0, ring, (i * KT + k0) % S, row0, 0)  # the chunk's first K tile into part0
         for jp in T.unroll(n // 2):
             step(part0, part1, acc, sa_r, sb_r, SA, SB, scales, ring, bars, i, k0 + jp * 2, True, tile_m, tile_n,
                  row0, lane)

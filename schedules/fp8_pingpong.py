@@ -114,9 +114,9 @@ def make_pingpong_promotion(g, mma):
             if not IN_RING:  # the next K tile's
                 load_scales(sa_r, sb_r, LEAD, SA, SB, tile_m, tile_n, 0, lane, T.min(kt + LEAD, KT - 1))
             T.cuda.mbarrier_wait(T.address_of(bars[(i * KT + kt) % S]), (i * KT + kt) // S % 2)
+            mma(part, ring, (i * KT + kt) % S, 0, 0)  # kt = 0 for the macro: a fresh partial sum
             if IN_RING:  # this K tile's, from its slot (set 0; add's move of set 1 is then unused)
                 read_scales(sa_r, sb_r, 0, scales, (i * KT + kt) % S, 0, lane)
-            mma(part, ring, (i * KT + kt) % S, 0, 0)  # kt = 0 for the macro: a fresh partial sum
             if T.And(kt == KT - 1, i + 1 < n_tiles):
                 pass_turn(w)  # the unit's last wgmmas are issued
             T.ptx.wgmma.wait_group.sync.aligned(0)

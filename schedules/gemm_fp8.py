@@ -279,9 +279,9 @@ def make_promotion(g: Fp8Geometry, wl: Gemm, mma):
         if not IN_RING:  # the next K tile's
             load_scales(sa_r, sb_r, LEAD, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + LEAD, g.KT - 1))
         T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
+        mma(part, ring, it % S, row0, 0)  # kt = 0: scale-d 0 on the first k32 step, a fresh partial sum
         if IN_RING:  # this K tile's, from its slot (set 0; add's move of set 1 is then unused)
             read_scales(sa_r, sb_r, 0, scales, it % S, row0, lane)
-        mma(part, ring, it % S, row0, 0)  # kt = 0: scale-d 0 on the first k32 step, a fresh partial sum
         T.ptx.wgmma.wait_group.sync.aligned(0)
         if lane == 0:
             release_slot(bars, S + it % S, CL)
