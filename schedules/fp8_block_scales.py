@@ -1,6 +1,6 @@
 """Block scales (DeepSeek-V3's: a scale per 1×128 piece of A, per 128×128 block of B) in the FP8
-kernels: carried into shared memory beside each K tile by a producer warp (``scales_in_ring``, the
-default: :func:`make_scale_copier`, :func:`make_scale_reader`) or loaded by the consumers from
+kernels: loaded by TMA into shared memory beside each K tile (``scales_in_ring``, the default where
+the rows of scales allow it: :func:`make_scale_tma_load`, :func:`make_scale_reader`) or by the consumers from
 global memory a K tile ahead of their use (:func:`make_scale_loader`); the promotion of a K tile's
 partial sums into the running fp32 sum (schedules.gemm_fp8.make_promotion, the ping-pong unit of
 schedules.fp8_pingpong), and the software-pipelined cooperative unit (``pipelined=True``,
@@ -11,7 +11,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from .common import ceil_div
-from .tma_common import fence_acc, release_slot
+from .tma_common import fence_acc, release_slot, tma_load
 from .workloads import SCALE_BLOCK
 
 
@@ -30,109 +30,100 @@ def block_of(g, tile_n, cb):
     return T.truncdiv(tile_n * g.BN + cb * GW, SCALE_BLOCK)
 
 
-def scale_slot_floats(cfg) -> int:
-    """Floats of one ring slot's scales (``scales_in_ring``): the K tile's scale of each of the
-    block tile's rows (A's 1×128 pieces), then one per column group of the tile (B's blocks),
-    rounded up to 16 bytes."""
-    return ceil_div(cfg.block_m + cfg.block_n // scale_group(cfg.block_n), 4) * 4
+SCALE_BOX_K = 4  # K tiles of scales per TMA box row: 16 bytes, the narrowest box a tensor map takes
+
+
+def scale_blocks_spanned(block_n: int) -> int:
+    """B's 128-column scale blocks that a tile of ``block_n`` columns can touch (192: two)."""
+    return block_n // SCALE_BLOCK + (block_n % SCALE_BLOCK != 0)
+
+
+def scale_slot_bytes(cfg) -> int:
+    """Bytes of one ring slot's scales (``scales_in_ring``): a 16-byte row of :data:`SCALE_BOX_K`
+    K tiles' scales per row of the block tile (A's 1×128 pieces), then one per B block the tile
+    spans; rounded up to 128 bytes (a TMA destination's alignment)."""
+    return ceil_div((cfg.block_m + scale_blocks_spanned(cfg.block_n)) * 16, 128) * 128
 
 
 def scale_ring_bytes(cfg) -> int:
     """Shared memory of the scales' slots, one per ring stage (0 unless ``scales_in_ring``)."""
-    return cfg.stages * scale_slot_floats(cfg) * 4 if getattr(cfg, "scales_in_ring", False) else 0
+    return cfg.stages * scale_slot_bytes(cfg) if getattr(cfg, "scales_in_ring", False) else 0
 
 
-#: Arrivals a slot's full barrier waits for with ``scales_in_ring``: the producer thread's
-#: expect_tx and the scale-copying warp's lane 0 (after the warp's stores, ``__syncwarp``).
-SCALE_COPIER_ARRIVALS = 1
-COPIER_LANES = 32  # the scale-copying warp
-COPIER_LEAD = 2  # K tiles between a scale's load from global memory and its store into a slot
+def scales_by_tma(wl, cfg) -> bool:
+    """Whether the kernel loads the block scales by TMA beside each K tile: ``scales_in_ring`` and
+    rows of scales a whole number of 16 bytes (⌈K/128⌉ a multiple of 4: a tensor map's row pitch);
+    otherwise the consumers load them from global memory (:func:`make_scale_loader`)."""
+    return (wl.scaling == "block" and getattr(cfg, "scales_in_ring", False)
+            and ceil_div(wl.K, SCALE_BLOCK) % SCALE_BOX_K == 0)
 
 
-def make_scale_copier(g, units):
-    """A macro ``copy(SA, SB, regs, bars, scales, lane, n_tiles, first, rank)`` for the producer
-    warpgroup's second warp (``lane`` 32-63): it walks the block's K tiles (all its work units'
-    in turn) as the TMA thread does and, once a slot is free (its empty barrier), stores that K
-    tile's scales into the slot's scale area at shared address ``scales``: the scale of each of the
-    tile's rows (lane l rows l, l + 32, ...; rows past M read row M - 1, never stored) and of each
-    column group's B block (lanes 0..), 32 consecutive floats per ``st.shared``; then ``__syncwarp``
-    and lane 0 arrives on the slot's full barrier (:data:`SCALE_COPIER_ARRIVALS`). The consumers
-    find the scales beside the K tile when its full barrier completes (:func:`make_scale_reader`).
+#: Arrivals a slot's full barrier waits for when the scales come by TMA: the producer thread's
+#: expect_tx for the K tile and the one for its scales.
+SCALE_TMA_ARRIVALS = 1
 
-    The scales come from global memory in registers (``regs``: :data:`COPIER_LEAD` sets), loaded
-    :data:`COPIER_LEAD` K tiles before their store, so that the warp waits on a load only when the
-    ring is that far ahead. A ``cp.async`` of 4 bytes per lane straight into the slot would not
-    wait at all, but it writes shared memory a lane at a time: 128 wavefronts per K tile on the
-    port the wgmmas read their operands through (on an H100 the pipelined 128 × 128 kernel went
-    from 131 to 157 µs at 4096³); a warp's ``st.shared`` of 32 consecutive floats is one.
 
-    Why: read by the consumers from global memory, the scales of a K tile are 128 row-strided 4-byte
-    loads per block (A's scales are stored M × ⌈K/128⌉, one value per row per K tile), each a sector
-    of its own, whose latency the consumers wait on between wgmmas. On an H100 at 4096³ (bf16
-    output) replacing them with constants took the pipelined kernel from 130.9 to 113.0 µs."""
-    S, KT, BM, M = g.S, g.KT, g.BM, g.M
-    SLOT, NCB = scale_slot_floats(g.cfg), g.BN // scale_group(g.BN)
-    NB = ceil_div(g.N, SCALE_BLOCK)
-    RA = BM // COPIER_LANES  # rows per lane
-    R = RA + 1  # a set: a lane's rows, and its B block (lanes < NCB)
-    assert BM % COPIER_LANES == 0 and NCB <= COPIER_LANES
+def encode_scale_maps(g, SA_map, SB_map, SA_data, SB_data):
+    """(A's, B's) tensor-map encode calls of the block scales: A's M × ⌈K/128⌉ floats in boxes of
+    (:data:`SCALE_BOX_K` K tiles, block_m rows), B's ⌈N/128⌉ × ⌈K/128⌉ in boxes of (4, the blocks a
+    tile spans); no swizzle (rows of 16 bytes). Rows past M or N are zero-filled: never stored."""
+    KB, NB = ceil_div(g.K, SCALE_BLOCK), ceil_div(g.N, SCALE_BLOCK)
+    L2 = g.cfg.l2_promotion
+
+    def encode(tmap, data, rows, box_rows):
+        return T.tensormap_encode_tiled(tmap, data, KB, rows, KB * 4, SCALE_BOX_K, box_rows, 1, 1,
+                                        descriptor_dtype="float32", rank=2, swizzle=0, l2_promotion=L2)
+
+    return encode(SA_map, SA_data, g.M, g.BM), encode(SB_map, SB_data, NB, scale_blocks_spanned(g.BN))
+
+
+def make_scale_tma_load(g):
+    """A macro ``load(SA_map, SB_map, scales, full_u32, slot, kt, tile_m, tile_n)`` run by the
+    producer thread after a K tile's loads: the scales of K tile ``kt`` (and of the 3 beside it in
+    the box: 16-byte rows) for the tile's rows and B blocks, into the slot's scale area at shared
+    address ``scales``, completing on the slot's full barrier (its own expect_tx:
+    :data:`SCALE_TMA_ARRIVALS`). The consumers read them there (:func:`make_scale_reader`).
+
+    Why: read by the consumers from global memory, a K tile's scales are 128 row-strided 4-byte
+    loads per block (A's scales are stored M × ⌈K/128⌉), each a sector of its own, whose latency the
+    consumers wait on between wgmmas: on an H100 at 4096³ (bf16 output) replacing them with
+    constants took the pipelined kernel from 130.9 to 113.0 µs. A producer warp copying them
+    (4-byte cp.async, or global loads and st.shared two K tiles ahead) left the ring without lead:
+    157 µs."""
+    SLOT, BM = scale_slot_bytes(g.cfg), g.BM
+    NBB = scale_blocks_spanned(g.BN)
+    BYTES = (BM + NBB) * 16
 
     @T.macro
-    def load(regs, e, SA, SB, total, it, lane, first, rank):
-        # K tile it (clamped into the block's stream) into set e
-        itc: T.let[T.int32] = T.min(it, total - 1)
-        tm_, tn_ = T.meta_var(units.tile(first, itc // KT, rank))
-        for r in T.unroll(RA):
-            regs[e * R + r] = SA[T.min(tm_ * BM + r * COPIER_LANES + lane % 32, M - 1), itc % KT]
-        if lane % 32 < NCB:
-            regs[e * R + RA] = SB[T.min(block_of(g, tn_, lane % 32), NB - 1), itc % KT]
+    def load(SA_map, SB_map, scales, full_u32, slot, kt, tile_m, tile_n):
+        T.ptx.mbarrier.arrive.expect_tx.shared.b64(full_u32, T.uint32(BYTES))
+        area = T.meta_var(scales + T.cast(slot * SLOT, "uint32"))
+        tma_load(SA_map, area, full_u32, kt // SCALE_BOX_K * SCALE_BOX_K, tile_m * BM)
+        tma_load(SB_map, area + T.uint32(BM * 16), full_u32, kt // SCALE_BOX_K * SCALE_BOX_K,
+                 T.truncdiv(tile_n * g.BN, SCALE_BLOCK))
 
-    @T.macro
-    def copy(SA, SB, regs, bars, scales, lane, n_tiles, first, rank):
-        total: T.let[T.int32] = n_tiles * KT
-        for e in T.unroll(COPIER_LEAD):
-            load(regs, e, SA, SB, total, e, lane, first, rank)
-        for p in T.serial(T.truncdiv(total + COPIER_LEAD - 1, COPIER_LEAD)):
-            for e in T.unroll(COPIER_LEAD):  # set e holds K tile p·LEAD + e (a static index)
-                if p * COPIER_LEAD + e < total:
-                    it: T.let[T.int32] = p * COPIER_LEAD + e
-                    T.cuda.mbarrier_wait(T.address_of(bars[S + it % S]), it // S % 2 ^ 1)  # fill it // S - 1 consumed
-                    area: T.let[T.uint32] = scales + T.cast(it % S * SLOT * 4, "uint32")
-                    for r in T.unroll(RA):
-                        T.ptx.st.shared.f32(area + T.cast((r * COPIER_LANES + lane % 32) * 4, "uint32"), regs[e * R + r])
-                    if lane % 32 < NCB:
-                        T.ptx.st.shared.f32(area + T.cast((BM + lane % 32) * 4, "uint32"), regs[e * R + RA])
-                    T.cuda.warp_sync()  # the warp's stores ordered before lane 0's arrival (release)
-                    if lane % 32 == 0:
-                        T.evaluate(T.ptx.mbarrier.arrive.shared.b64(
-                            T.cuda.cvta_generic_to_shared(T.address_of(bars[it % S])), T.uint32(1)))
-                    load(regs, e, SA, SB, total, it + COPIER_LEAD, lane, first, rank)
-
-    return copy
-
-
-def copier_regs(cfg) -> int:
-    """Registers of the scale-copying warp's sets (:func:`make_scale_copier`)."""
-    return COPIER_LEAD * (cfg.block_m // COPIER_LANES + 1)
+    return load
 
 
 def make_scale_reader(g):
-    """A macro ``read(sa, sb, at, scales, slot, row0, lane)``: the scales of the K tile in ring slot
-    ``slot`` (:func:`make_scale_copier`'s area) for this thread's rows (2 per m64 subtile) and the
-    tile's column groups, into set ``at`` of ``sa`` and ``sb`` (:func:`make_scale_loader`'s
-    layout), by ``ld.shared``; called once the slot's full barrier has completed."""
+    """A macro ``read(sa, sb, at, scales, slot, kt, tile_n, row0, lane)``: the scales of K tile
+    ``kt`` in ring slot ``slot`` (:func:`make_scale_tma_load`'s area: 16-byte rows of 4 K tiles) for
+    this thread's rows (2 per m64 subtile) and the tile's column groups, into set ``at`` of ``sa``
+    and ``sb`` (:func:`make_scale_loader`'s layout), by ``ld.shared``; called once the slot's full
+    barrier has completed."""
     MT, NCB, BM = g.cfg.m_subtiles, g.BN // scale_group(g.BN), g.BM
-    SLOT = scale_slot_floats(g.cfg)
+    SLOT = scale_slot_bytes(g.cfg)
 
     @T.macro
-    def read(sa, sb, at, scales, slot, row0, lane):
-        area = T.meta_var(scales + T.cast(slot * SLOT * 4, "uint32"))
+    def read(sa, sb, at, scales, slot, kt, tile_n, row0, lane):
+        area = T.meta_var(scales + T.cast(slot * SLOT + kt % SCALE_BOX_K * 4, "uint32"))
         for mt in T.unroll(MT):
             for h in T.unroll(2):
                 T.ptx.ld.shared.f32(sa[at * 2 * MT + mt * 2 + h], area + T.cast(
-                    (row0 + mt * 64 + lane // 32 * 16 + lane % 32 // 4 + h * 8) * 4, "uint32"))
+                    (row0 + mt * 64 + lane // 32 * 16 + lane % 32 // 4 + h * 8) * 16, "uint32"))
         for cb in T.unroll(NCB):
-            T.ptx.ld.shared.f32(sb[at * NCB + cb], area + T.uint32((BM + cb) * 4))
+            T.ptx.ld.shared.f32(sb[at * NCB + cb], area + T.cast(
+                (BM + block_of(g, tile_n, cb) - T.truncdiv(tile_n * g.BN, SCALE_BLOCK)) * 16, "uint32"))
 
     return read
 
@@ -167,7 +158,7 @@ def make_scale_sum(g):
     NACC, MT, JN = g.NACC, g.cfg.m_subtiles, g.BN // 8
     GW = scale_group(g.BN)
     NCB, JB = g.BN // GW, GW // 8  # column groups of one B scale per tile, 8-column groups per column group
-    SETS = 2 if g.cfg.scales_in_ring else 1 + g.cfg.scale_lead
+    SETS = 2 if g.scales_tma else 1 + g.cfg.scale_lead
 
     @T.macro
     def add(acc, part, sa, sb):
@@ -217,7 +208,7 @@ def make_pipelined_unit(g, mma):
     moves set 1 to set 0."""
     S, KT, CL = g.S, g.KT, g.cfg.cluster_m
     load_scales, read_scales, add = make_scale_loader(g), make_scale_reader(g), make_scale_sum(g)
-    IN_RING, LEAD = g.cfg.scales_in_ring, g.cfg.scale_lead
+    IN_RING, LEAD = g.scales_tma, g.cfg.scale_lead
     U = min(g.cfg.pipe_tiles, KT)  # K tiles per chunk
     CHUNKS, REST = KT // U, KT % U
 
@@ -231,7 +222,7 @@ def make_pipelined_unit(g, mma):
             T.cuda.mbarrier_wait(T.address_of(bars[(it + 1) % S]), (it + 1) // S % 2)
             mma(nxt, ring, (it + 1) % S, row0, 0)  # K tile kt+1 into the other set (scale-d 0 first)
             if IN_RING:  # its scales, read once its wgmmas are issued
-                read_scales(sa_r, sb_r, 1, scales, (it + 1) % S, row0, lane)
+                read_scales(sa_r, sb_r, 1, scales, (it + 1) % S, kt + 1, tile_n, row0, lane)
             T.ptx.wgmma.wait_group.sync.aligned(1)  # K tile kt's wgmmas are done, kt+1's run on
         else:
             T.ptx.wgmma.wait_group.sync.aligned(0)  # the chunk's last: nothing left in flight
@@ -248,7 +239,7 @@ def make_pipelined_unit(g, mma):
         T.cuda.mbarrier_wait(T.address_of(bars[(i * KT + k0) % S]), (i * KT + k0) // S % 2)
         mma(part0, ring, (i * KT + k0) % S, row0, 0)  # the chunk's first K tile into part0
         if IN_RING:
-            read_scales(sa_r, sb_r, 0, scales, (i * KT + k0) % S, row0, lane)
+            read_scales(sa_r, sb_r, 0, scales, (i * KT + k0) % S, k0, tile_n, row0, lane)
         for jp in T.unroll(n // 2):
             step(part0, part1, acc, sa_r, sb_r, SA, SB, scales, ring, bars, i, k0 + jp * 2, True, tile_m, tile_n,
                  row0, lane)

@@ -101,7 +101,7 @@ def make_pingpong_promotion(g, mma):
     avoids it with unrolled chunks of K tiles, nothing in flight at a loop's back edge."""
     S, KT, CL = g.S, g.KT, g.cfg.cluster_m
     load_scales, read_scales, add = make_scale_loader(g), make_scale_reader(g), make_scale_sum(g)
-    IN_RING, LEAD = g.cfg.scales_in_ring, g.cfg.scale_lead
+    IN_RING, LEAD = g.scales_tma, g.cfg.scale_lead
 
     @T.macro
     def unit(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, i, tile_m, tile_n, lane, w, n_tiles):
@@ -116,7 +116,7 @@ def make_pingpong_promotion(g, mma):
             T.cuda.mbarrier_wait(T.address_of(bars[(i * KT + kt) % S]), (i * KT + kt) // S % 2)
             mma(part, ring, (i * KT + kt) % S, 0, 0)  # kt = 0 for the macro: a fresh partial sum
             if IN_RING:  # this K tile's, from its slot (set 0; add's move of set 1 is then unused)
-                read_scales(sa_r, sb_r, 0, scales, (i * KT + kt) % S, 0, lane)
+                read_scales(sa_r, sb_r, 0, scales, (i * KT + kt) % S, kt, tile_n, 0, lane)
             if T.And(kt == KT - 1, i + 1 < n_tiles):
                 pass_turn(w)  # the unit's last wgmmas are issued
             T.ptx.wgmma.wait_group.sync.aligned(0)

@@ -41,8 +41,9 @@ from tvm.script import tirx as T
 
 from .common import ceil_div
 from .errors import ScheduleParamError
-from .fp8_block_scales import (SCALE_COPIER_ARRIVALS, copier_regs, make_pipelined_unit, make_scale_copier,
-                               make_scale_loader, make_scale_reader, make_scale_sum, scale_group, scale_ring_bytes)
+from .fp8_block_scales import (SCALE_TMA_ARRIVALS, encode_scale_maps, make_pipelined_unit, make_scale_loader,
+                               make_scale_reader, make_scale_sum, make_scale_tma_load, scale_group, scale_ring_bytes,
+                               scales_by_tma)
 from .fp8_pingpong import check_pingpong, make_pingpong_promotion, pass_turn, wait_turn
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
@@ -150,6 +151,7 @@ class Fp8Geometry(Geometry):
         self.rows_padded = False
         self.NACC = self.BN // 2
         self.SBO = 8 * ROW_BYTES // 16
+        self.scales_tma = scales_by_tma(wl, cfg)  # block scales by TMA beside each K tile
         self.mma = T.ptx[f"wgmma.mma_async.sync.aligned.m64n{self.BN}k{K_STEP}.f32."
                          f"{FP8_PTX[wl.dtype]}.{FP8_PTX[wl.dtype_b]}"]
 
@@ -267,12 +269,12 @@ def make_promotion(g: Fp8Geometry, wl: Gemm, mma):
     (scale-d 0 at its first k32 step); once its wgmmas are done (``wait_group 0``; the slot is
     released at once) each partial sum is added to the running sum in fp32 registers, multiplied by
     the scale of its row's 1×128 piece of A and of its column's 128×128 block of B: read from the
-    slot beside the K tile (``scales_in_ring``: fp8_block_scales.make_scale_copier), or loaded from
+    slot beside the K tile (``scales_in_ring``: fp8_block_scales.make_scale_tma_load), or loaded from
     global memory one K tile ahead (:func:`make_scale_loader`; the tile's first by the caller). The
     tensor cores' limited-precision accumulation then spans 128 products, not K."""
     S, CL = g.S, g.cfg.cluster_m
     load_scales, read_scales, add = make_scale_loader(g), make_scale_reader(g), make_scale_sum(g)
-    IN_RING, LEAD = g.cfg.scales_in_ring, g.cfg.scale_lead
+    IN_RING, LEAD = g.scales_tma, g.cfg.scale_lead
 
     @T.macro
     def promote(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, it, kt, tile_m, tile_n, row0, lane):
@@ -281,7 +283,7 @@ def make_promotion(g: Fp8Geometry, wl: Gemm, mma):
         T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
         mma(part, ring, it % S, row0, 0)  # kt = 0: scale-d 0 on the first k32 step, a fresh partial sum
         if IN_RING:  # this K tile's, from its slot (set 0; add's move of set 1 is then unused)
-            read_scales(sa_r, sb_r, 0, scales, it % S, row0, lane)
+            read_scales(sa_r, sb_r, 0, scales, it % S, kt, tile_n, row0, lane)
         T.ptx.wgmma.wait_group.sync.aligned(0)
         if lane == 0:
             release_slot(bars, S + it % S, CL)
@@ -318,11 +320,10 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     units = WorkUnits(CL_TILES, GRID // CL, KT, KT, 1, 0, block_tile)
     PP = cfg.pingpong  # each slot read by one consumer: one arrival per block of the cluster
     BLOCK = wl.scaling == "block"
-    IN_RING = BLOCK and cfg.scales_in_ring  # a producer warp copies each K tile's scales beside it
-    init_ring = ring_barriers(S, (1 if PP else NC) * CL, CL, 1 + (SCALE_COPIER_ARRIVALS if IN_RING else 0))
-    copy_scales = make_scale_copier(g, units) if IN_RING else None
+    IN_RING = g.scales_tma  # the producer thread loads each K tile's scales beside it (TMA)
+    init_ring = ring_barriers(S, (1 if PP else NC) * CL, CL, 1 + (SCALE_TMA_ARRIVALS if IN_RING else 0))
     SCALE_SETS = 1 + (1 if IN_RING or not BLOCK else cfg.scale_lead)
-    produce = ring_producer(units, S, cfg.producer_regs, load)
+    produce = ring_producer(units, S, cfg.producer_regs, load, extra_load=make_scale_tma_load(g) if IN_RING else None)
     unit_done = ring_unit_done(units, S, CL, g.ACC)
     ROWWISE = wl.scaling == "row"
     promote = make_promotion(g, wl, mma) if BLOCK else None
@@ -349,6 +350,12 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
         a_data, b_data = T.meta_var(((A_pad if PAD else A).data, (B_pad if PAD else B).data))
         T.evaluate(encode_map(A_map, a_data, (KP, M), (g.BK, g.BM), 1, "uint8", L2))
         T.evaluate(encode_map(B_map, b_data, (KP, N), (g.BK, 64), 1, "uint8", L2))
+        if IN_RING:  # the block scales' maps (fp8_block_scales.encode_scale_maps)
+            SA_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+            SB_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+            sa_enc, sb_enc = T.meta_var(encode_scale_maps(g, SA_map, SB_map, SA.data, SB.data))
+            T.evaluate(sa_enc)
+            T.evaluate(sb_enc)
         with T.launch_thread("blockIdx.x", GRID) as bid:
             if CL > 1:
                 crank = T.launch_thread("clusterCtaIdx.x", CL)
@@ -366,8 +373,6 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                 # this K tile's scales, the next's (scale_lead 2: and the one after)
                 sa_r = T.alloc_buffer((SCALE_SETS * 2 * cfg.m_subtiles,), "float32", scope="local")
                 sb_r = T.alloc_buffer((SCALE_SETS * g.BN // scale_group(g.BN),), "float32", scope="local")
-                if IN_RING:  # the scale-copying producer warp's loads in flight
-                    copier_set = T.alloc_buffer((copier_regs(cfg),), "float32", scope="local")
             ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
                                                   T.uint32(0xFFFFFC00))
             if STAGED:
@@ -388,10 +393,10 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
             n_tiles: T.let[T.int32] = units.count(cid)
             init_ring(bars, tid)
             if wg == 0:
-                produce(A_map, B_map, ring, bars, lane, n_tiles, cid, rank)
                 if IN_RING:
-                    if lane // 32 == 1:
-                        copy_scales(SA, SB, copier_set, bars, scales, lane, n_tiles, cid, rank)
+                    produce(A_map, B_map, ring, bars, lane, n_tiles, cid, rank, SA_map, SB_map, scales)
+                else:
+                    produce(A_map, B_map, ring, bars, lane, n_tiles, cid, rank)
             else:
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
                 w = T.meta_var(wg - 1)
@@ -536,9 +541,9 @@ class Fp8BlockConfig(Fp8TmaConfig):
     stages: int = 6
     pipelined: bool = False  # two partial-sum sets: K tile kt promoted behind kt+1's wgmmas
     pipe_tiles: int = 4  # pipelined: K tiles per chunk, unrolled, one wait_group 0 each (C7514 otherwise)
-    #: each K tile's scales copied into shared memory beside it by a producer warp (cp.async, arriving
-    #: on the slot's full barrier: fp8_block_scales.make_scale_copier); False: the consumers load them
-    #: from global memory a K tile ahead
+    #: each K tile's scales loaded by TMA into shared memory beside it, by the producer thread, where
+    #: ⌈K/128⌉ is a multiple of 4 (fp8_block_scales.scales_by_tma); False (or other K): the consumers
+    #: load them from global memory
     scales_in_ring: bool = True
     scale_lead: int = 1  # scales_in_ring=false: K tiles ahead of their use that the consumers load the scales (1, 2)
     scalings = ("block",)  # promoted into fp32 registers every K tile (make_promotion)

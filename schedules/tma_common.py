@@ -314,8 +314,8 @@ class WorkUnits:
 
 def ring_barriers(S: int, empty_arrivals: int, CL: int = 1, full_arrivals: int = 1):
     """A macro: thread 0 initialises the ring's barriers, ``bars[0:S]`` *full* (``full_arrivals``:
-    the producer's expect_tx, and the lanes of a warp copying more into the slot where a kernel has
-    one, fp8_block_scales.make_scale_copier) and ``bars[S:2S]`` *empty* (``empty_arrivals``: every
+    the producer's expect_tx, and a second one where it loads more into the slot, as the FP8 block
+    scales: ring_producer's ``extra_load``) and ``bars[S:2S]`` *empty* (``empty_arrivals``: every
     consumer warpgroup of every block of the cluster), then the block (cluster: peers' barriers are
     initialized before anyone multicasts) synchronises."""
 
@@ -336,20 +336,26 @@ def ring_barriers(S: int, empty_arrivals: int, CL: int = 1, full_arrivals: int =
     return init
 
 
-def ring_producer(units: WorkUnits, S: int, producer_regs: int, load, full_let: bool = False):
+def ring_producer(units: WorkUnits, S: int, producer_regs: int, load, full_let: bool = False, extra_load=None):
     """A macro: the producer warpgroup. It gives registers back (``setmaxnreg.dec``) and one thread
     walks the block's units issuing, per K tile, ``load(A_map, B_map, ring, full barrier, slot,
     K tile, tile_m, tile_n, rank, product)`` (the kernel's TMA loads, announcing their bytes on the
     full barrier) once the slot's previous fill was consumed; K tiles past K (split-K) load nothing
-    and only arrive. ``full_let``: the full barrier's address bound to a name first."""
+    and only arrive. ``full_let``: the full barrier's address bound to a name first. ``extra_load``
+    (split-K 1 only): a second macro issued after ``load``, ``extra_load(X_map, Y_map, area, full
+    barrier, slot, K tile, tile_m, tile_n)`` on the produce macro's arguments ``X_map, Y_map, area``
+    (the FP8 block scales: fp8_block_scales.make_scale_tma_load)."""
     KTS, KT, SPLIT, BATCH, PAD = units.KTS, units.KT, units.SPLIT, units.BATCH, units.PAD
 
     @T.macro
-    def produce(A_map, B_map, ring, bars, lane, n_tiles, first, rank):
+    def produce(A_map, B_map, ring, bars, lane, n_tiles, first, rank, X_map=None, Y_map=None, area=None):
         T.ptx["setmaxnreg.dec.sync.aligned.u32"](producer_regs)
         if lane == 0:
             T.ptx.prefetch.tensormap(T.address_of(A_map))
             T.ptx.prefetch.tensormap(T.address_of(B_map))
+            if extra_load is not None:
+                T.ptx.prefetch.tensormap(T.address_of(X_map))
+                T.ptx.prefetch.tensormap(T.address_of(Y_map))
             for i in T.serial(n_tiles):
                 tm_, tn_ = T.meta_var(units.tile(first, i, rank))
                 if SPLIT > 1:
@@ -372,6 +378,8 @@ def ring_producer(units: WorkUnits, S: int, producer_regs: int, load, full_let: 
                     T.cuda.mbarrier_wait(T.address_of(bars[S + slot]), it // S % 2 ^ 1)
                     if SPLIT == 1:
                         load(A_map, B_map, ring, full_u32, slot, kt, tile_m, tile_n, rank, b)
+                        if extra_load is not None:
+                            extra_load(X_map, Y_map, area, full_u32, slot, kt, tile_m, tile_n)
                     elif PAD:
                         if k0 + kt < KT:
                             load(A_map, B_map, ring, full_u32, slot, k0 + kt, tile_m, tile_n, rank, b)
@@ -605,6 +613,9 @@ def stream_producer(units: StreamUnits, S: int, producer_regs: int, load, full_l
         if lane == 0:
             T.ptx.prefetch.tensormap(T.address_of(A_map))
             T.ptx.prefetch.tensormap(T.address_of(B_map))
+            if extra_load is not None:
+                T.ptx.prefetch.tensormap(T.address_of(X_map))
+                T.ptx.prefetch.tensormap(T.address_of(Y_map))
             for i in T.serial(n_units):
                 t: T.let[T.int32] = units.tile(first, sk_begin, n_sk, i)
                 k0: T.let[T.int32] = units.k0(sk_begin, n_sk, i, t)
