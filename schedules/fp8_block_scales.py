@@ -153,12 +153,11 @@ def make_scale_loader(g):
 
 def make_scale_sum(g):
     """A macro ``add(acc, part, sa, sb)``: the running sum plus a K tile's partial sums times their
-    scales (set 0 of :func:`make_scale_loader`'s), then each later K tile's scales moved a set down
-    (set 1 into set 0, with ``scale_lead`` 2 set 2 into set 1)."""
+    scales (set 0 of :func:`make_scale_loader`'s), then the next K tile's scales (set 1) moved into
+    set 0."""
     NACC, MT, JN = g.NACC, g.cfg.m_subtiles, g.BN // 8
     GW = scale_group(g.BN)
     NCB, JB = g.BN // GW, GW // 8  # column groups of one B scale per tile, 8-column groups per column group
-    SETS = 2 if g.scales_tma else 1 + g.cfg.scale_lead
 
     @T.macro
     def add(acc, part, sa, sb):
@@ -168,11 +167,10 @@ def make_scale_sum(g):
                     for e in T.unroll(2):
                         acc[mt * NACC + j * 4 + h * 2 + e] = acc[mt * NACC + j * 4 + h * 2 + e] + part[
                             mt * NACC + j * 4 + h * 2 + e] * (sa[mt * 2 + h] * sb[j // JB])
-        for t in T.unroll(SETS - 1):
-            for x in T.unroll(2 * MT):
-                sa[t * 2 * MT + x] = sa[(t + 1) * 2 * MT + x]
-            for cb in T.unroll(NCB):
-                sb[t * NCB + cb] = sb[(t + 1) * NCB + cb]
+        for x in T.unroll(2 * MT):
+            sa[x] = sa[2 * MT + x]
+        for cb in T.unroll(NCB):
+            sb[cb] = sb[NCB + cb]
 
     return add
 
@@ -208,7 +206,7 @@ def make_pipelined_unit(g, mma):
     moves set 1 to set 0."""
     S, KT, CL = g.S, g.KT, g.cfg.cluster_m
     load_scales, read_scales, add = make_scale_loader(g), make_scale_reader(g), make_scale_sum(g)
-    IN_RING, LEAD = g.scales_tma, g.cfg.scale_lead
+    IN_RING = g.scales_tma
     U = min(g.cfg.pipe_tiles, KT)  # K tiles per chunk
     CHUNKS, REST = KT // U, KT % U
 
@@ -217,7 +215,7 @@ def make_pipelined_unit(g, mma):
         # has_next: kt + 1 in the chunk; a constant once the chunk is unrolled
         it = T.meta_var(i * KT + kt)
         if not IN_RING:  # the next K tile's
-            load_scales(sa_r, sb_r, LEAD, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + LEAD, KT - 1))
+            load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + 1, KT - 1))
         if has_next:
             T.cuda.mbarrier_wait(T.address_of(bars[(it + 1) % S]), (it + 1) // S % 2)
             mma(nxt, ring, (it + 1) % S, row0, 0)  # K tile kt+1 into the other set (scale-d 0 first)
@@ -254,8 +252,7 @@ def make_pipelined_unit(g, mma):
         for r in T.unroll(g.ACC):
             acc[r] = T.float32(0)
         if not IN_RING:
-            for s in T.unroll(LEAD):  # the first K tiles'
-                load_scales(sa_r, sb_r, s, SA, SB, tile_m, tile_n, row0, lane, T.min(s, KT - 1))
+            load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, row0, lane, 0)
         for c in T.serial(CHUNKS):
             chunk(acc, part0, part1, sa_r, sb_r, SA, SB, scales, ring, bars, i, c * U, U, tile_m, tile_n, row0, lane)
         if REST > 0:

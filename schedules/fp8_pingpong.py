@@ -101,18 +101,17 @@ def make_pingpong_promotion(g, mma):
     avoids it with unrolled chunks of K tiles, nothing in flight at a loop's back edge."""
     S, KT, CL = g.S, g.KT, g.cfg.cluster_m
     load_scales, read_scales, add = make_scale_loader(g), make_scale_reader(g), make_scale_sum(g)
-    IN_RING, LEAD = g.scales_tma, g.cfg.scale_lead
+    IN_RING = g.scales_tma
 
     @T.macro
     def unit(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, i, tile_m, tile_n, lane, w, n_tiles):
         for r in T.unroll(g.ACC):
             acc[r] = T.float32(0)
         if not IN_RING:
-            for s in T.unroll(LEAD):  # the first K tiles'
-                load_scales(sa_r, sb_r, s, SA, SB, tile_m, tile_n, 0, lane, T.min(s, KT - 1))
+            load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, 0, lane, 0)
         for kt in T.serial(KT):
             if not IN_RING:  # the next K tile's
-                load_scales(sa_r, sb_r, LEAD, SA, SB, tile_m, tile_n, 0, lane, T.min(kt + LEAD, KT - 1))
+                load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, 0, lane, T.min(kt + 1, KT - 1))
             T.cuda.mbarrier_wait(T.address_of(bars[(i * KT + kt) % S]), (i * KT + kt) // S % 2)
             mma(part, ring, (i * KT + kt) % S, 0, 0)  # kt = 0 for the macro: a fresh partial sum
             if IN_RING:  # this K tile's, from its slot (set 0; add's move of set 1 is then unused)

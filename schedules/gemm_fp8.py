@@ -274,12 +274,12 @@ def make_promotion(g: Fp8Geometry, wl: Gemm, mma):
     tensor cores' limited-precision accumulation then spans 128 products, not K."""
     S, CL = g.S, g.cfg.cluster_m
     load_scales, read_scales, add = make_scale_loader(g), make_scale_reader(g), make_scale_sum(g)
-    IN_RING, LEAD = g.scales_tma, g.cfg.scale_lead
+    IN_RING = g.scales_tma
 
     @T.macro
     def promote(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, it, kt, tile_m, tile_n, row0, lane):
         if not IN_RING:  # the next K tile's
-            load_scales(sa_r, sb_r, LEAD, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + LEAD, g.KT - 1))
+            load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + 1, g.KT - 1))
         T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
         mma(part, ring, it % S, row0, 0)  # kt = 0: scale-d 0 on the first k32 step, a fresh partial sum
         if IN_RING:  # this K tile's, from its slot (set 0; add's move of set 1 is then unused)
@@ -322,7 +322,6 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     BLOCK = wl.scaling == "block"
     IN_RING = g.scales_tma  # the producer thread loads each K tile's scales beside it (TMA)
     init_ring = ring_barriers(S, (1 if PP else NC) * CL, CL, 1 + (SCALE_TMA_ARRIVALS if IN_RING else 0))
-    SCALE_SETS = 1 + (1 if IN_RING or not BLOCK else cfg.scale_lead)
     produce = ring_producer(units, S, cfg.producer_regs, load, extra_load=make_scale_tma_load(g) if IN_RING else None)
     unit_done = ring_unit_done(units, S, CL, g.ACC)
     ROWWISE = wl.scaling == "row"
@@ -370,9 +369,8 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                 part = T.alloc_buffer((g.ACC,), "float32", scope="local")
                 if PIPE:  # odd K tiles' partial sums (part: the even ones')
                     part1 = T.alloc_buffer((g.ACC,), "float32", scope="local")
-                # this K tile's scales, the next's (scale_lead 2: and the one after)
-                sa_r = T.alloc_buffer((SCALE_SETS * 2 * cfg.m_subtiles,), "float32", scope="local")
-                sb_r = T.alloc_buffer((SCALE_SETS * g.BN // scale_group(g.BN),), "float32", scope="local")
+                sa_r = T.alloc_buffer((4 * cfg.m_subtiles,), "float32", scope="local")  # this K tile's, the next's
+                sb_r = T.alloc_buffer((2 * g.BN // scale_group(g.BN),), "float32", scope="local")
             ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
                                                   T.uint32(0xFFFFFC00))
             if STAGED:
@@ -444,8 +442,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                             for r in T.unroll(g.ACC):
                                 acc[r] = T.float32(0)
                             if not IN_RING:
-                                for s in T.unroll(cfg.scale_lead):  # the first K tiles'
-                                    load_scales(sa_r, sb_r, s, SA, SB, tile_m, tile_n, w * ROW0, lane, T.min(s, KT - 1))
+                                load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, w * ROW0, lane, 0)
                             for kt in T.serial(KT):
                                 promote(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, i * KT + kt, kt, tile_m,
                                         tile_n, w * ROW0, lane)
@@ -544,8 +541,7 @@ class Fp8BlockConfig(Fp8TmaConfig):
     #: each K tile's scales loaded by TMA into shared memory beside it, by the producer thread, where
     #: ⌈K/128⌉ is a multiple of 4 (fp8_block_scales.scales_by_tma); False (or other K): the consumers
     #: load them from global memory
-    scales_in_ring: bool = True
-    scale_lead: int = 1  # scales_in_ring=false: K tiles ahead of their use that the consumers load the scales (1, 2)
+    scales_in_ring: bool = False
     scalings = ("block",)  # promoted into fp32 registers every K tile (make_promotion)
     step_name = "fp8_block_scaled_gemm"
 
@@ -557,9 +553,6 @@ class Fp8BlockConfig(Fp8TmaConfig):
         if self.pipelined and self.pingpong:
             raise ScheduleParamError(f"{name}: pipelined is for the cooperative consumers (pingpong=false): a "
                                      f"ping-pong consumer's promotion hides behind the other's wgmmas")
-        if self.scale_lead not in (1, 2):
-            raise ScheduleParamError(f"{name}: scale_lead must be 1 or 2 (K tiles ahead that the consumers load "
-                                     f"the scales), got {self.scale_lead}")
         if self.pipe_tiles < 2:
             raise ScheduleParamError(f"{name}: pipe_tiles must be ≥ 2 (K tiles per pipelined chunk), "
                                      f"got {self.pipe_tiles}")

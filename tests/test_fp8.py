@@ -208,25 +208,29 @@ def test_block_scales_are_promoted_every_k_tile(built):
     assert "acc_ptr[3] = (acc_ptr[3] + (part_ptr[3] * (sa_r_ptr[1] * sb_r_ptr[0])));" in cuda  # row + 8: its own scale
     assert "sab_ptr" not in cuda  # nothing scales the stored outputs again
     launch = get(BLOCK_STEP).validate(parse_workload("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block"))
-    assert launch.shared_bytes == 6 * (128 + 128) * 128 + 1024 + 20480 + 6 * 132 * 4  # + each slot's 128 + 1 scales
+    assert launch.shared_bytes == 6 * (128 + 128) * 128 + 1024 + 20480
 
 
-def test_a_producer_warp_copies_each_k_tiles_scales_beside_it(built):
-    """scales_in_ring (the default): the producer warpgroup's second warp copies each K tile's
-    scales (one per row of the tile, one per B block) into the slot's scale area with 4-byte
-    cp.async and arrives on the slot's full barrier when they land (.noinc: 1 + 32 arrivals); the
-    consumers read them with ld.shared, no global load of a scale in their K loop. False: the
-    consumers' global loads, full barriers of one arrival."""
+def test_scales_in_ring_loads_each_k_tiles_scales_by_tma_beside_it(built):
+    """scales_in_ring=true: the producer thread loads each K tile's scales by TMA (a box of 16-byte
+    rows, 4 K tiles each, for the tile's 128 rows and its B block) into the slot's scale area, on its
+    own expect_tx of the slot's full barrier (2 arrivals); the consumers read them with ld.shared
+    and load no scale from global memory. Where ⌈K/128⌉ is not a multiple of 4 (a tensor map's row
+    pitch) the consumers load them as without it."""
     wl = "gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16"
-    ring, glob = built(wl, BLOCK_STEP, pipelined=True), built(wl, BLOCK_STEP, pipelined=True, scales_in_ring=False)
+    ring, glob = built(wl, BLOCK_STEP, pipelined=True, scales_in_ring=True), built(wl, BLOCK_STEP, pipelined=True)
     assert all(k.spills == 0 for k in ring.device.kernels + glob.device.kernels)
-    assert "cp.async.mbarrier.arrive.noinc.shared.b64" in ring.device.ptx
-    assert ring.device.cuda.count("cp_async_ca_async_ca_shared_global_4((") == 4 + 1  # 128 rows over 32 lanes, B
-    assert "cp.async" not in glob.device.ptx.replace("cp.async.bulk", "")
+    assert ring.device.cuda.count("(uint)2064);") == 1  # the scales' expect_tx: (128 + 1) · 16 bytes
+    tma = "cp_async_bulk_tensor_g2s_cluster_async_bulk_tensor_2d_shared__cluster_global_mbarrier__complete_tx__bytes(("
+    assert ring.device.cuda.count(tma) == glob.device.cuda.count(tma) + 2
     init = "mbarrier_init_init_shared_b64(tvm_builtin_cuda_cvta_generic_to_shared((&(bars_ptr[0]))), (uint){});"
-    assert init.format(33) in ring.device.cuda and init.format(1) in glob.device.cuda
+    assert init.format(2) in ring.device.cuda and init.format(1) in glob.device.cuda
     consumers = [b.device.cuda.rsplit("setmaxnreg_inc", 1)[1] for b in (ring, glob)]
     assert "scale_a_ptr[" not in consumers[0] and "scale_a_ptr[" in consumers[1]  # their global loads of scales
+    launch = get(BLOCK_STEP).validate(parse_workload(wl), get(BLOCK_STEP).config(scales_in_ring=True))
+    assert launch.shared_bytes == 6 * (128 + 128) * 128 + 1024 + 20480 + 6 * 2176  # + each slot's (128 + 1) · 16, to 128
+    odd_k = built("gemm:1000x520x704:float8_e4m3fn:nt:scale=block", BLOCK_STEP, scales_in_ring=True)  # 6 K tiles
+    assert odd_k.device.cuda.count(tma) == glob.device.cuda.count(tma) and "scale_a_ptr[" in odd_k.device.cuda
 
 
 @pytest.mark.parametrize("K", [384, 704, 1152, 4096])
@@ -254,7 +258,7 @@ def test_block_scales_of_a_192_column_tile_are_read_per_64_column_group(built):
     """block_n=192: a tile starts at column 0 or 64 of B's 128-column scale blocks, so each thread
     reads B's scale per 64-column group (3 per K tile), the block computed from the tile's first
     column; 8-column group j takes group j // 8's. Two 96-register sets, no spills."""
-    b = built("gemm:1000x1000x704:float8_e4m3fn:nt:scale=block:out=bfloat16", BLOCK_STEP, block_n=192, stages=4)
+    b = built("gemm:1000x1000x704:float8_e4m3fn:nt:scale=block:out=bfloat16", BLOCK_STEP, block_n=192, stages=5)
     assert len(b.device.kernels) == 1 and b.device.kernels[0].spills == 0
     assert "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3" in b.device.ptx
     cuda = b.device.cuda
@@ -428,17 +432,18 @@ BLOCK_GPU_CASES = [
     ("gemm:1024x1024x8192:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(pipelined=True, pipe_tiles=8)),
     (MIXED.replace("scale=row", "scale=block"), {"cluster_m": 2, "pipelined": True}),
     # 128 × 192 (tiles starting at column 0 or 64 of B's scale blocks; ragged N), three consumers of 192 × 128
-    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(block_n=192, stages=4)),
-    ("gemm:1000x1000x704:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(block_n=192, stages=4, sms=5)),
+    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(block_n=192, stages=5)),
+    ("gemm:1000x1000x704:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(block_n=192, stages=5, sms=5)),
     ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", THREE_CONSUMERS),
     ("gemm:1000x520x704:float8_e4m3fn:nt:scale=block", dict(THREE_CONSUMERS, sms=5, cluster_m=2)),
     ("gemm:1000x520x2000:float8_e4m3fn:nt:scale=block", dict(pipelined=True, pipe_tiles=8, sms=7)),  # KT 16, last partial
-    # the scales loaded by the consumers from global memory (scales_in_ring=false): cooperative, pipelined, ping-pong
-    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(scales_in_ring=False, sms=5)),
-    ("gemm:1024x768x1152:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(pipelined=True, scales_in_ring=False, sms=7)),
-    ("gemm:1000x520x2000:float8_e4m3fn:nt:scale=block", dict(BLOCK_PINGPONG, scales_in_ring=False, sms=5)),
-    ("gemm:1000x520x704:float8_e4m3fn:nt:scale=block", dict(pipelined=True, scales_in_ring=False, scale_lead=2, sms=5)),
-    ("gemm:512x384x384:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(scales_in_ring=False, scale_lead=2, sms=2)),
+    # the scales by TMA beside each K tile (scales_in_ring): cooperative, pipelined, ping-pong, clusters, 128 × 192
+    # (tiles across two B blocks), ragged M and N (rows of the boxes zero-filled), K tiles 16 and 32
+    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(scales_in_ring=True, sms=5)),
+    ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(pipelined=True, scales_in_ring=True)),
+    ("gemm:1000x520x2000:float8_e4m3fn:nt:scale=block", dict(BLOCK_PINGPONG, scales_in_ring=True, sms=5)),
+    (MIXED.replace("scale=row", "scale=block"), {"cluster_m": 2, "pipelined": True, "scales_in_ring": True}),
+    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(block_n=192, stages=4, scales_in_ring=True)),
 ]
 
 
