@@ -1,6 +1,6 @@
 """Block scales (DeepSeek-V3's: a scale per 1×128 piece of A, per 128×128 block of B) in the FP8
-kernels: loaded by TMA into shared memory beside each K tile (``scales_in_ring``, the default where
-the rows of scales allow it: :func:`make_scale_tma_load`, :func:`make_scale_reader`) or by the consumers from
+kernels: loaded by TMA into shared memory beside each K tile (``scales_in_ring``, where the rows of
+scales allow it: :func:`make_scale_tma_load`, :func:`make_scale_reader`) or (the default) by the consumers from
 global memory a K tile ahead of their use (:func:`make_scale_loader`); the promotion of a K tile's
 partial sums into the running fp32 sum (schedules.gemm_fp8.make_promotion, the ping-pong unit of
 schedules.fp8_pingpong), and the software-pipelined cooperative unit (``pipelined=True``,
@@ -85,11 +85,12 @@ def make_scale_tma_load(g):
     :data:`SCALE_TMA_ARRIVALS`). The consumers read them there (:func:`make_scale_reader`).
 
     Why: read by the consumers from global memory, a K tile's scales are 128 row-strided 4-byte
-    loads per block (A's scales are stored M × ⌈K/128⌉), each a sector of its own, whose latency the
-    consumers wait on between wgmmas: on an H100 at 4096³ (bf16 output) replacing them with
-    constants took the pipelined kernel from 130.9 to 113.0 µs. A producer warp copying them
-    (4-byte cp.async, or global loads and st.shared two K tiles ahead) left the ring without lead:
-    157 µs."""
+    loads per block (A's scales are stored M × ⌈K/128⌉), each a sector of its own. Measured on an
+    H100 (reports/results/NVIDIA_H100_80GB_HBM3/fp8_block_scales_ring): it helps the ping-pong
+    kernel (64 × 128 at 4096³: 191.3 → 177.3 µs) and not the pipelined cooperative one (129.5 →
+    137.6 µs: it runs about as the unpipelined one, as if the next K tile's slot were seldom full
+    when its consumers reach it); a producer warp copying them instead (4-byte cp.async, or loads
+    and st.shared two K tiles ahead) ran 157 µs. Off by default (``scales_in_ring=false``)."""
     SLOT, BM = scale_slot_bytes(g.cfg), g.BM
     NBB = scale_blocks_spanned(g.BN)
     BYTES = (BM + NBB) * 16
@@ -201,7 +202,7 @@ def make_pipelined_unit(g, mma):
     first before its loop, kt+1's in step kt), every slot released once, in order, after its
     wgmmas are done; the unit's last release follows ``wait_group 0``, so nothing is in flight when
     the epilogue reads ``acc``. The scales: with ``scales_in_ring`` read from K tile kt+1's slot
-    into set 1 once its full barrier completes (the chunk's first into set 0); else loaded from
+    into set 1 once its wgmmas are issued (the chunk's first into set 0); else loaded from
     global memory a K tile ahead (set 1 at step kt for kt+1, across chunks too); make_scale_sum
     moves set 1 to set 0."""
     S, KT, CL = g.S, g.KT, g.cfg.cluster_m
