@@ -613,9 +613,6 @@ def stream_producer(units: StreamUnits, S: int, producer_regs: int, load, full_l
         if lane == 0:
             T.ptx.prefetch.tensormap(T.address_of(A_map))
             T.ptx.prefetch.tensormap(T.address_of(B_map))
-            if extra_load is not None:
-                T.ptx.prefetch.tensormap(T.address_of(X_map))
-                T.ptx.prefetch.tensormap(T.address_of(Y_map))
             for i in T.serial(n_units):
                 t: T.let[T.int32] = units.tile(first, sk_begin, n_sk, i)
                 k0: T.let[T.int32] = units.k0(sk_begin, n_sk, i, t)

@@ -35,9 +35,21 @@ FP8_WORKLOADS = ("gemm:4096x4096x4096:float8_e4m3fn:nt:out=bfloat16",
                  "gemm:1000x500x2001:float8_e4m3fn:nt:scale=row:out=bfloat16")
 
 
+# Knobs that no default configuration turns on, each at a workload it takes: their kernels are built
+# from code paths of their own (stream-K's producer and fix-up, split-K's sum, the FP8 block-scaled
+# variants), which the defaults above never reach. Each job: step @ workload {params}.
+KNOB_JOBS = (("persistent_gemm", "gemm:1024x512x2048:bfloat16", {"stream_k": True}),
+             ("persistent_gemm", "gemm:1000x500x2000:float16", {"split_k": 3}),
+             ("tma_tf32_gemm", "gemm:1000x1000x2000", {"stream_k": True}),
+             ("fp8_block_scaled_gemm", FP8_WORKLOADS[2], {"pipelined": True, "pipe_tiles": 8}),
+             ("fp8_block_scaled_gemm", FP8_WORKLOADS[3], {"pingpong": True, "block_m": 64, "stages": 8}),
+             ("fp8_tma_gemm", FP8_WORKLOADS[0], {"pingpong": True, "block_n": 128, "stages": 6}))
+
+
 def jobs() -> list[tuple[str, str]]:
     """(step, workload) pairs: each step at the test workloads of its kind, in each input type it
-    takes, each layout it takes, and batched where it takes a batch."""
+    takes, each layout it takes, and batched where it takes a batch; then :data:`KNOB_JOBS` (the
+    workload followed by the parameters, JSON)."""
     from schedules import all_schedules
 
     out = []
@@ -57,6 +69,8 @@ def jobs() -> list[tuple[str, str]]:
                 out.append((spec.name, wl))
         if any(d.startswith("float8") for d in spec.input_dtypes):
             out += [(spec.name, wl) for wl in FP8_WORKLOADS]
+    names = {spec.name for spec in all_schedules()}
+    out += [(name, f"{wl} {json.dumps(params, sort_keys=True)}") for name, wl, params in KNOB_JOBS if name in names]
     return out
 
 
@@ -79,8 +93,9 @@ def fingerprint(job: tuple[str, str]) -> tuple[str, str, dict]:
 
     name, text = job
     try:
-        spec, wl = get(name), parse_workload(text)
-        cfg = spec.config()
+        wl_text, _, params = text.partition(" ")  # a knob job: the workload, then its parameters (JSON)
+        spec, wl = get(name), parse_workload(wl_text)
+        cfg = spec.config(**json.loads(params)) if params else spec.config()
         try:
             spec.validate(wl, cfg)
         except ScheduleParamError as exc:
