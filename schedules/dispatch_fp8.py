@@ -173,6 +173,10 @@ def candidates(wl, gpu: GpuSpec | None = None) -> list[Candidate]:
         cfg = cls(block_m=bm, block_n=bn, stages=stages, cluster_m=cl, pad_k=pad, pingpong=pp)
         if block and not pp:  # each K tile's promotion behind the next one's wgmmas: 1.12x (H100, 4096³-8192³)
             cfg = replace(cfg, pipelined=True, pipe_tiles=pipe_tiles(wl))
+        if block and pp and cl == 1:  # the scales by TMA beside each K tile (where ⌈K/128⌉ % 4 == 0): ping-pong
+            # 64 × 128 191.3 -> 177.3 µs at 4096³, 1460 -> 1376 at 8192³ (H100, fp8_block_scales_ring); the
+            # cooperative kernels lose by it, and with clusters the ping-pong one spills
+            cfg = replace(cfg, scales_in_ring=True)
         out.append(Candidate(step, cfg, family, key_of(family, cfg)))
     valid = [c for c in out if dispatch._valid(c.step, wl, c.config, limits)]
     if not valid:  # say why the first (the step's own default tile) does not take it
