@@ -12,6 +12,7 @@ import pytest
 
 from schedules import ScheduleParamError, dispatch, dispatch_fp8, get, parse_workload
 from schedules.common import GpuSpec
+from schedules.fp8_block_scales import scales_by_tma
 from schedules.gemm_fp8 import Fp8BlockConfig, Fp8TmaConfig
 from schedules.gpus import PROFILES
 from schedules.reference import reference
@@ -146,6 +147,18 @@ def test_the_cooperative_block_candidate_drains_every_8_k_tiles_where_they_divid
     wl = parse_workload(f"gemm:1024x1024x{K}:float8_e4m3fn:nt:scale=block:out=bfloat16")
     coop = [c.config for c in dispatch_fp8.candidates(wl) if not c.config.pingpong]
     assert coop and all(c.pipelined and c.pipe_tiles == tiles for c in coop)
+
+
+def test_the_block_scaled_pingpong_candidates_without_clusters_take_the_scales_by_tma():
+    """scales_in_ring on the ping-pong 64 × 128 candidates without clusters (faster on 5 of 6 shapes on an
+    H100; with clusters the kernel spills), never on the cooperative ones (slower); the kernel itself
+    keeps the consumers' loads where ⌈K/128⌉ is not a multiple of 4."""
+    for K, tma in ((4096, True), (1104, False)):
+        wl = parse_workload(f"gemm:1024x1024x{K}:float8_e4m3fn:nt:scale=block:out=bfloat16")
+        ring = {(c.config.pingpong, c.config.cluster_m): c.config.scales_in_ring for c in dispatch_fp8.candidates(wl)}
+        assert ring == {(False, 1): False, (False, 2): False, (True, 1): True, (True, 2): False}
+        pp = next(c.config for c in dispatch_fp8.candidates(wl) if c.config.pingpong and c.config.cluster_m == 1)
+        assert scales_by_tma(wl, pp) is tma
 
 
 def test_the_choice_says_when_no_fp8_calibration_was_fitted(capsys):
