@@ -444,6 +444,8 @@ BLOCK_GPU_CASES = [
     ("gemm:1000x520x2000:float8_e4m3fn:nt:scale=block", dict(BLOCK_PINGPONG, scales_in_ring=True, sms=5)),
     (MIXED.replace("scale=row", "scale=block"), {"cluster_m": 2, "pipelined": True, "scales_in_ring": True}),
     ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(block_n=192, stages=4, scales_in_ring=True)),
+    # 9 tile rows in 2×1 clusters: the padded 10th row's scale boxes lie wholly past M (zero-filled, bytes counted)
+    ("gemm:1100x520x2048:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(cluster_m=2, pipelined=True, scales_in_ring=True)),
 ]
 
 
