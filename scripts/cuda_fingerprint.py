@@ -43,7 +43,8 @@ KNOB_JOBS = (("persistent_gemm", "gemm:1024x512x2048:bfloat16", {"stream_k": Tru
              ("tma_tf32_gemm", "gemm:1000x1000x2000", {"stream_k": True}),
              ("fp8_block_scaled_gemm", FP8_WORKLOADS[2], {"pipelined": True, "pipe_tiles": 8}),
              ("fp8_block_scaled_gemm", FP8_WORKLOADS[3], {"pingpong": True, "block_m": 64, "stages": 8}),
-             ("fp8_tma_gemm", FP8_WORKLOADS[0], {"pingpong": True, "block_n": 128, "stages": 6}))
+             ("fp8_tma_gemm", FP8_WORKLOADS[0], {"pingpong": True, "block_n": 128, "stages": 6}),
+             ("fp8_block_scaled_gemm", FP8_WORKLOADS[2], {"pipelined": True, "scales_in_ring": True}))
 
 
 def jobs() -> list[tuple[str, str]]:
