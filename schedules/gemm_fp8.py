@@ -593,6 +593,11 @@ def fp8_block_scaled_gemm(wl: Gemm, cfg: Fp8BlockConfig = Fp8BlockConfig()):
     the consumers' 232), so that each K tile's promotion runs while the next K tile's wgmmas do
     (``wait_group 1``), in unrolled chunks of ``pipe_tiles`` K tiles with one ``wait_group 0`` each
     (fp8_block_scales.make_pipelined_unit).
+
+    ``scales_in_ring=true``: the producer thread loads each K tile's scales by TMA into shared memory
+    beside the tile (where ⌈K/128⌉ is a multiple of 4), and the consumers read them there instead of
+    loading them from global memory: faster for the ping-pong kernel (best_fp8_gemm's choice there),
+    slower for the pipelined cooperative one (fp8_block_scales.make_scale_tma_load).
     """
     cfg.check(wl)
     return s_tir.Schedule(fp8_kernel(wl, cfg))
