@@ -30,6 +30,12 @@ def block_of(g, tile_n, cb):
     return T.truncdiv(tile_n * g.BN + cb * GW, SCALE_BLOCK)
 
 
+def first_block(g, tile_n):
+    """The first of B's 128-column scale blocks that tile column ``tile_n`` touches: the row at which
+    the scale box of B starts (make_scale_tma_load), from which the reader counts (make_scale_reader)."""
+    return T.truncdiv(tile_n * g.BN, SCALE_BLOCK)
+
+
 SCALE_BOX_K = 4  # K tiles of scales per TMA box row: 16 bytes, the narrowest box a tensor map takes
 
 
@@ -100,8 +106,7 @@ def make_scale_tma_load(g):
         T.ptx.mbarrier.arrive.expect_tx.shared.b64(full_u32, T.uint32(BYTES))
         area = T.meta_var(scales + T.cast(slot * SLOT, "uint32"))
         tma_load(SA_map, area, full_u32, kt // SCALE_BOX_K * SCALE_BOX_K, tile_m * BM)
-        tma_load(SB_map, area + T.uint32(BM * 16), full_u32, kt // SCALE_BOX_K * SCALE_BOX_K,
-                 T.truncdiv(tile_n * g.BN, SCALE_BLOCK))
+        tma_load(SB_map, area + T.uint32(BM * 16), full_u32, kt // SCALE_BOX_K * SCALE_BOX_K, first_block(g, tile_n))
 
     return load
 
@@ -124,7 +129,7 @@ def make_scale_reader(g):
                     (row0 + mt * 64 + lane // 32 * 16 + lane % 32 // 4 + h * 8) * 16, "uint32"))
         for cb in T.unroll(NCB):
             T.ptx.ld.shared.f32(sb[at * NCB + cb], area + T.cast(
-                (BM + block_of(g, tile_n, cb) - T.truncdiv(tile_n * g.BN, SCALE_BLOCK)) * 16, "uint32"))
+                (BM + block_of(g, tile_n, cb) - first_block(g, tile_n)) * 16, "uint32"))
 
     return read
 
