@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
+MAX_CLUSTER = 8  # the portable thread-block cluster size (blocks per cluster without the non-portable opt-in)
+
 
 @dataclass(frozen=True)
 class GpuLimits:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .common import ceil_div
+from .common import MAX_CLUSTER, ceil_div
 from .gpus import arch_number
 
-MAX_CLUSTER = 8          # the portable cluster size: K slices summed in one cluster at most
 CLUSTER_ACC = 16         # accumulators per lane a cluster sum takes (up to 24 tokens; from 32 a lane has 32)
 CLUSTER_BLOCKS_PER_SM = 1.5  # the grid the automatic split-K fills where clusters sum the slices
 MAX_TOKENS = 64          # the few rows: at most 8 token groups of 8 (the mma's n = 8)

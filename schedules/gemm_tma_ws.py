@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 from tvm.script import tirx as T
 
+from .cluster_sum import ClusterSliceUnits, cluster_slice_sum
 from .common import ceil_div
 from .registry import register
 from .tma_common import (WARPGROUP, StreamUnits, WorkUnits, grouped_tile, pad_copy_kernel, release_slot, ring_barriers,
@@ -95,6 +96,9 @@ def ws_kernel(wl: Gemm, cfg):
     # slice, without split-K); units slice-major: unit u = slice·CL_TILES + tile (see NOTES).
     # A bmm: a (product, cluster tile) pair, batch-major (u = product·CL_TILES + tile); no split-K
     KTS, SPLIT, BATCH = g.KTS, g.SPLIT, g.BATCH
+    # cluster_sum: a tile's K slices on the blocks of one cluster, added there (no partials, no sum kernel)
+    PARTIALS = g.PARTIALS  # fp32 partials in a workspace, summed by a second kernel
+    CSUM = SPLIT > 1 and not PARTIALS
 
     def block_tile(c, rank):  # the grouped order over cluster rows; the block's row in its cluster
         cm, cn = grouped_tile(c, cfg.group_m, TM_CL // CL, g.TN)
@@ -105,7 +109,7 @@ def ws_kernel(wl: Gemm, cfg):
         units = StreamUnits(CL_TILES, CL_GRID, KT, block_tile)
         PAD = False
     else:
-        units = WorkUnits(CL_TILES, CL_GRID, KT, KTS, SPLIT, BATCH, block_tile)
+        units = (ClusterSliceUnits if CSUM else WorkUnits)(CL_TILES, CL_GRID, KT, KTS, SPLIT, BATCH, block_tile)
         PAD = units.PAD  # the last slice's last K tiles lie past K: not loaded, not multiplied
     # every consumer warpgroup (of every block of the cluster) reads each slot
     init_ring = ring_barriers(S, NC * CL, CL)
@@ -115,10 +119,10 @@ def ws_kernel(wl: Gemm, cfg):
     else:
         produce = ring_producer(units, S, cfg.producer_regs, load)
         unit_done = ring_unit_done(units, S, CL, g.ACC)
-    FUSED = wl.has_epilogue  # the epilogue on the accumulators (with split-K: in the sum kernel)
-    fused = make_fused_epilogue(g, wl) if FUSED and SPLIT == 1 else None
-    staged_fused = make_staged_fused_epilogue(g, wl) if STAGED and FUSED and SPLIT == 1 else None
-    # R's rows of a tile asked into L2 as its mainloop starts (with split-K the sum kernel reads R)
+    FUSED = wl.has_epilogue  # the epilogue on the accumulators (with split-K partials: in the sum kernel)
+    fused = make_fused_epilogue(g, wl) if FUSED and not PARTIALS else None
+    staged_fused = make_staged_fused_epilogue(g, wl) if STAGED and FUSED and not PARTIALS else None
+    # R's rows of a tile asked into L2 as its mainloop starts (with split-K partials the sum kernel reads R)
     PREFETCH_R = FUSED and wl.residual and SPLIT == 1
     prefetch_r = make_residual_prefetch(wl, BM, g.BN, ROW0) if PREFETCH_R else None
     if STREAM:
@@ -133,8 +137,10 @@ def ws_kernel(wl: Gemm, cfg):
                 epilogue(C, acc, tile_m, tile_n, thread // WARPGROUP * ROW0, thread % WARPGROUP)
 
         fixup, _ = stream_fixup_kernel(units, CL, CONSUMER_THREADS, g.ACC, make_group_store(g, wl))
-    if SPLIT > 1:
+    if PARTIALS:
         split_sum, _ = split_sum_epilogue(wl, SPLIT) if FUSED else split_sum_kernel(M, N, SPLIT)
+    if CSUM:
+        slice_sum, slice_sum_producer = cluster_slice_sum(SPLIT, NC * WARPGROUP, g.ACC)
     # rows a tensor map cannot describe (pad_operands): copied first into 16-byte-pitched buffers
     # (every row of every product of a bmm; the rows of the operand as stored)
     (a_rows, a_cols), (b_rows, b_cols) = wl.a_shape[-2:], wl.b_shape[-2:]
@@ -157,7 +163,7 @@ def ws_kernel(wl: Gemm, cfg):
                                         A_map, B_map, AP, BP))
         T.evaluate(a_enc)
         T.evaluate(b_enc)
-        if SPLIT > 1:
+        if PARTIALS:
             # the partial products: a global buffer of the host part, i.e. TVMBackendAllocWorkspace
             # (the device's workspace pool) on every call, freed after the second kernel
             P = T.alloc_buffer((SPLIT, M, N), "float32", scope="global")
@@ -166,6 +172,8 @@ def ws_kernel(wl: Gemm, cfg):
         with T.launch_thread("blockIdx.x", GRID) as bid:
             if CL > 1:
                 crank = T.launch_thread("clusterCtaIdx.x", CL)  # -> cuLaunchKernelEx cluster dims
+            if CSUM:
+                T.launch_thread("clusterCtaIdx.x", SPLIT)  # a tile's K slices: one cluster
             tid = T.launch_thread("threadIdx.x", THREADS)
             # __maxnreg__(launch_regs): setmaxnreg needs a known register count at entry, and the
             # budgets assume the full share (ptxas otherwise starts a light kernel with fewer, and the
@@ -205,6 +213,8 @@ def ws_kernel(wl: Gemm, cfg):
                     produce(A_map, B_map, ring, bars, lane, n_tiles, cid, rank, sk_begin, sk_end, n_sk)
                 else:
                     produce(A_map, B_map, ring, bars, lane, n_tiles, cid, rank)
+                if CSUM:
+                    slice_sum_producer()
             elif STREAM:
                 # ---- consumer warpgroups, stream-K units ----
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
@@ -267,10 +277,23 @@ def ws_kernel(wl: Gemm, cfg):
                     tile_m: T.let[T.int32] = tm_
                     tile_n: T.let[T.int32] = tn_
                     # the producer is already filling the ring with the next unit's K tiles
-                    if SPLIT > 1 and STAGED:
+                    if CSUM:  # the other slices' sums added into slice 0's accumulators
+                        slice_sum(acc, smem, part, w * WARPGROUP + lane)
+                    if PARTIALS and STAGED:
                         staged(P, acc, vals, stage, tile_m, tile_n, w * ROW0, lane, part)
-                    elif SPLIT > 1:  # fp32 partials: the sum kernel below applies the epilogue
+                    elif PARTIALS:  # fp32 partials: the sum kernel below applies the epilogue
                         epilogue(P, acc, tile_m, tile_n, w * ROW0, lane, part)
+                    elif CSUM:  # slice 0 stores the tile as the unsplit kernel does
+                        if part == 0:
+                            if FUSED and STAGED:
+                                staged_fused(C, bias, R, None, None, None, acc, vals, pair, stage, tile_m, tile_n,
+                                             w * ROW0, w, lane, 0)
+                            elif FUSED:
+                                fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, 0)
+                            elif STAGED:
+                                staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane)
+                            else:
+                                epilogue(C, acc, tile_m, tile_n, w * ROW0, lane)
                     elif FUSED and STAGED:
                         staged_fused(C, bias, R, None, None, None, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w,
                                      lane, part if BATCH > 0 else 0)
@@ -289,7 +312,7 @@ def ws_kernel(wl: Gemm, cfg):
             if CL > 1:
                 # no block leaves while a peer may still multicast into it or arrive on its barriers
                 T.cuda.cluster_sync()
-        if SPLIT > 1:
+        if PARTIALS:
             if FUSED:
                 split_sum(P, bias, R, C)
             else:

@@ -1,11 +1,9 @@
-"""The fp16/bf16 pieces of the Hopper TMA steps (gemm 20-23): the configuration
-(:class:`TmaConfig`), the tile geometry and wgmma descriptors (:class:`Geometry`), the TMA loader,
-the wgmma K-tile macro, the epilogue (the fp32 accumulators to C, or through a linear layer's
-epilogue to D in its type: :func:`make_fused_epilogue`), and gemm 20's one-block-per-tile kernel that
-the warp-specialized kernel of gemm 21-23 starts from (:func:`simple_kernel`). The steps themselves
-are registered in gemm_tma.py (gemm 20) and gemm_tma_ws.py (gemm 21-23); see gemm_tma.py for
-what TVM 0.27 provides for them and how the operand layouts and batches are served.
-"""
+"""The fp16/bf16 pieces of the Hopper TMA steps (gemm 20-23): the configuration (:class:`TmaConfig`), the tile geometry
+and wgmma descriptors (:class:`Geometry`), the TMA loader, the wgmma K-tile macro, the epilogue (the fp32 accumulators
+to C, or through a linear layer's epilogue to D in its type: :func:`make_fused_epilogue`), and gemm 20's one-block-
+per-tile kernel that the warp-specialized kernel of gemm 21-23 starts from (:func:`simple_kernel`). The steps
+themselves are registered in gemm_tma.py (gemm 20) and gemm_tma_ws.py (gemm 21-23); see gemm_tma.py for what TVM 0.27
+provides for them and how the operand layouts and batches are served."""
 
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ from dataclasses import dataclass
 
 from tvm.script import tirx as T
 
+from .cluster_sum import check_cluster_sum
 from .common import ceil_div
 from .errors import ScheduleParamError
 from .step_config import StepConfig
@@ -25,23 +24,22 @@ from .workloads import LAYOUTS, Gemm, epilogue_value
 
 @dataclass(frozen=True)
 class TmaConfig(StepConfig):
-    """``block_m × block_n`` output tile per block, split over ``consumers`` warpgroups along M
-    (``block_m / consumers`` rows each, a multiple of 64: one or two m64 wgmmas); K tiles of
-    ``block_k`` = 64 (one 128-byte swizzle row); ``stages`` ring slots; ``group_m`` block-rows per
-    group of the grouped tile order; ``sms`` blocks of the persistent grid (0: one per SM of the
-    GPU the choice is made for, schedules.common.current_gpu; the ring takes most of an SM's shared
-    memory, so one block per SM); ``producer_regs``/``consumer_regs``: the
-    ``setmaxnreg`` budgets (per thread; (producer + consumers·n)·128 ≤ 65536); ``split_k``: K
-    slices (warp-specialized kernel only): the work units become (output tile, K slice) pairs, each
-    storing an fp32 partial tile into a workspace that a second kernel sums into C (see
-    :meth:`k_split`); ``stream_k`` (persistent warp-specialized kernel, ``split_k`` 1): the K tiles
-    of the partial last round of output tiles (all tiles, where there are fewer than SMs) shared out
-    evenly over the blocks after the whole rounds (tma_common.StreamUnits), so that a
-    fraction of a round of tiles (448 tiles on 132 SMs: 3.4 rounds) or a few tiles over a long K
-    leave no SM idle; the tiles split between blocks are finished by a fix-up kernel that adds the
-    blocks' fp32 pieces and writes C once (:meth:`workspace_bytes`). ``staged_store`` (a float32 C
-    without an epilogue, warp-specialized kernel): C leaves through a shared-memory area per
-    consumer warp, a row segment of 128 bytes per store (:func:`make_staged_epilogue`)."""
+    """``block_m × block_n`` output tile per block, split over ``consumers`` warpgroups along M (``block_m / consumers``
+    rows each, a multiple of 64: one or two m64 wgmmas); K tiles of ``block_k`` = 64 (one 128-byte swizzle row);
+    ``stages`` ring slots; ``group_m`` block-rows per group of the grouped tile order; ``sms`` blocks of the
+    persistent grid (0: one per SM of the GPU the choice is made for, schedules.common.current_gpu; the ring takes
+    most of an SM's shared memory, so one block per SM); ``producer_regs``/``consumer_regs``: the ``setmaxnreg``
+    budgets (per thread; (producer + consumers·n)·128 ≤ 65536); ``split_k``: K slices (warp-specialized kernel
+    only): the work units become (output tile, K slice) pairs, each storing an fp32 partial tile into a workspace
+    that a second kernel sums into C (see :meth:`k_split`); ``stream_k`` (persistent warp-specialized kernel,
+    ``split_k`` 1): the K tiles of the partial last round of output tiles (all tiles, where there are fewer than
+    SMs) shared out evenly over the blocks after the whole rounds (tma_common.StreamUnits), so that a fraction of
+    a round of tiles (448 tiles on 132 SMs: 3.4 rounds) or a few tiles over a long K leave no SM idle; the tiles
+    split between blocks are finished by a fix-up kernel that adds the blocks' fp32 pieces and writes C once
+    (:meth:`workspace_bytes`). ``staged_store`` (a float32 C without an epilogue, warp-specialized kernel): C
+    leaves through a shared-memory area per consumer warp, a row segment of 128 bytes per store
+    (:func:`make_staged_epilogue`). ``cluster_sum``: split-K's slices of a tile added in their cluster, with no
+    second kernel (:mod:`schedules.cluster_sum`)."""
 
     block_m: int = 128
     block_n: int = 256
@@ -61,6 +59,7 @@ class TmaConfig(StepConfig):
     split_k: int = 1  # K slices: (tile, slice) units, fp32 partials P[slices, M, N] summed by a 2nd kernel
     stream_k: bool = False  # K tiles shared out evenly over the persistent blocks; split tiles: a fix-up kernel
     staged_store: bool = False  # C through per-warp shared-memory areas, one 128-byte row segment per store
+    cluster_sum: bool = False  # split-K's slices of a tile in one cluster, summed in distributed shared memory
     dtypes = ("float16", "bfloat16")
     epilogues = True  # computed on the consumers' accumulators, D stored once in its type (wgmma_epilogue.py)
     layouts = LAYOUTS  # a transposed operand: m/n-major or k-major tiles, read through wgmma's transpose bits
@@ -116,9 +115,9 @@ class TmaConfig(StepConfig):
         return ceil_div(M, self.block_m), ceil_div(N, self.block_n)
 
     def grid(self, M: int, N: int, K: int | None = None, batch: int = 1) -> int:
-        """Blocks launched (of the first kernel): one per (cluster) work unit or, persistent, at
-        most one per SM (whole clusters). A work unit is a (cluster) tile, with ``split_k`` a
-        (tile, K slice) pair (K is then needed), in a bmm a (product, tile) pair."""
+        """Blocks launched (of the first kernel): one per (cluster) work unit or, persistent (not cluster_sum), at most
+        one per SM (whole clusters). A unit: a (cluster) tile, with ``split_k`` a (tile, K slice) pair, in a bmm a
+        (product, tile) pair."""
         tm, tn = self.tiles(M, N)
         cl_tiles = ceil_div(tm, self.cluster_m) * tn  # cluster tiles: cluster_m block tiles each
         if self.stream_k:  # one block (cluster) per SM, fewer only where there are fewer K tiles
@@ -126,24 +125,23 @@ class TmaConfig(StepConfig):
                 raise ValueError(f"{self.step_name}: the grid of stream_k depends on K: grid(M, N, K)")
             return self.cluster_m * stream_k_grid(cl_tiles, ceil_div(K, self.block_k), sms_of(self) // self.cluster_m)
         units = cl_tiles * split_slices(self, K) * batch
-        if not self.persistent:
+        if not self.persistent or self.cluster_sum:
             return self.cluster_m * units
         return self.cluster_m * min(sms_of(self) // self.cluster_m, units)
 
     def k_split(self, K: int) -> tuple[int, int]:
-        """(K tiles per work unit, K slices used): ``split_k`` slices of ceil(KT / split_k) K tiles
-        each (KT = ceil(K / block_k)); slices that would start past K are dropped (KT = 9,
-        split_k = 8: 2 K tiles per unit, 5 slices), so only the last slice can run past the end
-        of K, and those K tiles are neither loaded nor multiplied."""
+        """(K tiles per work unit, K slices used): ``split_k`` slices of ceil(KT / split_k) K tiles each (KT =
+        ceil(K / block_k)); slices that would start past K are dropped (KT = 9, split_k = 8: 2 K tiles per unit,
+        5 slices), so only the last slice can run past the end of K, its K tiles there neither loaded nor multiplied."""
         return split_k_tiles(self, K)
 
     def workspace_bytes(self, wl: Gemm) -> int:
-        """Bytes of the fp32 partial products P[slices, M, N] (0 without split-K), allocated per
-        call from the device's workspace pool (TVMBackendAllocWorkspace); with ``stream_k`` the
-        blocks' pieces of split tiles, two block tiles per block."""
+        """Bytes of the fp32 partial products P[slices, M, N] (0 without split-K or with cluster_sum), allocated
+        per call from the device's workspace pool (TVMBackendAllocWorkspace); with ``stream_k`` the blocks'
+        pieces of split tiles, two block tiles per block."""
         if self.stream_k:
             return 4 * stream_pieces(self, wl) * self.block_m * self.block_n
-        return split_workspace_bytes(self, wl)
+        return 0 if self.cluster_sum else split_workspace_bytes(self, wl)
 
     def check(self, wl: Gemm):
         M, N, K, dtype = wl.M, wl.N, wl.K, wl.dtype
@@ -220,6 +218,7 @@ class TmaConfig(StepConfig):
         if self.split_k > 1 and not self.warp_specialized:
             raise ScheduleParamError(f"{name}: split_k needs warp_specialized (the simple kernel is one block "
                                      f"per tile), got split_k={self.split_k}")
+        check_cluster_sum(self, wl, item)
 
     def copied(self, wl: Gemm) -> tuple[bool, bool]:
         """(A, B): whether a copy kernel runs first for the operand: ``pad_operands`` and rows
@@ -240,7 +239,7 @@ class TmaConfig(StepConfig):
                 f"{' pers' if self.persistent else ''}"
                 f"{' clu2' if self.cluster_m == 2 else ''}"
                 f"{f' sk{self.split_k}' if self.split_k > 1 else ''}"
-                f"{' streamk' if self.stream_k else ''}")
+                f"{' streamk' if self.stream_k else ''}{' csum' if self.cluster_sum else ''}")
 
 
 def setmaxnreg_ok(cfg: TmaConfig, registers: int) -> str | None:
@@ -291,6 +290,7 @@ class Geometry:
         self.RING_BYTES = self.S * self.STAGE_BYTES
         self.KT = ceil_div(K, self.BK)
         self.KTS, self.SPLIT = cfg.k_split(K)  # K tiles per work unit, K slices
+        self.PARTIALS = self.SPLIT > 1 and not cfg.cluster_sum  # fp32 partials P[slices, M, N], a 2nd kernel adds
         self.TM, self.TN = cfg.tiles(M, N)
         self.GRID = cfg.grid(M, N, K, wl.batches)
         self.ACC = cfg.acc_regs
@@ -329,10 +329,10 @@ def make_epilogue(g: "Geometry"):
     """A macro storing one consumer warpgroup's accumulators (its rows ``row0``.. of the tile)
     straight to C, bounds-checked (the checks fold away where the shape allows). With
     ``vector_store`` and N even, each adjacent pair goes out as one 8-byte store. With split-K
-    (g.SPLIT > 1) ``C`` is the workspace P[slices, M, N] and ``part`` the unit's K slice; in a
+    (g.PARTIALS) ``C`` is the workspace P[slices, M, N] and ``part`` the unit's K slice; in a
     bmm, ``C`` is the output C[batch, M, N] and ``part`` the unit's product."""
     M, N, NACC = g.M, g.N, g.NACC
-    PARTIAL = g.SPLIT > 1 or g.BATCH > 0  # C has a leading axis
+    PARTIAL = g.PARTIALS or g.BATCH > 0  # C has a leading axis
     VEC = g.cfg.vector_store and N % 2 == 0
     MT, JN = g.cfg.m_subtiles, g.BN // 8
     # tile_m < TM and tile_n < TN hold for every tile walked, so whole tiles need no checks
@@ -531,7 +531,7 @@ def make_staged_epilogue(g: "Geometry"):
     area, so ``__syncwarp`` orders the writes and the reads, and the producer warpgroup never
     waits. The macro takes the area's shared address (``stage``) beside make_epilogue's arguments."""
     M, N, NACC = g.M, g.N, g.NACC
-    PARTIAL = g.SPLIT > 1 or g.BATCH > 0
+    PARTIAL = g.PARTIALS or g.BATCH > 0
     MT, CHUNKS = g.cfg.m_subtiles, g.BN // 32
     ROW0 = g.cfg.wg_rows
     ROW_CHECK = M % g.BM != 0 or g.rows_padded
