@@ -30,31 +30,36 @@ def cluster_slice_sum(SPLIT: int, CONSUMER_THREADS: int, ACC: int):
     """Macros adding a tile's K slices in its cluster (``cluster_sum``; one unit per block, slice =
     rank in the cluster). ``consumers(acc, smem, part, thread)``, after the consumer warpgroups'
     last wgmmas: the consumers of slices 1.. meet on a named barrier (the ring is then idle) and park
-    their accumulators at the start of their shared memory (accumulator e of consumer thread t at
-    word e·CONSUMER_THREADS + t); a cluster barrier; slice 0's consumers add every other slice's
-    (``ld.shared::cluster``, in slice order: the same sum on every run) into their own; a second
+    their accumulators at the start of their shared memory; a cluster barrier; slice 0's consumers
+    add every other slice's (``ld.shared::cluster``, in slice order: the same sum on every run) into
+    their own; a second
     cluster barrier keeps the peers' shared memory alive until then. Slice 0 then stores the tile
-    as an unsplit kernel does. ``producer()``: the producer warpgroup's part in both barriers."""
+    as an unsplit kernel does. ``producer()``: the producer warpgroup's part in both barriers. The
+    accumulators travel in 16-byte groups (``st.shared.v4``, ``ld.shared::cluster.v4``): a parked
+    group of a thread at (group·CONSUMER_THREADS + thread)·16, consecutive threads side by side."""
+    GROUPS = ACC // 4
 
     @T.macro
     def consumers(acc, smem, part, thread):
-        park = T.decl_buffer((ACC * CONSUMER_THREADS,), "float32", data=smem.data, scope="shared.dyn")
+        base: T.let[T.uint32] = T.cuda.cvta_generic_to_shared(smem.data)
+        own: T.let[T.uint32] = T.reinterpret("uint32", thread * 16)  # this thread's 16 bytes of group 0
         if part > 0:
             T.evaluate(T.ptx.bar.sync(T.uint32(CLUSTER_SUM_BARRIER), T.uint32(CONSUMER_THREADS)))
-            for e in T.unroll(ACC):
-                park[e * CONSUMER_THREADS + thread] = acc[e]
+            for q in T.unroll(GROUPS):  # accumulators 4q .. 4q+3 of consumer thread t at (q·threads + t)·16
+                T.ptx.st.shared.v4.f32(base + own + T.uint32(16 * CONSUMER_THREADS * q),
+                                       acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3])
         T.cuda.cluster_sync()
         if part == 0:
             peer = T.alloc_buffer((SPLIT,), "uint32", scope="local")
-            val = T.alloc_buffer((1,), "float32", scope="local")
-            base: T.let[T.uint32] = T.cuda.cvta_generic_to_shared(smem.data)
-            own: T.let[T.uint32] = T.reinterpret("uint32", thread * 4)  # this thread's word of accumulator 0
+            val = T.alloc_buffer((4,), "float32", scope="local")
             for r in T.unroll(1, SPLIT):  # slice r's shared memory in the cluster's window
                 T.evaluate(T.ptx.mapa.shared__cluster.u32(peer[r], base, T.uint32(r)))
-            for e in T.unroll(ACC):
+            for q in T.unroll(GROUPS):
                 for r in T.unroll(1, SPLIT):
-                    T.evaluate(T.ptx.ld.shared__cluster.f32(val[0], peer[r] + own + T.uint32(4 * CONSUMER_THREADS * e)))
-                    acc[e] = acc[e] + val[0]
+                    T.ptx.ld.shared__cluster.v4.f32(val[0], val[1], val[2], val[3],
+                                                    peer[r] + own + T.uint32(16 * CONSUMER_THREADS * q))
+                    for e in T.unroll(4):
+                        acc[4 * q + e] = acc[4 * q + e] + val[e]
         T.cuda.cluster_sync()
 
     @T.macro
