@@ -43,11 +43,15 @@ def test_cluster_sum_is_one_kernel_without_a_workspace(fused_build):
     assert "for 'sm_90a'" in b.device.ptxas_log
     assert len(b.device.kernels) == 1 and all(k.spills == 0 for k in b.device.kernels)
     ptx = b.device.ptx
-    assert "barrier.cluster.arrive" in ptx and "ld.shared::cluster.f32" in ptx and "mapa.shared::cluster" in ptx
+    assert "barrier.cluster.arrive" in ptx and "mapa.shared::cluster" in ptx
+    assert "ld.shared::cluster.v4.f32" in ptx and "st.shared.v4.f32" in ptx  # the sums, 16 bytes at a time
     assert "bar.sync" in ptx  # the consumers of slices 1.. meet before they park their sums in the ring
     assert "P = T.alloc_buffer" not in b.lowered  # no partials in global memory
-    assert [launch.grid[0] for launch in launches_of(b.host)] == [64 * 2]
     cfg = get("persistent_gemm").config(block_n=64, stages=8, split_k=2, cluster_sum=True)
+    # 64 tiles x 2 slices; the ring's shared memory as without the knob (a float32 view of it had
+    # retyped the allocation: 4x the bytes, refused at launch)
+    (launch,) = launches_of(b.host)
+    assert launch.grid[0] == 64 * 2 and launch.dynamic_shared_bytes == cfg.shared_bytes(2) == 8 * 24576 + 1024
     assert cfg.workspace_bytes(parse_workload("gemm:61x4096x4096:bfloat16:nt")) == 0
     assert cfg.describe().endswith("sk2 csum")
 
