@@ -38,6 +38,10 @@ def cluster_slice_sum(SPLIT: int, CONSUMER_THREADS: int, ACC: int):
     accumulators travel in 16-byte groups (``st.shared.v4``, ``ld.shared::cluster.v4``): a parked
     group of a thread at (group·CONSUMER_THREADS + thread)·16, consecutive threads side by side."""
     GROUPS = ACC // 4
+    # 16-byte loads from other slices in flight at once: 3 (12 registers) beside 32 accumulators, 2 beside 64
+    # (3 spilled 16 bytes at 8 slices of 128 x 128 tiles)
+    PEERS_IN_FLIGHT = 3 if ACC <= 32 else 2
+    CHUNKS = (SPLIT - 2) // PEERS_IN_FLIGHT + 1  # the other slices, PEERS_IN_FLIGHT at a time
 
     @T.macro
     def consumers(acc, smem, part, thread):
@@ -51,15 +55,22 @@ def cluster_slice_sum(SPLIT: int, CONSUMER_THREADS: int, ACC: int):
         T.cuda.cluster_sync()
         if part == 0:
             peer = T.alloc_buffer((SPLIT,), "uint32", scope="local")
-            val = T.alloc_buffer((4,), "float32", scope="local")
+            val = T.alloc_buffer((4 * PEERS_IN_FLIGHT,), "float32", scope="local")
             for r in T.unroll(1, SPLIT):  # slice r's shared memory in the cluster's window
                 T.evaluate(T.ptx.mapa.shared__cluster.u32(peer[r], base, T.uint32(r)))
             for q in T.unroll(GROUPS):
-                for r in T.unroll(1, SPLIT):
-                    T.ptx.ld.shared__cluster.v4.f32(val[0], val[1], val[2], val[3],
-                                                    peer[r] + own + T.uint32(16 * CONSUMER_THREADS * q))
-                    for e in T.unroll(4):
-                        acc[4 * q + e] = acc[4 * q + e] + val[e]
+                # the group's loads from up to PEERS_IN_FLIGHT slices in flight together, then their sums
+                # (a load into the registers of the one before waits for its adds: the gather ran serially)
+                for c in T.unroll(CHUNKS):
+                    for i in T.unroll(PEERS_IN_FLIGHT):
+                        if c * PEERS_IN_FLIGHT + i < SPLIT - 1:  # constants once unrolled
+                            T.ptx.ld.shared__cluster.v4.f32(
+                                val[4 * i], val[4 * i + 1], val[4 * i + 2], val[4 * i + 3],
+                                peer[1 + c * PEERS_IN_FLIGHT + i] + own + T.uint32(16 * CONSUMER_THREADS * q))
+                    for i in T.unroll(PEERS_IN_FLIGHT):
+                        if c * PEERS_IN_FLIGHT + i < SPLIT - 1:
+                            for e in T.unroll(4):
+                                acc[4 * q + e] = acc[4 * q + e] + val[4 * i + e]
         T.cuda.cluster_sync()
 
     @T.macro

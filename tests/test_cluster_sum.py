@@ -75,6 +75,8 @@ def test_cluster_sum_is_refused_where_it_cannot_apply():
 @pytest.mark.parametrize("workload,params", [
     ("gemm:61x4096x4096:bfloat16:nt:out=bfloat16:residual", dict(block_n=64, stages=8, split_k=2)),
     ("gemm:61x2560x2560:bfloat16:nt:out=bfloat16:bias", dict(block_n=128, stages=6, split_k=4)),
+    ("gemm:61x4096x4096:bfloat16:nt:out=bfloat16", dict(block_n=128, stages=6, split_k=6)),  # 6 slices of 11 K tiles:
+    # the last one's 2 past K not loaded; two waves of clusters
     ("gemm:16x3584x18944:bfloat16:nt:out=bfloat16:residual", dict(block_n=128, stages=6, split_k=8)),
     ("gemm:200x1000x8200:float16", dict(block_n=128, stages=6, split_k=3)),  # ragged tiles, a short last slice
     ("gemm:300x520x4100:float16", dict(block_n=64, stages=8, split_k=5, staged_store=True,
