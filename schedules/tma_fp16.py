@@ -195,7 +195,7 @@ class TmaConfig(StepConfig):
             raise ScheduleParamError(f"{name}: the ring needs {self.shared_bytes(item)} bytes of shared "
                                      f"memory (> 227 KiB): fewer stages or a smaller tile")
         if self.warp_specialized:
-            if self.consumers not in (2, 3):
+            if self.consumers not in (1, 2, 3):
                 raise ScheduleParamError(f"{name}: warp_specialized takes 2 or 3 consumer warpgroups (their "
                                          f"setmaxnreg budget is what the producer frees), got {self.consumers}")
             p, c, r = self.producer_regs, self.consumer_budget, self.launch_regs
