@@ -196,7 +196,7 @@ class TmaConfig(StepConfig):
                                      f"memory (> 227 KiB): fewer stages or a smaller tile")
         if self.warp_specialized:
             if self.consumers not in (1, 2, 3):
-                raise ScheduleParamError(f"{name}: warp_specialized takes 2 or 3 consumer warpgroups (their "
+                raise ScheduleParamError(f"{name}: warp_specialized takes 1 to 3 consumer warpgroups (their "
                                          f"setmaxnreg budget is what the producer frees), got {self.consumers}")
             p, c, r = self.producer_regs, self.consumer_budget, self.launch_regs
             if p % 8 or c % 8 or not 24 <= p <= r <= c <= 256 or self.consumers * (c - r) > r - p:
