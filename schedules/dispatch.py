@@ -122,6 +122,23 @@ SIMT_MOST_SPLITS = 128  # a few hundred outputs, tens of thousands deep: a slice
 # tensor-core tiles (block_m, block_n, stages)
 TMA_TILES = [(128, 256, 4), (128, 192, 5), (128, 128, 6), (128, 64, 8), (256, 128, 4)]
 TMA_SMALL_TILES = [(64, 256, 5), (64, 128, 8), (64, 64, 8)]  # one warpgroup, no producer: small M
+# the warp-specialized kernel with one consumer warpgroup: 64-row tiles, offered in place of TMA_TILES for a few
+# rows (M ≤ FEW_ROWS) against a large weight, where a 128-row tile is half padding (its wgmmas at half use) and
+# has half the tiles to spread the weight's read over; with split-K and persistence, which the one-block kernel
+# above lacks. On eleven such layers (H200) the best 64-row tile beat the best 128-row one every time, by up to
+# 1.3x (61 x 4096 x 14336: 35.6 against 43.2 µs; reports/results/NVIDIA_H200/few_rows_tma)
+TMA_ONE_CONSUMER_TILES = [(64, 256, 5), (64, 128, 8), (64, 64, 12)]
+FEW_ROWS = 64
+# How many times its even share of the bandwidth an SM's block streams where a tensor-core grid has fewer
+# blocks than SMs (as decode_gemm's blocks: schedules.decode_plan.sm_share): 61 rows against 4096 x 4096,
+# 64 x 128 tiles: 32 blocks took 23.3 µs, 64 (split-K 2) 16.0; against 3584 x 3584, 28 took 20.7, 56 15.7
+# (H200, reports/results/NVIDIA_H200/few_rows_tma)
+TC_SM_SHARE = 2.0
+# A one-consumer tile's rate against the two-consumer tile of twice its rows and the same columns (its
+# calibrated efficiency): one warpgroup issues the wgmmas, and the tensor cores idle while it waits on each K
+# tile's barrier and wgmmas (H200, 61-row layers: 64 x 64 and 64 x 128 tiles at 0.33 and 0.53 of the model's
+# rate, 128 x 64 and 128 x 128 calibrated at 0.68 and 1.05; reports/results/NVIDIA_H200/few_rows_tma)
+ONE_CONSUMER_FACTOR = 0.5
 CP_TILES = [(128, 256, 4), (128, 128, 4), (128, 64, 4), (64, 128, 4), (64, 64, 4)]
 TF32_TMA_TILES = [(256, 128, 4), (128, 128, 6), (64, 128, 8)]  # (block_m = the wgmma's N, block_n, stages)
 TF32_CP_TILES = [(256, 128, 4), (128, 128, 4), (128, 64, 4)]
@@ -355,11 +372,13 @@ def fp16_candidates(wl, limits=None, sms: int | None = None):
                 + thin_candidates(wl, limits))
     out = []
     pad = _misaligned(wl)  # rows a tensor map cannot take: the TMA kernel copies them into padded buffers
-    for bm, bn, st in TMA_TILES:
+    few = wl.M <= FEW_ROWS  # 64-row tiles in place of 128-row ones, half padding or more (see TMA_ONE_CONSUMER_TILES)
+    for bm, bn, st in TMA_ONE_CONSUMER_TILES if few else TMA_TILES:
         for s in _splits(wl.K, 64, 32):
             out.append(_staged(wl, Candidate("persistent_gemm", PersistentConfig(
-                block_m=bm, block_n=bn, stages=st, split_k=s, pad_operands=pad), "tma", f"tma {bm}x{bn}"), limits))
-        if stream_k_offered(wl, bm, bn, sms):  # the same tile, its K tiles shared out evenly over the SMs
+                block_m=bm, block_n=bn, stages=st, split_k=s, pad_operands=pad, consumers=1 if few else 2), "tma",
+                f"tma {bm}x{bn}"), limits))
+        if not few and stream_k_offered(wl, bm, bn, sms):  # the same tile, its K tiles shared out evenly over the SMs
             out.append(_staged(wl, Candidate("persistent_gemm", PersistentConfig(
                 block_m=bm, block_n=bn, stages=st, stream_k=True, pad_operands=pad), "tma", f"tma {bm}x{bn}"), limits))
     for bm, bn, st in TMA_SMALL_TILES:
@@ -542,9 +561,13 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     if fam == "short_k":
         time_us, terms = short_k_us(wl, cand, gpu, cal, _store_bytes(wl), _epilogue_bytes(wl), _batches(wl))
         return Estimate(cand, time_us, terms)
-    eff = tile_efficiency(cal, cand.key) or (wmma_efficiency(cand.config, cal) if fam == "wmma"
-                                              else cal["default_efficiency"][fam])
     cfg = cand.config
+    if fam == "tma" and cfg.consumers == 1:  # a one-consumer tile: from the two-consumer tile of twice its rows
+        eff = ONE_CONSUMER_FACTOR * (tile_efficiency(cal, f"tma {2 * cfg.block_m}x{cfg.block_n}")
+                                     or cal["default_efficiency"][fam])
+    else:
+        eff = tile_efficiency(cal, cand.key) or (wmma_efficiency(cfg, cal) if fam == "wmma"
+                                                  else cal["default_efficiency"][fam])
     M, N, K = wl.M, wl.N, wl.K
     terms = {"family": fam, "efficiency": eff}
     if fam == "gemv":
@@ -634,11 +657,14 @@ def stream_spread(units: int, gpu: GpuSpec, persistent: bool) -> float:
     """How much longer than bytes / bandwidth a persistent kernel's SMs take to stream its bytes:
     its SMs (one block each, walking units i, i + SMs, ...) take as long as the ones with
     ⌈units / SMs⌉ units, the last round on fewer SMs than the first. Non-persistent blocks are
-    handed to SMs as others finish, which evens it out; a grid of fewer units than SMs is not
-    charged (an SM pulls more than its share: 96 tiles of 128 × 128 took 48 µs where 128 of
-    128 × 64 took 59, 61 rows × 4096×14336 on an H200). Matters where the weight's read is the
-    bound (a few rows against a large weight: reports/results/NVIDIA_H200/decode_vs_tma)."""
-    if not persistent or units <= gpu.sms:
+    handed to SMs as others finish, which evens it out. A grid of fewer units than SMs is charged only
+    where it has fewer than the SMs over TC_SM_SHARE (an SM pulls more than its share: 96 tiles of
+    128 × 128 took 48 µs where 128 of 128 × 64 took 59, 61 rows × 4096×14336 on an H200; but 32 tiles
+    of 64 × 128 took 1.5x the time of 64 over 61 × 4096×4096). Matters where the weight's read is the
+    bound (a few rows against a large weight: reports/results/NVIDIA_H200/decode_vs_tma, few_rows_tma)."""
+    if units < gpu.sms:
+        return max(1.0, gpu.sms / (TC_SM_SHARE * units))
+    if not persistent:
         return 1.0
     return ceil_div(units, gpu.sms) * gpu.sms / units
 

@@ -482,15 +482,19 @@ def test_a_users_calibration_file_replaces_the_packaged_one_whole(tmp_path, monk
 
 def test_a_persistent_grid_streams_as_slowly_as_its_busiest_sms():
     """A persistent kernel's SMs walk units i, i + SMs, ...: the ones with ⌈units / SMs⌉ set the
-    time of a bandwidth-bound product; handed-out blocks and grids smaller than the GPU are not
-    charged. At 61 rows against a 4096 × 14336 weight this keeps 96 tiles of 128 × 128 (measured
-    48 µs) ahead of 128 of 128 × 64 (59 µs)."""
+    time of a bandwidth-bound product; handed-out blocks are not charged, nor grids smaller than the
+    GPU down to half its SMs (an SM streams up to twice its share: 96 tiles of 128 × 128 measured
+    48 µs at 61 rows against a 4096 × 14336 weight, 128 of 128 × 64 59 µs); below that they are
+    (61 × 4096 × 4096 on 64 × 128 tiles: 32 blocks 23.3 µs, 64 blocks 16.0)."""
     gpu = GpuSpec()
     assert dispatch.stream_spread(264, gpu, persistent=True) == 1.0
     assert dispatch.stream_spread(224, gpu, persistent=True) == pytest.approx(264 / 224)
     assert dispatch.stream_spread(224, gpu, persistent=False) == 1.0
     assert dispatch.stream_spread(96, gpu, persistent=True) == 1.0
-    wl = parse_workload("gemm:24x57344x8192:bfloat16:nt:out=bfloat16")
+    assert dispatch.stream_spread(66, gpu, persistent=True) == 1.0
+    assert dispatch.stream_spread(32, gpu, persistent=True) == pytest.approx(132 / 64)
+    assert dispatch.stream_spread(32, gpu, persistent=False) == pytest.approx(132 / 64)
+    wl = parse_workload("gemm:80x57344x8192:bfloat16:nt:out=bfloat16")
     wide = [e for e in dispatch.rank(wl, "bf16", gpu) if e.step == "persistent_gemm"
             and (e.config.block_m, e.config.block_n, e.config.split_k, e.config.stream_k) == (128, 256, 1, False)]
     assert wide and wide[0].terms["spread"] == pytest.approx(264 / 224)

@@ -191,6 +191,8 @@ def test_a_short_last_k_slice_compiles(name, workload, params):
     ("persistent_gemm", "gemm:61x4096x4096:bfloat16:nt:out=bfloat16:residual",
      dict(block_m=64, consumers=1, block_n=128, stages=8, split_k=4)),
     ("persistent_gemm", "gemm:100x1000x3000:float16", dict(block_m=64, consumers=1, block_n=256, stages=5)),
+    ("persistent_gemm", "gemm:61x10240x2560:bfloat16:nt:out=bfloat16:bias:gelu_tanh",
+     dict(block_m=64, consumers=1, block_n=128, stages=8, staged_store=True)),
     ("persistent_gemm", "gemm:61x2560x2560:bfloat16:nt:out=bfloat16:bias:gelu_tanh",
      dict(block_m=64, consumers=1, block_n=64, stages=12, split_k=2, cluster_sum=True)),
 ])
