@@ -5,8 +5,8 @@ memory before slice 0 stores the tile, epilogue and all. Split-K otherwise write
 partial tile to a workspace and a second kernel adds them: a launch and a pass over the partials
 that cost a decode-sized layer (a few rows against a large weight) as much as a fifth of its time.
 
-Measured (H200, reports/results/NVIDIA_H200/few_rows_tma): on 128-row tiles the cluster took 1.28x the
-second kernel's time (geometric mean of 63 configurations): slice 0 reads every other slice's tile, an SM's
+Measured (H200, reports/results/NVIDIA_H200/few_rows_tma): on 128-row tiles the cluster took 1.26x the
+second kernel's time (geometric mean of the 51 pairs there): slice 0 reads every other slice's tile, an SM's
 worth of distributed shared memory traffic per tile, and clusters of blocks that fill an SM each place less
 freely than single blocks. On 64-row tiles (one consumer warpgroup) it was the fastest configuration on three
 of eleven 40- and 61-row layers, by up to 0.7 µs. Off by default; the dispatcher does not offer it."""
