@@ -37,14 +37,19 @@ FP8_WORKLOADS = ("gemm:4096x4096x4096:float8_e4m3fn:nt:out=bfloat16",
 
 # Knobs that no default configuration turns on, each at a workload it takes: their kernels are built
 # from code paths of their own (stream-K's producer and fix-up, split-K's sum, the FP8 block-scaled
-# variants), which the defaults above never reach. Each job: step @ workload {params}.
+# variants, one consumer warpgroup, split-K summed in the cluster), which the defaults above never reach.
+# Each job: step @ workload {params}.
 KNOB_JOBS = (("persistent_gemm", "gemm:1024x512x2048:bfloat16", {"stream_k": True}),
              ("persistent_gemm", "gemm:1000x500x2000:float16", {"split_k": 3}),
              ("tma_tf32_gemm", "gemm:1000x1000x2000", {"stream_k": True}),
              ("fp8_block_scaled_gemm", FP8_WORKLOADS[2], {"pipelined": True, "pipe_tiles": 8}),
              ("fp8_block_scaled_gemm", FP8_WORKLOADS[3], {"pingpong": True, "block_m": 64, "stages": 8}),
              ("fp8_tma_gemm", FP8_WORKLOADS[0], {"pingpong": True, "block_n": 128, "stages": 6}),
-             ("fp8_block_scaled_gemm", FP8_WORKLOADS[2], {"pipelined": True, "scales_in_ring": True}))
+             ("fp8_block_scaled_gemm", FP8_WORKLOADS[2], {"pipelined": True, "scales_in_ring": True}),
+             ("persistent_gemm", "gemm:61x4096x4096:bfloat16:nt:out=bfloat16:residual",
+              {"block_m": 64, "consumers": 1, "block_n": 128, "stages": 8, "split_k": 3}),
+             ("persistent_gemm", "gemm:61x2560x2560:bfloat16:nt:out=bfloat16:bias",
+              {"block_n": 128, "stages": 6, "split_k": 4, "cluster_sum": True}))
 
 
 def jobs() -> list[tuple[str, str]]:
