@@ -38,9 +38,8 @@ def cluster_slice_sum(SPLIT: int, CONSUMER_THREADS: int, ACC: int):
     last wgmmas: the consumers of slices 1.. meet on a named barrier (the ring is then idle) and park
     their accumulators at the start of their shared memory; a cluster barrier; slice 0's consumers
     add every other slice's (``ld.shared::cluster``, in slice order: the same sum on every run) into
-    their own; a second
-    cluster barrier keeps the peers' shared memory alive until then. Slice 0 then stores the tile
-    as an unsplit kernel does. ``producer()``: the producer warpgroup's part in both barriers. The
+    their own; a second cluster barrier keeps the peers' shared memory alive until then. Slice 0 then
+    stores the tile as an unsplit kernel does. ``producer()``: the producer warpgroup's part in both barriers. The
     accumulators travel in 16-byte groups (``st.shared.v4``, ``ld.shared::cluster.v4``): a parked
     group of a thread at (group·CONSUMER_THREADS + thread)·16, consecutive threads side by side."""
     GROUPS = ACC // 4

@@ -33,7 +33,9 @@ arrives on the full barrier without bytes) and not multiplied (the consumers wai
 Each unit stores its fp32 partial tile into a workspace P[s, M, N], a ``scope="global"`` buffer of
 the host part, which TVM allocates on every call from the device's workspace pool
 (``TVMBackendAllocWorkspace``); a second kernel in the same PrimFunc sums the slices into C. With
-``split_k=1`` the generated CUDA is the same as without the option.
+``split_k=1`` the generated CUDA is the same as without the option. With ``cluster_sum=True`` the slices of a tile run
+on the blocks of one cluster instead and add up in distributed shared memory, one unit per block
+(cluster_sum.py). ``consumers=1``: one consumer warpgroup, 64-row tiles (a few rows against a weight).
 
 ``stream_k=True`` (persistent kernels): for tiles that are not a whole number of rounds of the
 grid (a fraction of a round, or fewer tiles than SMs over a long K). The whole rounds of tiles go
