@@ -502,6 +502,31 @@ def test_a_persistent_grid_streams_as_slowly_as_its_busiest_sms():
     assert top.step == "persistent_gemm" and top.config.block_n == 128
 
 
+def test_a_few_rows_take_64_row_tiles_of_one_consumer_warpgroup():
+    """At most 64 rows: the persistent TMA kernel's candidates are its one-consumer 64 × 128 and 64 × 256
+    tiles (split-K as before, no stream-K), at half the two-consumer 128-row tile's calibrated rate;
+    from 65 rows the two-consumer tiles. On the H200's 61-row layers the choice is a 64-row tile
+    (reports/results/NVIDIA_H200/few_rows_tma: 1.05-1.43x faster than the 128-row tiles chosen before)."""
+    from schedules.calibration import CALIBRATION, tile_efficiency
+    from schedules.gpus import profile
+
+    h200 = profile("H200")
+    few = parse_workload("gemm:61x4096x14336:bfloat16:nt:out=bfloat16:residual")
+    tma = [c for c in dispatch.candidates(few, "bf16", h200) if c.step == "persistent_gemm"]
+    assert tma and {(c.config.block_m, c.config.consumers) for c in tma} == {(64, 1)}
+    assert {c.config.block_n for c in tma} == {128, 256} and not any(c.config.stream_k for c in tma)
+    assert {c.config.split_k for c in tma} > {1, 2}
+    one = next(c for c in tma if c.config.block_n == 128 and c.config.split_k == 1)
+    est = dispatch.estimate(few, one, h200)
+    assert est.terms["efficiency"] == pytest.approx(0.5 * tile_efficiency(CALIBRATION, "tma 128x128"))
+    top = dispatch.rank(few, "bf16", h200)[0]
+    assert top.step == "persistent_gemm" and (top.config.block_m, top.config.consumers) == (64, 1)
+    assert "tma 64x" in dispatch.describe(top.candidate)
+    more = parse_workload("gemm:65x4096x14336:bfloat16:nt:out=bfloat16:residual")
+    tma = [c for c in dispatch.candidates(more, "bf16", h200) if c.step == "persistent_gemm"]
+    assert tma and all(c.config.block_m >= 128 and c.config.consumers == 2 for c in tma)
+
+
 def test_the_tma_choice_stages_a_float32_c_whose_rows_are_not_16_byte_aligned():
     # odd N: straight from the fragments no pair of outputs leaves as one store, and each 4-byte
     # store half-fills its sectors; through the warps' staging areas a store is one 128-byte row

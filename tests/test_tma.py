@@ -144,6 +144,22 @@ def test_tf32_correct_to_tf32_rounding(harness, workload):
     assert 1e-6 < err < 2e-3
 
 
+def test_one_consumer_warpgroup_builds_64_row_tiles():
+    # a producer warpgroup and one consumer (256 threads, the consumer's setmaxnreg budget 256), m64 wgmmas,
+    # a bf16 output with a residual, split-K's sum kernel beside it; no spills
+    from reports.engine.kernel import launches_of
+
+    b = built("persistent_gemm", "gemm:61x4096x4096:bfloat16:nt:out=bfloat16:residual",
+              block_m=64, consumers=1, block_n=128, stages=8, split_k=3)
+    assert len(b.device.kernels) == 2 and all(k.spills == 0 for k in b.device.kernels)
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16" in b.device.ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 256" in b.device.ptx
+    product = launches_of(b.host)[0]
+    assert product.block[0] == 256 and product.grid[0] == 32 * 3  # 32 tiles of 64 x 128, 3 K slices
+    with pytest.raises(ScheduleParamError, match="1 to 3 consumer"):
+        get("persistent_gemm").validate(parse_workload(BIG), get("persistent_gemm").config(block_m=256, block_n=64, stages=2, consumers=4))
+
+
 def test_split_k_and_padded_operands_add_their_kernels():
     b = built("persistent_gemm", "gemm:256x256x16384:float16", split_k=8)
     assert len(b.device.kernels) == 2 and all(k.spills == 0 for k in b.device.kernels)
