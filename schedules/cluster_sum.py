@@ -6,10 +6,12 @@ partial tile to a workspace and a second kernel adds them: a launch and a pass o
 that cost a decode-sized layer (a few rows against a large weight) as much as a fifth of its time.
 
 Measured (H200, reports/results/NVIDIA_H200/few_rows_tma): on 128-row tiles the cluster took 1.26x the
-second kernel's time (geometric mean of the 51 pairs there): slice 0 reads every other slice's tile, an SM's
-worth of distributed shared memory traffic per tile, and clusters of blocks that fill an SM each place less
-freely than single blocks. On 64-row tiles (one consumer warpgroup) it was the fastest configuration on three
-of eleven 40- and 61-row layers, by up to 0.7 µs. Off by default; the dispatcher does not offer it."""
+second kernel's time (geometric mean of the 51 pairs there), 8 slices of 128 x 128 12-55 µs more, and the
+same whether slice 0 kept one or three loads in flight (the gather's load latency is not the cost). Not
+measured apart: slice 0 alone reads every other slice's tile through distributed shared memory, and clusters
+of blocks that each fill an SM are placed less freely than single blocks. On 64-row tiles (one consumer
+warpgroup) it was the fastest configuration on three of eleven 40- and 61-row layers, by up to 0.7 µs. Off by
+default; the dispatcher does not offer it."""
 
 from __future__ import annotations
 
@@ -64,8 +66,8 @@ def cluster_slice_sum(SPLIT: int, CONSUMER_THREADS: int, ACC: int):
             for r in T.unroll(1, SPLIT):  # slice r's shared memory in the cluster's window
                 T.evaluate(T.ptx.mapa.shared__cluster.u32(peer[r], base, T.uint32(r)))
             for q in T.unroll(GROUPS):
-                # the group's loads from up to PEERS_IN_FLIGHT slices in flight together, then their sums
-                # (a load into the registers of the one before waits for its adds: the gather ran serially)
+                # the group's loads from up to PEERS_IN_FLIGHT slices in flight together, then their sums (one
+                # load at a time into the same registers measured the same: 54c7f99 against f64d799, few_rows_tma)
                 for c in T.unroll(CHUNKS):
                     for i in T.unroll(PEERS_IN_FLIGHT):
                         if c * PEERS_IN_FLIGHT + i < SPLIT - 1:  # constants once unrolled
