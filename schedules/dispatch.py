@@ -372,7 +372,9 @@ def fp16_candidates(wl, limits=None, sms: int | None = None):
                 + thin_candidates(wl, limits))
     out = []
     pad = _misaligned(wl)  # rows a tensor map cannot take: the TMA kernel copies them into padded buffers
-    few = wl.M <= FEW_ROWS  # 64-row tiles in place of 128-row ones, half padding or more (see TMA_ONE_CONSUMER_TILES)
+    # 64-row tiles in place of 128-row ones, half padding or more (TMA_ONE_CONSUMER_TILES); not yet run on a
+    # batch or on padded copies of misaligned rows, which keep the 128-row tiles measured there
+    few = wl.M <= FEW_ROWS and not getattr(wl, "batched", False) and not pad
     for bm, bn, st in TMA_ONE_CONSUMER_TILES if few else TMA_TILES:
         for s in _splits(wl.K, 64, 32):
             out.append(_staged(wl, Candidate("persistent_gemm", PersistentConfig(

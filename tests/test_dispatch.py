@@ -522,9 +522,11 @@ def test_a_few_rows_take_64_row_tiles_of_one_consumer_warpgroup():
     top = dispatch.rank(few, "bf16", h200)[0]
     assert top.step == "persistent_gemm" and (top.config.block_m, top.config.consumers) == (64, 1)
     assert "tma 64x" in dispatch.describe(top.candidate)
-    more = parse_workload("gemm:65x4096x14336:bfloat16:nt:out=bfloat16:residual")
-    tma = [c for c in dispatch.candidates(more, "bf16", h200) if c.step == "persistent_gemm"]
-    assert tma and all(c.config.block_m >= 128 and c.config.consumers == 2 for c in tma)
+    # from 65 rows, and (not yet run there) a batch or padded copies of misaligned rows: the two-consumer tiles
+    for text, precision in (("gemm:65x4096x14336:bfloat16:nt:out=bfloat16:residual", "bf16"),
+                            ("bmm:8x32x4096x4096:bfloat16", "bf16"), ("gemm:40x4097x1000:float16", "fp16")):
+        tma = [c for c in dispatch.candidates(parse_workload(text), precision, h200) if c.step == "persistent_gemm"]
+        assert tma and all(c.config.block_m >= 128 and c.config.consumers == 2 for c in tma), text
 
 
 def test_the_tma_choice_stages_a_float32_c_whose_rows_are_not_16_byte_aligned():
