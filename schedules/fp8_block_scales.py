@@ -40,8 +40,9 @@ SCALE_BOX_K = 4  # K tiles of scales per TMA box row: 16 bytes, the narrowest bo
 
 
 def scale_blocks_spanned(block_n: int) -> int:
-    """B's 128-column scale blocks that a tile of ``block_n`` columns can touch (192: two)."""
-    return block_n // SCALE_BLOCK + (block_n % SCALE_BLOCK != 0)
+    """B's 128-column scale blocks that a tile of ``block_n`` columns can touch (192: two; a tile starts
+    at a multiple of 64 columns, so it spans no more blocks than its width rounded up)."""
+    return ceil_div(block_n, SCALE_BLOCK)
 
 
 def scale_slot_bytes(cfg) -> int:
@@ -64,8 +65,8 @@ def scales_by_tma(wl, cfg) -> bool:
             and ceil_div(wl.K, SCALE_BLOCK) % SCALE_BOX_K == 0)
 
 
-#: Arrivals a slot's full barrier waits for when the scales come by TMA: the producer thread's
-#: expect_tx for the K tile and the one for its scales.
+#: Arrivals the scales add to a slot's full barrier when they come by TMA: the producer thread's
+#: expect_tx for them, beside the one for the K tile.
 SCALE_TMA_ARRIVALS = 1
 
 
