@@ -72,6 +72,7 @@ class Fp8TmaConfig(TmaConfig):
     #: mainloops (schedules/fp8_pingpong.py); False: both split every tile along M (cooperative).
     pingpong: bool = False
     staged_store: bool = True  # D through a shared-memory area per consumer warp (make_fp8_staged_epilogue)
+    narrow_panels = False  # B in 64-row pieces: block_n a multiple of 64
     dtypes = FP8_DTYPES
     layouts = ("nt",)  # FP8 wgmma reads both operands K-major: A M×K and B N×K as stored
     layout_note = ("FP8 wgmma reads both operands K-major (no transpose immediates): store A as M×K and B as "
@@ -141,6 +142,7 @@ class Fp8Geometry(Geometry):
         self.PANEL_BYTES = 64 * self.BK  # 64 rows of B: one 8 KiB piece
         self.A_PIECES = 1
         self.PANELS = self.BN // 64
+        self.B_ROWS, self.B_PIECE_BYTES = 64, self.PANEL_BYTES
         self.STAGE_BYTES = cfg.stage_bytes(1)
         self.RING_BYTES = self.S * self.STAGE_BYTES
         self.KT = ceil_div(K, self.BK)

@@ -6,7 +6,8 @@ tma_common.py's, which the tf32 kernel of gemm 27 runs too.
 
 gemm 21, warp specialization (``warp_specialized=True``): warpgroup 0 is the producer: it gives
 registers back (``setmaxnreg.dec``) and one thread walks the block's output tiles issuing, per K tile, one TMA
-load of the A tile (block_m × 64, 128-byte swizzle) and block_n/64 loads of 64-column B panels into
+load of the A tile (block_m × 64, 128-byte swizzle) and block_n/64 loads of 64-column B panels (a B stored
+N×K takes any block_n that is a multiple of 16, in boxes of tma_common.b_box_rows rows: 224 in four of 56) into
 a ring of ``stages`` slots, each guarded by a *full* barrier (TMA completes its byte count) and an
 *empty* barrier (one arrival per consumer warpgroup). Warpgroups 1..consumers take registers
 (``setmaxnreg.inc``), wait on *full*, issue ``wgmma.mma_async`` on descriptors of the slot, keep one

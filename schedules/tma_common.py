@@ -41,6 +41,19 @@ ITEMSIZE = {"float16": 2, "bfloat16": 2}
 PTX_TYPE = {"float16": "f16", "bfloat16": "bf16"}
 
 
+def b_box_rows(block_n: int) -> int:
+    """Rows of one TMA box of a B tile (columns of C): 64, one 8 KiB piece, where ``block_n`` is a
+    multiple of 64 (an n-major B's panels are always 64 columns of 128 bytes); for a k-major B
+    tile of another width (a multiple of 16: 144, 160, 224, chosen so that the tiles fill whole
+    rounds of the SMs), the largest multiple of 8 up to 64 that divides it (144: 48, 160: 40,
+    224: 56). Boxes of whole 8-row swizzle atoms (1024 bytes) lie back to back, so the tile in
+    shared memory is the one a single box of ``block_n`` rows would write, and wgmma reads it with
+    the same descriptors."""
+    if block_n % 64 == 0:
+        return 64
+    return max(r for r in range(8, 65, 8) if block_n % r == 0)
+
+
 def sms_of(cfg) -> int:
     return cfg.sms or current_gpu().sms
 

@@ -15,7 +15,8 @@ from .cluster_sum import check_cluster_sum
 from .common import ceil_div
 from .errors import ScheduleParamError
 from .step_config import StepConfig
-from .tma_common import (DESC_SWIZZLE_128B, ITEMSIZE, PTX_TYPE, ROW_BYTES, WARPGROUP, check_split_k, check_stream_k,
+from .tma_common import (DESC_SWIZZLE_128B, ITEMSIZE, PTX_TYPE, ROW_BYTES, WARPGROUP, b_box_rows, check_split_k,
+                         check_stream_k,
                          encode_map, fence_acc, grouped_tile, slice_of, sms_of, split_k_tiles, split_slices,
                          split_workspace_bytes, stream_k_grid, stream_pieces, tma_launch, tma_load, tma_multicast)
 from .wgmma_epilogue import kernel_entry, make_fused_store
@@ -61,6 +62,9 @@ class TmaConfig(StepConfig):
     staged_store: bool = False  # C through per-warp shared-memory areas, one 128-byte row segment per store
     cluster_sum: bool = False  # split-K's slices of a tile in one cluster, summed in distributed shared memory
     dtypes = ("float16", "bfloat16")
+    #: block_n a multiple of 16 (not only of 64) where B is stored N×K (k-major): its pieces are then
+    #: b_box_rows(block_n) rows each; the FP8 kernels keep 64-row pieces
+    narrow_panels = True
     epilogues = True  # computed on the consumers' accumulators, D stored once in its type (wgmma_epilogue.py)
     layouts = LAYOUTS  # a transposed operand: m/n-major or k-major tiles, read through wgmma's transpose bits
     batched = True     # a bmm: 3-D tensor maps, the work units walk the batch (batch-major)
@@ -90,8 +94,9 @@ class TmaConfig(StepConfig):
     def launch_regs(self) -> int:
         """Registers per thread at launch, the kernel's ``__maxnreg__``: the block's full share of
         64K (168 for 384 threads). Without it ptxas starts a light kernel with fewer (58 for a
-        128x64 tile) and the budgets below no longer add up; :func:`setmaxnreg_ok` checks ptxas's
-        report."""
+        128x64 tile) and the budgets below no longer add up (a count at launch outside the producer's
+        and the consumers' budgets deadlocks the kernel: ``setmaxnreg.inc`` waits for registers the
+        producer's ``dec`` never frees)."""
         return min(255, 65536 // self.threads // 8 * 8)
 
     @property
@@ -181,9 +186,14 @@ class TmaConfig(StepConfig):
                                      f"{self.wg_rows} (block_m={self.block_m}, consumers={self.consumers})")
         if self.block_m > 256:
             raise ScheduleParamError(f"{name}: block_m ≤ 256 (one TMA box), got {self.block_m}")
-        if self.block_n % 64 or not 64 <= self.block_n <= 256:
-            raise ScheduleParamError(f"{name}: block_n must be 64, 128, 192 or 256, got {self.block_n}")
-        if self.acc_regs > 128:
+        step = 16 if self.narrow_panels and wl.trans_b else 64
+        if self.block_n % step or not 64 <= self.block_n <= 256:
+            narrow = " (with B stored N×K, layouts nt and tt: a multiple of 16 from 64 to 256)" if self.narrow_panels else ""
+            raise ScheduleParamError(f"{name}: block_n must be 64, 128, 192 or 256{narrow}, got {self.block_n}")
+        if self.staged_store and self.block_n % 32:
+            raise ScheduleParamError(f"{name}: staged_store stages C 32 columns at a time: block_n must be a multiple "
+                                     f"of 32, got {self.block_n}")
+        if not self.warp_specialized and self.acc_regs > 128:  # the warp-specialized kernel: see below
             raise ScheduleParamError(f"{name}: {self.acc_regs} accumulators per thread (> 128) would spill: "
                                      f"lower block_n or raise consumers")
         if not self.warp_specialized and self.persistent:
@@ -208,9 +218,9 @@ class TmaConfig(StepConfig):
                                          f"{c} registers a consumer gets: lower block_n or block_m")
         if self.cluster_m not in (1, 2):
             raise ScheduleParamError(f"{name}: cluster_m must be 1 or 2, got {self.cluster_m}")
-        if self.cluster_m == 2 and (not self.warp_specialized or (self.block_n // 64) % 2):
-            raise ScheduleParamError(f"{name}: cluster_m=2 needs warp_specialized and an even number of "
-                                     f"64-column B panels (block_n 128 or 256), got block_n={self.block_n}")
+        if self.cluster_m == 2 and (not self.warp_specialized or (self.block_n // b_box_rows(self.block_n)) % 2):
+            raise ScheduleParamError(f"{name}: cluster_m=2 needs warp_specialized and an even number of B pieces "
+                                     f"(block_n 128, 256, or 160 and 224 with B stored N×K), got block_n={self.block_n}")
         if self.group_m < 1:
             raise ScheduleParamError(f"{name}: group_m must be ≥ 1")
         check_split_k(self, wl)
@@ -242,21 +252,6 @@ class TmaConfig(StepConfig):
                 f"{' streamk' if self.stream_k else ''}{' csum' if self.cluster_sum else ''}")
 
 
-def setmaxnreg_ok(cfg: TmaConfig, registers: int) -> str | None:
-    """None if ptxas's register count at launch (``Used N registers``) fits the setmaxnreg budgets,
-    else why not. A mismatch deadlocks the kernel: ``setmaxnreg.inc`` waits for registers that the
-    producer's ``dec`` never frees (or is undefined when it would lower the count)."""
-    if not cfg.warp_specialized:
-        return None
-    p, c, n = cfg.producer_regs, cfg.consumer_budget, cfg.consumers
-    if not p <= registers <= c:
-        return f"launch registers {registers} outside [producer {p}, consumer {c}]"
-    if n * (c - registers) > registers - p:
-        return f"{n} consumers need {n * (c - registers) * 128} registers, the producer frees {(registers - p) * 128}"
-    return None
-
-
-
 # ------------------------------------------------------------------------------------------------
 # pieces shared by the fp16/bf16 kernels, gemm 20-23 (plain Python helpers returning TIR
 # expressions, so sizes stay compile-time constants and the simplifier sees the loop ranges)
@@ -285,7 +280,9 @@ class Geometry:
         self.A_BYTES = self.BM * self.BK * self.item  # one A tile
         self.PANEL_BYTES = 64 * self.BK * self.item  # 64 rows (columns) of a tile: one 8 KiB piece
         self.A_PIECES = self.BM // 64 if self.TA else 1  # TMA boxes per A tile (k-major: one box)
-        self.PANELS = self.BN // 64  # TMA boxes per B tile
+        self.B_ROWS = b_box_rows(self.BN)  # B rows (columns of C) per TMA box: 64 but for a narrow k-major B
+        self.B_PIECE_BYTES = self.B_ROWS * ROW_BYTES
+        self.PANELS = self.BN // self.B_ROWS  # TMA boxes per B tile
         self.STAGE_BYTES = cfg.stage_bytes(self.item)
         self.RING_BYTES = self.S * self.STAGE_BYTES
         self.KT = ceil_div(K, self.BK)
@@ -611,7 +608,8 @@ def make_group_store(g: "Geometry", wl: Gemm):
 def make_loader(g: "Geometry", CL: int = 1):
     """A macro issuing the TMA loads of one K tile into one ring slot (run by one thread) and
     announcing their byte count on the slot's full barrier: the A tile (one box k-major, 64-column
-    panels m-major) and the B tile in 64-column pieces (panels n-major, boxes of 64 rows k-major),
+    panels m-major) and the B tile in pieces (64-column panels n-major, boxes of ``B_ROWS`` rows
+    k-major: 64, or a divisor of a narrow block_n, :func:`schedules.tma_common.b_box_rows`),
     at batch coordinate ``b`` in a bmm. Boxes that lie wholly outside the matrix (the last pieces
     of a ragged last row or column tile, A tiles of the rows a cluster pads) are skipped and left
     out of the byte count: they would only feed outputs that are never stored. Partially outside
@@ -620,22 +618,23 @@ def make_loader(g: "Geometry", CL: int = 1):
     PANELS, MY = g.PANELS, g.PANELS // CL
     A_PIECES, A_PIECE_BYTES = g.A_PIECES, g.A_BYTES // g.A_PIECES
     # static: can a piece / an A box of some tile lie wholly outside?
-    SKIP_PANELS = N % BN != 0 and ceil_div(N % BN, 64) < PANELS
+    BR = g.B_ROWS  # B rows (columns of C) per piece
+    SKIP_PANELS = N % BN != 0 and ceil_div(N % BN, BR) < PANELS
     SKIP_A = g.rows_padded or (A_PIECES > 1 and M % BM != 0 and ceil_div(M % BM, 64) < A_PIECES)
 
     def a_ok(tile_m, p=0):
         return tile_m * BM + p * 64 < M if SKIP_A else T.bool(True)
 
     def panel_ok(tile_n, p):
-        return tile_n * BN + p * 64 < N if SKIP_PANELS else T.bool(True)
+        return tile_n * BN + p * BR < N if SKIP_PANELS else T.bool(True)
 
     def tx_bytes(tile_m, tile_n):
         if not (SKIP_A or SKIP_PANELS):
             return T.uint32(g.STAGE_BYTES)
         # a sum of non-negative terms: an expression with a subtraction here can be simplified
         # into one the device passes cannot prove non-negative when cast to uint32
-        panels = (sum(T.if_then_else(panel_ok(tile_n, p), g.PANEL_BYTES, 0) for p in range(PANELS))
-                  if SKIP_PANELS else PANELS * g.PANEL_BYTES)
+        panels = (sum(T.if_then_else(panel_ok(tile_n, p), g.B_PIECE_BYTES, 0) for p in range(PANELS))
+                  if SKIP_PANELS else PANELS * g.B_PIECE_BYTES)
         if not SKIP_A:
             a = g.A_BYTES
         elif A_PIECES == 1:
@@ -659,16 +658,16 @@ def make_loader(g: "Geometry", CL: int = 1):
         for p in T.unroll(MY):
             if CL == 1:
                 if panel_ok(tile_n, p):
-                    tma_load(B_map, ring + T.cast(slot * g.STAGE_BYTES + g.A_BYTES + p * g.PANEL_BYTES, "uint32"),
-                              full_u32, *at(tile_n * BN + p * 64, kt * BK, not g.TB, b))
+                    tma_load(B_map, ring + T.cast(slot * g.STAGE_BYTES + g.A_BYTES + p * g.B_PIECE_BYTES, "uint32"),
+                              full_u32, *at(tile_n * BN + p * BR, kt * BK, not g.TB, b))
             else:
                 # this block's share of the pieces, written to the same offset in every block of
                 # the cluster and completing on the same barrier in each
                 if panel_ok(tile_n, rank * MY + p):
                     tma_multicast(
-                        B_map, ring + T.cast(slot * g.STAGE_BYTES + g.A_BYTES + (rank * MY + p) * g.PANEL_BYTES,
+                        B_map, ring + T.cast(slot * g.STAGE_BYTES + g.A_BYTES + (rank * MY + p) * g.B_PIECE_BYTES,
                                              "uint32"),
-                        full_u32, (1 << CL) - 1, *at(tile_n * BN + (rank * MY + p) * 64, kt * BK, not g.TB, b))
+                        full_u32, (1 << CL) - 1, *at(tile_n * BN + (rank * MY + p) * BR, kt * BK, not g.TB, b))
 
     return load
 
@@ -681,7 +680,7 @@ def encode_maps(g: "Geometry", A_data, B_data, A_map, B_map, pitch_a: int, pitch
     batch = (g.BATCH,) if g.BATCH else ()
     L2 = g.cfg.l2_promotion
     a_dims, a_box = ((pitch_a, K), (64, BK)) if g.TA else ((pitch_a, M), (BK, BM))
-    b_dims, b_box = ((pitch_b, N), (BK, 64)) if g.TB else ((pitch_b, K), (64, BK))
+    b_dims, b_box = ((pitch_b, N), (BK, g.B_ROWS)) if g.TB else ((pitch_b, K), (64, BK))
     return (encode_map(A_map, A_data, a_dims + batch, a_box, g.item, g.DT, L2),
             encode_map(B_map, B_data, b_dims + batch, b_box, g.item, g.DT, L2))
 
