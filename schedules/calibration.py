@@ -82,6 +82,10 @@ def tile_efficiency(cal: dict, key: str) -> float | None:
                     and k.rpartition("x")[2].isdigit())
     lo = [w for w in widths if w < bn]
     hi = [w for w in widths if w > bn]
+    if lo and not hi and head == "tma" and bm == 256:
+        # wider than the one calibrated 256-row tile (a fitted width, schedules.dispatch_fitted): at its rate,
+        # as wider tiles of 128 rows run at least at the rate of narrower ones
+        return eff[f"{head} {bm}x{lo[-1]}"]
     if not (lo and hi):
         return None
     a, b = lo[-1], hi[0]

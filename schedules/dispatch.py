@@ -75,6 +75,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from .calibration import CALIBRATION, tile_efficiency
 from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
+from .dispatch_fitted import fitted_tiles
 from .dispatch_short_k import short_k_configs, short_k_us
 from .dispatch_store import batches as _batches, epilogue_bytes as _epilogue_bytes, output_bytes as _out_bytes
 from .dispatch_store import store_bytes as _store_bytes, store_factor as _store_factor
@@ -383,6 +384,10 @@ def fp16_candidates(wl, limits=None, sms: int | None = None):
         if not few and stream_k_offered(wl, bm, bn, sms):  # the same tile, its K tiles shared out evenly over the SMs
             out.append(_staged(wl, Candidate("persistent_gemm", PersistentConfig(
                 block_m=bm, block_n=bn, stages=st, stream_k=True, pad_operands=pad), "tma", f"tma {bm}x{bn}"), limits))
+    if not few:  # widths fitted to whole rounds of the SMs (B stored N×K: schedules.dispatch_fitted)
+        for bm, bn, st in fitted_tiles(wl, sms, TMA_TILES):
+            out.append(_staged(wl, Candidate("persistent_gemm", PersistentConfig(
+                block_m=bm, block_n=bn, stages=st, pad_operands=pad), "tma", f"tma {bm}x{bn}"), limits))
     for bm, bn, st in TMA_SMALL_TILES:
         out.append(Candidate("tma_gemm", TmaLoadConfig(block_m=bm, block_n=bn, stages=st, consumers=1), "tma_small",
                              f"tma1 {bm}x{bn}"))
