@@ -17,8 +17,10 @@ interpolated in width (:func:`schedules.calibration.tile_efficiency`).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .common import ceil_div
-from .tma_fp16 import STAGE_WARP_BYTES
+from .gemm_tma_ws import PersistentConfig
 
 # rounds of tiles a width is fitted to: one to four, and no more than the widest tile of the same rows takes
 # (more rounds leave less to gain: the last round's idle share is at most a quarter of the grid's time by then)
@@ -36,10 +38,10 @@ MOST_STAGES = 6
 
 
 def fitted_stages(bm: int, bn: int, item: int = 2) -> int:
-    """Ring slots of a ``bm × bn`` tile: as many as fit in an SM's shared memory beside the 1 KiB
-    alignment and, where the width is a multiple of 32, the staged store's areas, up to MOST_STAGES."""
-    staged = 2 * 4 * STAGE_WARP_BYTES if bn % 32 == 0 else 0
-    return min(MOST_STAGES, (SHARED_BYTES - 1024 - staged) // ((bm + bn) * 64 * item))
+    """Ring slots of a ``bm × bn`` tile: as many as fit in an SM's shared memory with, where the width
+    is a multiple of 32, the staged store's areas (the configuration's own count), up to MOST_STAGES."""
+    cfg = PersistentConfig(block_m=bm, block_n=bn, stages=1, staged_store=bn % 32 == 0)
+    return max(s for s in range(1, MOST_STAGES + 1) if replace(cfg, stages=s).shared_bytes(item) <= SHARED_BYTES)
 
 
 def fitted_tiles(wl, sms: int, fixed) -> list[tuple[int, int, int]]:
@@ -47,8 +49,7 @@ def fitted_tiles(wl, sms: int, fixed) -> list[tuple[int, int, int]]:
     count of FITTED_ROWS and each number of rounds r up to FITTED_ROUNDS, the narrowest width (a
     multiple of FITTED_STEP, 64 < width ≤ 256, at most 192 for 256 rows: a consumer's accumulators) whose
     tiles fit in r rounds, where that widest tile takes r rounds or more and the width is not one of the
-    ``fixed`` tiles; none where B is not stored
-    N×K or for a batch (its products multiply the tiles)."""
+    ``fixed`` tiles; none where B is not stored N×K or for a batch (its products multiply the tiles)."""
     if not wl.trans_b or getattr(wl, "batched", False):
         return []
     fixed = {(bm, bn) for bm, bn, _ in fixed}

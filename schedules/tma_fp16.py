@@ -16,9 +16,9 @@ from .common import ceil_div
 from .errors import ScheduleParamError
 from .step_config import StepConfig
 from .tma_common import (DESC_SWIZZLE_128B, ITEMSIZE, PTX_TYPE, ROW_BYTES, WARPGROUP, b_box_rows, check_split_k,
-                         check_stream_k,
-                         encode_map, fence_acc, grouped_tile, slice_of, sms_of, split_k_tiles, split_slices,
-                         split_workspace_bytes, stream_k_grid, stream_pieces, tma_launch, tma_load, tma_multicast)
+                         check_stream_k, encode_map, fence_acc, grouped_tile, slice_of, sms_of, split_k_tiles,
+                         split_slices, split_workspace_bytes, stream_k_grid, stream_pieces, tma_launch, tma_load,
+                         tma_multicast)
 from .wgmma_epilogue import kernel_entry, make_fused_store
 from .workloads import LAYOUTS, Gemm, epilogue_value
 
@@ -218,9 +218,11 @@ class TmaConfig(StepConfig):
                                          f"{c} registers a consumer gets: lower block_n or block_m")
         if self.cluster_m not in (1, 2):
             raise ScheduleParamError(f"{name}: cluster_m must be 1 or 2, got {self.cluster_m}")
-        if self.cluster_m == 2 and (not self.warp_specialized or (self.block_n // b_box_rows(self.block_n)) % 2):
+        pieces = self.block_n // b_box_rows(self.block_n)  # B's TMA boxes per K tile, shared out over the cluster
+        if self.cluster_m == 2 and (not self.warp_specialized or pieces % 2):
             raise ScheduleParamError(f"{name}: cluster_m=2 needs warp_specialized and an even number of B pieces "
-                                     f"(block_n 128, 256, or 160 and 224 with B stored N×K), got block_n={self.block_n}")
+                                     f"(block_n 128 and 256: 2 and 4 of 64 rows; 224: 4 of 56), got block_n="
+                                     f"{self.block_n} ({pieces})")
         if self.group_m < 1:
             raise ScheduleParamError(f"{name}: group_m must be ≥ 1")
         check_split_k(self, wl)
