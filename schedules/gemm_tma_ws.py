@@ -140,6 +140,25 @@ def ws_kernel(wl: Gemm, cfg):
                 epilogue(C, acc, tile_m, tile_n, thread // WARPGROUP * ROW0, thread % WARPGROUP)
 
         fixup, _ = stream_fixup_kernel(units, CL, CONSUMER_THREADS, g.ACC, make_group_store(g, wl))
+    @T.macro
+    def store_tile(C, bias, R, acc, vals, pair, stage, tile_m, tile_n, w, lane, part):
+        """A whole tile's outputs from consumer warpgroup ``w``'s accumulators: the epilogue and C
+        stored once in its type (fused, staged or from the fragments; product ``part`` of a bmm, else 0)."""
+        if FUSED and STAGED:
+            staged_fused(C, bias, R, None, None, None, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w, lane, part)
+        elif FUSED and BATCH > 0:
+            fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, part)
+        elif FUSED:
+            fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, 0)
+        elif BATCH > 0 and STAGED:
+            staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane, part)
+        elif BATCH > 0:
+            epilogue(C, acc, tile_m, tile_n, w * ROW0, lane, part)
+        elif STAGED:
+            staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane)
+        else:
+            epilogue(C, acc, tile_m, tile_n, w * ROW0, lane)
+
     if PARTIALS:
         split_sum, _ = split_sum_epilogue(wl, SPLIT) if FUSED else split_sum_kernel(M, N, SPLIT)
     if CSUM:
@@ -192,6 +211,10 @@ def ws_kernel(wl: Gemm, cfg):
                 stage: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES)
                 if FUSED:
                     pair = T.alloc_buffer((2,), wl.out_dtype, scope="local")  # two outputs, stored together
+            if not STAGED:  # nothing staged: store_tile's arguments for the staged store are unused
+                vals, stage = T.meta_var((None, None))
+            if not (STAGED and FUSED):
+                pair = T.meta_var(None)
             wg = T.meta_var(tid // WARPGROUP)
             lane = T.meta_var(tid % WARPGROUP)
             if CL > 1:
@@ -288,30 +311,10 @@ def ws_kernel(wl: Gemm, cfg):
                         epilogue(P, acc, tile_m, tile_n, w * ROW0, lane, part)
                     elif CSUM:  # slice 0 stores the tile as the unsplit kernel does
                         if part == 0:
-                            if FUSED and STAGED:
-                                staged_fused(C, bias, R, None, None, None, acc, vals, pair, stage, tile_m, tile_n,
-                                             w * ROW0, w, lane, 0)
-                            elif FUSED:
-                                fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, 0)
-                            elif STAGED:
-                                staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane)
-                            else:
-                                epilogue(C, acc, tile_m, tile_n, w * ROW0, lane)
-                    elif FUSED and STAGED:
-                        staged_fused(C, bias, R, None, None, None, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w,
-                                     lane, part if BATCH > 0 else 0)
-                    elif FUSED and BATCH > 0:
-                        fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, part)
-                    elif FUSED:
-                        fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, 0)
-                    elif BATCH > 0 and STAGED:
-                        staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane, part)
-                    elif BATCH > 0:
-                        epilogue(C, acc, tile_m, tile_n, w * ROW0, lane, part)
-                    elif STAGED:
-                        staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane)
+                            store_tile(C, bias, R, acc, vals, pair, stage, tile_m, tile_n, w, lane, 0)
                     else:
-                        epilogue(C, acc, tile_m, tile_n, w * ROW0, lane)
+                        store_tile(C, bias, R, acc, vals, pair, stage, tile_m, tile_n, w, lane,
+                                   part if BATCH > 0 else 0)
             if CL > 1:
                 # no block leaves while a peer may still multicast into it or arrive on its barriers
                 T.cuda.cluster_sync()
