@@ -12,7 +12,8 @@ A B stored N×K (layouts nt and tt, as PyTorch's Linear keeps its weight) comes 
 multiple of 8 rows, so the kernel takes any width that is a multiple of 16
 (:func:`schedules.tma_common.b_box_rows`); an n-major B comes in 64-column panels, and keeps the
 widths of ``TMA_TILES``. The fitted tiles' rate is the calibrated tiles' of the same rows,
-interpolated in width (:func:`schedules.calibration.tile_efficiency`).
+interpolated in width; a 256-row tile wider than 128 takes the best calibrated two-consumer rate
+(128 × 256's; :func:`schedules.calibration.tile_efficiency`).
 """
 
 from __future__ import annotations
