@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from schedules import dispatch, dispatch_store, get, parse_workload
+from schedules import dispatch, dispatch_store, get, gpus, parse_workload
 from schedules.common import GpuSpec
 from schedules.errors import ScheduleParamError
 
@@ -438,6 +438,23 @@ def test_a_calibration_sweep_can_take_one_class_and_measures_another_split():
     best = simt[0]["extra"]["key"]
     splits = {j["params"].get("split_k", 1) for j in simt if j["extra"]["key"] == best}
     assert 1 in splits and len(splits - {1}) >= 2, splits
+
+
+def test_the_calibration_sweep_measures_the_fitted_widths_on_weights_stored_n_by_k():
+    """``--part "weights stored"``: nt products in fp16 alone (no fp32/tf32 rows: their kernels stay
+    fitted on nn), whose jobs time TMA tiles of the widths fitted to whole rounds and 256-row tiles wider
+    than 128, the keys the fit then solves (no nn product offers them)."""
+    from reports.experiments.calibrate import calibration_jobs, calibration_shapes
+
+    shapes = calibration_shapes("weights stored")
+    assert shapes and all(len(s) == 4 and s[3] == "nt" for s in shapes)
+    assert set(shapes) < set(calibration_shapes("classes")) and not set(shapes) & set(calibration_shapes("grid"))
+    jobs = calibration_jobs(shapes=shapes, precisions=("fp32", "tf32", "fp16"), gpu=gpus.profile("NVIDIA H200"))
+    assert jobs and all(parse_workload(j["workload"]).layout == "nt" and parse_workload(j["workload"]).dtype == "float16"
+                        for j in jobs)
+    keys = {j["extra"]["key"] for j in jobs if j.get("extra", {}).get("family") == "tma"}
+    fitted = {k for k in keys if int(k.split("x")[-1]) % 64 or k.startswith("tma 256x") and k != "tma 256x128"}
+    assert len(fitted) >= 3, keys
 
 
 def test_the_calibration_is_package_data_that_a_fit_writes_and_the_model_reads(tmp_path):

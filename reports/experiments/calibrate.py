@@ -96,6 +96,12 @@ CLASSES = {
     # stream-K against whole tiles, smaller tiles and split-K
     "a fraction of a round (stream-K against whole tiles)": ((1000, 14336, 4096), (1000, 13824, 5120),
                                                              (1892, 1042, 7208)),
+    # B stored N×K (a Linear layer's weight): the TMA kernel's widths fitted to whole rounds and its 256-row tiles
+    # wider than 128 (schedules.dispatch_fitted), which only such products get; swept in fp16 only (the fp32 and
+    # tf32 kernels' efficiencies stay fitted on nn, as the model has no layout term)
+    "weights stored N×K (tile widths fitted to whole rounds)": (
+        (2500, 3000, 4000, "nt"), (1500, 9000, 3000, "nt"), (3300, 2200, 6000, "nt"), (700, 12000, 2000, "nt"),
+        (5000, 5000, 1500, "nt"), (1200, 2800, 8000, "nt"), (4000, 1800, 5000, "nt"), (900, 6000, 6000, "nt")),
     "thin and wide (a few rows across thousands of columns: how far to split a skinny tile)": (
         (3, 12000, 1500), (12000, 3, 1500), (6, 5000, 600), (5000, 6, 600), (48, 8000, 400), (8000, 48, 400),
         (16, 16000, 2500)),
@@ -105,7 +111,8 @@ PARTS = ("all", "grid", "classes")
 
 def calibration_shapes(part: str = "all"):
     """The sweep's shapes: the grid (SIZES × SIZES × K_SIZES and IRREGULAR), the CLASSES, both, or
-    the one class whose name starts with ``part``."""
+    the one class whose name starts with ``part``; (M, N, K), or (M, N, K, layout) for a class swept
+    in another operand layout than nn."""
     if part not in PARTS:
         named = [shapes for name, shapes in CLASSES.items() if name.startswith(part)]
         if len(named) != 1:
@@ -117,15 +124,18 @@ def calibration_shapes(part: str = "all"):
     return {"all": grid + classes, "grid": grid, "classes": classes}[part]
 
 
-def sweep_workloads(m: int, n: int, k: int, precision: str) -> list:
+def sweep_workloads(m: int, n: int, k: int, precision: str, layout: str = "nn") -> list:
     """The workloads a calibration sweep measures a shape as in ``precision``: fp32 inputs (fp32,
     tf32), fp16 inputs (fp16), or e4m3 inputs in the nt layout with a bf16 output, per tensor and per
-    block scales (fp8: the FP8 kernels' form, torch._scaled_mm's)."""
+    block scales (fp8: the FP8 kernels' form, torch._scaled_mm's). A shape of another ``layout`` than
+    nn is swept in fp16 only (none in fp32 and tf32; FP8's layout is nt anyway)."""
     if precision not in SWEEP_PRECISIONS:
         raise ValueError(f"calibration precision {precision!r} is not one of {', '.join(SWEEP_PRECISIONS)}")
     if precision == "fp8":
         return [parse_workload(f"gemm:{m}x{n}x{k}:float8_e4m3fn:nt" + ("" if s == "tensor" else f":scale={s}")
                                + ":out=bfloat16") for s in FP8_SWEEP_SCALES]
+    if layout != "nn":
+        return [parse_workload(f"gemm:{m}x{n}x{k}:float16:{layout}")] if precision == "fp16" else []
     return [parse_workload(f"gemm:{m}x{n}x{k}" + ("" if precision in ("fp32", "tf32") else ":float16"))]
 
 
@@ -182,8 +192,8 @@ def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min
     efficiency can be fitted."""
     picked: dict[tuple, list] = {}
     ranked_all: dict[tuple, list] = {}
-    for m, n, k, prec in ((*shape, prec) for shape in shapes or calibration_shapes(part) for prec in precisions):
-        for wl in sweep_workloads(m, n, k, prec):
+    for shape, prec in ((shape, prec) for shape in shapes or calibration_shapes(part) for prec in precisions):
+        for wl in sweep_workloads(*shape[:3], prec, *shape[3:]):
             try:
                 ranked = [e.candidate for e in rank(wl, prec, gpu, cal)]
             except ScheduleParamError:  # no FP8 kernel takes the shape (nor would best_fp8_gemm)
