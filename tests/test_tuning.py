@@ -576,8 +576,10 @@ def test_the_time_limit_bounds_the_whole_command_and_keeps_what_was_measured(tmp
     os.makedirs(db)
     seeded = {"build_s": 0.5, "run_s": 0.5, "report_s": 3.0, "start_s": 3.0}
     (db / "costs.json").write_text(json.dumps(seeded))
+    # 768³ on the CPU: each of the 36 trials times a kernel of about a GFLOP, so that no machine finishes the
+    # space within the limit (at 384³ an idle machine ran all 36 in 29 s, and the limit cut nothing)
     cmd = [sys.executable, "-m", "scripts.schedlab", "tune", "--target", "llvm", "--space", "classic", "--workload",
-           "gemm:384x384x384", "--trials", "36", "--batch", "2", "--builders", "1", "--db", str(db), "--time-limit",
+           "gemm:768x768x768", "--trials", "36", "--batch", "2", "--builders", "1", "--db", str(db), "--time-limit",
            "40", "--quiet"]
     t0 = time.time()
     done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
