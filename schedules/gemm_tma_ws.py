@@ -143,21 +143,16 @@ def ws_kernel(wl: Gemm, cfg):
     @T.macro
     def store_tile(C, bias, R, acc, vals, pair, stage, tile_m, tile_n, w, lane, part):
         """A whole tile's outputs from consumer warpgroup ``w``'s accumulators: the epilogue and C
-        stored once in its type (fused, staged or from the fragments; product ``part`` of a bmm, else 0)."""
+        stored once in its type (fused, staged or from the fragments; product ``part`` of a bmm, else 0,
+        which each store reads only in a bmm)."""
         if FUSED and STAGED:
             staged_fused(C, bias, R, None, None, None, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w, lane, part)
-        elif FUSED and BATCH > 0:
-            fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, part)
         elif FUSED:
-            fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, 0)
-        elif BATCH > 0 and STAGED:
-            staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane, part)
-        elif BATCH > 0:
-            epilogue(C, acc, tile_m, tile_n, w * ROW0, lane, part)
+            fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, part)
         elif STAGED:
-            staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane)
+            staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane, part)
         else:
-            epilogue(C, acc, tile_m, tile_n, w * ROW0, lane)
+            epilogue(C, acc, tile_m, tile_n, w * ROW0, lane, part)
 
     if PARTIALS:
         split_sum, _ = split_sum_epilogue(wl, SPLIT) if FUSED else split_sum_kernel(M, N, SPLIT)
