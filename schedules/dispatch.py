@@ -376,18 +376,17 @@ def fp16_candidates(wl, limits=None, sms: int | None = None):
     # 64-row tiles in place of 128-row ones, half padding or more (TMA_ONE_CONSUMER_TILES); not yet run on a
     # batch or on padded copies of misaligned rows, which keep the 128-row tiles measured there
     few = wl.M <= FEW_ROWS and not getattr(wl, "batched", False) and not pad
+
+    def persistent(bm, bn, st, **knobs):  # a persistent TMA tile, C staged where that pays (_staged)
+        return _staged(wl, Candidate("persistent_gemm", PersistentConfig(
+            block_m=bm, block_n=bn, stages=st, pad_operands=pad, **knobs), "tma", f"tma {bm}x{bn}"), limits)
+
     for bm, bn, st in TMA_ONE_CONSUMER_TILES if few else TMA_TILES:
-        for s in _splits(wl.K, 64, 32):
-            out.append(_staged(wl, Candidate("persistent_gemm", PersistentConfig(
-                block_m=bm, block_n=bn, stages=st, split_k=s, pad_operands=pad, consumers=1 if few else 2), "tma",
-                f"tma {bm}x{bn}"), limits))
+        out += [persistent(bm, bn, st, split_k=s, consumers=1 if few else 2) for s in _splits(wl.K, 64, 32)]
         if not few and stream_k_offered(wl, bm, bn, sms):  # the same tile, its K tiles shared out evenly over the SMs
-            out.append(_staged(wl, Candidate("persistent_gemm", PersistentConfig(
-                block_m=bm, block_n=bn, stages=st, stream_k=True, pad_operands=pad), "tma", f"tma {bm}x{bn}"), limits))
+            out.append(persistent(bm, bn, st, stream_k=True))
     if not few:  # widths fitted to whole rounds of the SMs (B stored N×K: schedules.dispatch_fitted)
-        for bm, bn, st in fitted_tiles(wl, sms, TMA_TILES):
-            out.append(_staged(wl, Candidate("persistent_gemm", PersistentConfig(
-                block_m=bm, block_n=bn, stages=st, pad_operands=pad), "tma", f"tma {bm}x{bn}"), limits))
+        out += [persistent(bm, bn, st) for bm, bn, st in fitted_tiles(wl, sms, TMA_TILES)]
     for bm, bn, st in TMA_SMALL_TILES:
         out.append(Candidate("tma_gemm", TmaLoadConfig(block_m=bm, block_n=bn, stages=st, consumers=1), "tma_small",
                              f"tma1 {bm}x{bn}"))

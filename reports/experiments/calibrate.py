@@ -192,7 +192,7 @@ def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min
     efficiency can be fitted."""
     picked: dict[tuple, list] = {}
     ranked_all: dict[tuple, list] = {}
-    for shape, prec in ((shape, prec) for shape in shapes or calibration_shapes(part) for prec in precisions):
+    for shape, prec in itertools.product(shapes or calibration_shapes(part), precisions):
         for wl in sweep_workloads(*shape[:3], prec, *shape[3:]):
             try:
                 ranked = [e.candidate for e in rank(wl, prec, gpu, cal)]
