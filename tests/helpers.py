@@ -40,6 +40,20 @@ def build_spec(spec, workload, **params):
     return B.build_resolved(resolved, wl, B.cuda_target())
 
 
+_BUILT: dict = {}
+
+
+def cached_build(name: str, workload: str, **params):
+    """:func:`build_spec` of the registered step ``name``, built once per (step, workload, parameters)
+    in this process: the tests of a file (one worker's, with --dist loadfile) share their builds."""
+    key = (name, workload, tuple(sorted(params.items())))
+    if key not in _BUILT:
+        from schedules import get
+
+        _BUILT[key] = build_spec(get(name), workload, **params)
+    return _BUILT[key]
+
+
 def run_on_gpu(harness, spec, workload, **params):
     """Build, run once on fresh random inputs into a NaN-poisoned output, check against float64
     (reports.engine.harness.measure_job: the run's and the benchmarks' own check). Returns the error;

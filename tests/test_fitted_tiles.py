@@ -11,17 +11,11 @@ import pytest
 from schedules import ScheduleParamError, dispatch, get, gpus, parse_workload
 from schedules.dispatch_fitted import fitted_stages, fitted_tiles
 from schedules.tma_common import b_box_rows
-from tests.helpers import build_spec, rounded_output_bound, run_on_gpu
+from tests.helpers import cached_build, rounded_output_bound, run_on_gpu
 
 LAYER = "gemm:2000x3584x3584:bfloat16:nt:out=bfloat16"
-_BUILT = {}
-
-
 def built(workload, **params):
-    key = (workload, tuple(sorted(params.items())))
-    if key not in _BUILT:
-        _BUILT[key] = build_spec(get("persistent_gemm"), workload, **params)
-    return _BUILT[key]
+    return cached_build("persistent_gemm", workload, **params)
 
 
 @pytest.mark.parametrize("block_n, rows", [(64, 64), (128, 64), (256, 64), (224, 56), (160, 40), (144, 48),

@@ -11,16 +11,10 @@ from schedules import ScheduleParamError, dispatch, get, parse_workload
 from schedules.common import GpuSpec
 from schedules.decode_plan import decode_form
 from schedules.gemm_decode import DecodeConfig
-from tests.helpers import build_spec, run_on_gpu
-
-_BUILT = {}
-
+from tests.helpers import cached_build, run_on_gpu
 
 def built(workload, **params):
-    key = (workload, tuple(sorted(params.items())))
-    if key not in _BUILT:
-        _BUILT[key] = build_spec(get("decode_gemm"), workload, **params)
-    return _BUILT[key]
+    return cached_build("decode_gemm", workload, **params)
 
 
 @pytest.mark.parametrize("workload, split, cluster", [

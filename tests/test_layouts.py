@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from schedules import LAYOUTS, Gemm, ScheduleParamError, all_schedules, dispatch, get, parse_workload
-from tests.helpers import build_spec
+from tests.helpers import build_spec, cached_build
 
 # the epilogue steps build warp_tiled_gemm's and tensor_core_gemm's products, built for every layout here;
 # test_epilogue.py builds them with epilogues; the FP8 steps take nt alone (test_fp8.py)
@@ -265,14 +265,7 @@ def test_wgmma_uses_the_transpose_bits_for_16_bit_layouts():
 
 
 # --- every step × layout builds ------------------------------------------------------------------
-_BUILT: dict = {}
-
-
-def built(name, workload, **params):
-    key = (name, workload, tuple(sorted(params.items())))
-    if key not in _BUILT:
-        _BUILT[key] = build_spec(get(name), workload, **params)
-    return _BUILT[key]
+built = cached_build
 
 
 def _assert_compiles(spec, workload, **params):

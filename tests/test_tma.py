@@ -6,18 +6,11 @@ refused in one line, and (on a GPU) the products are right, ragged shapes and bf
 import pytest
 
 from schedules import ScheduleParamError, get, parse_workload
-from tests.helpers import build_spec, rounded_output_bound, run_on_gpu
+from tests.helpers import cached_build, rounded_output_bound, run_on_gpu
 
 STEPS = ["tma_gemm", "warp_specialized_gemm", "persistent_gemm", "cluster_gemm"]
 BIG = "gemm:4096x4096x4096:float16"
-_CACHE = {}
-
-
-def built(name, workload, **params):
-    key = (name, workload, tuple(sorted(params.items())))
-    if key not in _CACHE:
-        _CACHE[key] = build_spec(get(name), workload, **params)
-    return _CACHE[key]
+built = cached_build
 
 
 def test_the_steps_follow_wgmma_in_the_ladder_one_piece_at_a_time():
