@@ -1,8 +1,8 @@
 """Split-K summed in a thread-block cluster (``cluster_sum`` on the warp-specialized TMA kernel):
 every (tile, K slice) unit is taken once, a cluster holding one tile's slices; the kernel compiles
 for sm_90a as one kernel, with the cluster barriers and distributed shared-memory loads and no
-workspace; the knob is refused where it cannot apply; the dispatcher offers it and models it
-without the sum kernel; (on a GPU) the products are right."""
+workspace; the knob is refused where it cannot apply; (on a GPU) the products are right. The
+dispatcher does not offer it (slower than the sum kernel: schedules/cluster_sum.py)."""
 
 import pytest
 
