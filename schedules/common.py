@@ -192,14 +192,18 @@ def register_accumulator(sch, block, at_loop):
     return write_back
 
 
-def register_fragments(sch, block, at_loop, indices=(0, 1)):
+def register_fragments(sch, block, at_loop, indices=(0, 1), vector: int | None = None):
     """Stage the block's inputs ``indices`` in registers (``local`` caches) at ``at_loop``, each read
-    as one vector load (its innermost loop vectorized). Returns the fragment blocks."""
+    as one vector load (its innermost loop vectorized; with ``vector``, as loads of that many).
+    Returns the fragment blocks."""
     frags = []
     for index in indices:
         frag = sch.cache_read(block, index, "local")
         sch.compute_at(frag, at_loop, preserve_unit_loops=True)
-        sch.vectorize(sch.get_loops(frag)[-1])
+        last = sch.get_loops(frag)[-1]
+        if vector:
+            last = sch.split(last, [None, vector])[1]
+        sch.vectorize(last)
         frags.append(frag)
     return frags
 

@@ -71,6 +71,7 @@ class FastTileConfig(StepConfig):
     unroll: int = 256
     fragment_pipeline: bool = False  # with async_copy: also double-buffer the register fragments
     pad_operands: bool = False  # copy A / B whose rows are not whole 16 bytes into padded buffers first
+    staged_store: bool = False  # C leaves through a shared tile, a warp's stores on 32 consecutive columns
 
     # derived ----------------------------------------------------------------------------------
     @property
@@ -115,13 +116,16 @@ class FastTileConfig(StepConfig):
         if self.async_copy and wl.dtype != "float32":
             raise ScheduleParamError(f"async_copy takes float32 inputs: cp.async copies 4, 8 or 16 bytes, and a "
                                      f"{wl.dtype} tile transposed on its way in would need single-element copies")
+        if self.staged_store and self.split_k > 1:
+            raise ScheduleParamError("staged_store stages C, which split_k > 1 leaves to its sum kernel (partial sums "
+                                     "go to a workspace of whole tiles)")
         if self.block_k % self.vector and self.a_layout == "m_major":
             raise ScheduleParamError(f"vector={self.vector} must divide block_k={self.block_k} for m_major A")
 
     @property
     def dynamic_shared(self) -> bool:
         """Tiles past the 48 KiB static limit live in dynamic shared memory (opt-in, up to 227 KiB)."""
-        return F32 * self.shared_floats() > 48 * 1024
+        return F32 * self.ring_floats() > 48 * 1024
 
     def splits(self, wl) -> int:
         """K slices actually used: split_k, but never more than K has tiles of block_k."""
@@ -146,6 +150,10 @@ class FastTileConfig(StepConfig):
                 aligned_vector(b_pad if copy_b else wl.b_shape[-1], self.vector))
 
     def shared_floats(self) -> int:
+        """The ring of A and B tiles, and with ``staged_store`` the block's C tile (dynamic)."""
+        return self.ring_floats() + (self.block_m * self.block_n if self.staged_store else 0)
+
+    def ring_floats(self) -> int:
         rows_a = self.block_k + self.pad if self.a_layout == "m_major" else self.block_m + self.pad
         cols_a = self.block_m if self.a_layout == "m_major" else self.block_k
         return (rows_a * cols_a + self.block_k * (self.block_n + self.pad)) * max(self.stages, 1)
@@ -154,9 +162,10 @@ class FastTileConfig(StepConfig):
         tiles = ceil_div(wl.M, self.block_m) * ceil_div(wl.N, self.block_n)
         lanes = self.lanes_m * self.lanes_n
         return Launch(grid=(tiles, self.splits(wl), wl.batches), block=(lanes, self.warps_n, self.warps_m),
-                      shared_bytes=F32 * self.shared_floats(), dynamic_shared=self.dynamic_shared,
+                      shared_bytes=F32 * self.shared_floats(), dynamic_shared=self.dynamic_shared or self.staged_store,
                       threads_from="(block_m / thread_m) × (block_n / thread_n)",
-                      shared_from="(A tile + B tile, padded) × stages floats")
+                      shared_from="(A tile + B tile, padded) × stages floats"
+                      + (" + block_m × block_n floats of C" if self.staged_store else ""))
 
 
 def fast_tiled(wl: Gemm, cfg: FastTileConfig, fuse: bool = True):
@@ -191,12 +200,17 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool
         final, block = block, partial
         sch.set_scope(block, 0, "global")
         *b, i, j, ks, k = sch.get_loops(block)
-    # thread map: i = [block, warp, sub-tile, lane, element], the same for j
-    bi, wi, vi, ti, ii = sch.split(i, [None, cfg.warps_m, cfg.thread_m // cfg.vector, cfg.lanes_m, cfg.vector])
-    bj, wj, vj, tj, jj = sch.split(j, [None, cfg.warps_n, cfg.thread_n // cfg.vector, cfg.lanes_n, cfg.vector])
+    staged = cfg.staged_store
     ko, ki = sch.split(k, [None, cfg.block_k])
     outer = [ks] if splits > 1 else []
-    sch.reorder(*b, *outer, bi, bj, wi, wj, vi, vj, ti, tj, ko, ki, ii, jj)
+    if staged:  # thread map: i = [block, warp, lane, element]: a thread's outputs one dense block (see _store_rows)
+        bi, wi, ti, ii = sch.split(i, [None, cfg.warps_m, cfg.lanes_m, cfg.thread_m])
+        bj, wj, tj, jj = sch.split(j, [None, cfg.warps_n, cfg.lanes_n, cfg.thread_n])
+        sch.reorder(*b, *outer, bi, bj, wi, wj, ti, tj, ko, ki, ii, jj)
+    else:  # thread map: i = [block, warp, sub-tile, lane, element], the same for j
+        bi, wi, vi, ti, ii = sch.split(i, [None, cfg.warps_m, cfg.thread_m // cfg.vector, cfg.lanes_m, cfg.vector])
+        bj, wj, vj, tj, jj = sch.split(j, [None, cfg.warps_n, cfg.thread_n // cfg.vector, cfg.lanes_n, cfg.vector])
+        sch.reorder(*b, *outer, bi, bj, wi, wj, vi, vj, ti, tj, ko, ki, ii, jj)
     tile = rasterize(sch, bi, bj, cfg.group_m, ceil_div(wl.M, cfg.block_m))
     sch.bind(tile, "blockIdx.x")
     if outer:
@@ -205,12 +219,16 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool
         sch.bind(b[0], "blockIdx.z")
     sch.bind(wi, "threadIdx.z")
     sch.bind(wj, "threadIdx.y")
-    sch.bind(vi, "vthread.y")
-    sch.bind(vj, "vthread.x")
+    if not staged:
+        sch.bind(vi, "vthread.y")
+        sch.bind(vj, "vthread.x")
     lane = sch.fuse(ti, tj)
     sch.bind(lane, "threadIdx.x")
+    to_global = sch.cache_write(block, 0, "shared.dyn") if staged else None
     write_back = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(write_back, lane, preserve_unit_loops=True)
+    if staged:
+        sch.reverse_compute_at(to_global, tile, preserve_unit_loops=True)
 
     axes = (("threadIdx.z", cfg.warps_m), ("threadIdx.y", cfg.warps_n), ("threadIdx.x", cfg.lanes_m * cfg.lanes_n))
     # global loads as wide as the stored rows allow (float2 where float4 is not; a row of A is K
@@ -244,16 +262,21 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool
     if cfg.pad:
         sch.storage_align(b_shared, 0, axis=row, factor=cfg.block_n, offset=cfg.pad)
 
-    register_fragments(sch, block, ki)  # a column of A and a row of B per k
+    frags = register_fragments(sch, block, ki, vector=cfg.vector if staged else None)  # a column of A, a row of B per k
     sch.unroll(ki)
     depth = cfg.unroll if unroll is None else unroll
     if not isinstance(depth, int) or depth:
         sch.annotate(lane, "pragma_auto_unroll_max_step", depth)
         sch.annotate(lane, "pragma_unroll_explicit", 1)
-    sch.vectorize(sch.get_loops(write_back)[-1])
+    last = sch.get_loops(write_back)[-1]
+    if staged:  # a thread's row of thread_n outputs as float4 stores into the staged tile
+        last = sch.split(last, [None, cfg.vector])[1]
+    sch.vectorize(last)
     _pipeline(sch, cfg, ko, ki, a_shared, b_shared)
     if splits > 1:
         _sum_partials(sch, final)
+    if staged:
+        _store_rows(sch, to_global, cfg)
     copies = [name for name, copied in zip(("A_pad", "B_pad"), cfg.copied(wl)) if copied]
     for name in copies:
         padded_copy(sch, name)
@@ -323,6 +346,20 @@ def async_pipeline(sch, ko, ki, stages):
         sch.annotate(ko, "software_pipeline_stage", [0, 0, stages - 1, stages - 1, stages - 1])
         sch.annotate(ko, "software_pipeline_order", [0, 1, 2, 3, 4])
     sch.annotate(ko, "software_pipeline_async_stages", [0])
+
+
+def _store_rows(sch, to_global, cfg):
+    """staged_store's copy of the block's tile from shared memory to C: the threads over its elements
+    in row-major order, a warp's 32 lanes on 32 consecutive columns of a row, so that every store
+    instruction writes whole sectors whatever the alignment of C's rows (the fragments' own stores,
+    strided over the lanes, write a quarter of each sector they touch where N % 4 != 0). The
+    thread map is then [block, warp, lane, element] (a thread's outputs one dense block of
+    registers) in place of the vthread sub-tiles, which would each stage a tile of their own."""
+    rows, cols = sch.get_loops(to_global)[-2:]
+    _, tz, ty, tx = sch.split(sch.fuse(rows, cols), [None, cfg.warps_m, cfg.warps_n, cfg.lanes_m * cfg.lanes_n])
+    sch.bind(tz, "threadIdx.z")
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
 
 
 def _sum_partials(sch, final):
