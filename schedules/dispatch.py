@@ -78,6 +78,7 @@ from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
 from .dispatch_fitted import fitted_tiles
 from .dispatch_short_k import short_k_configs, short_k_us
 from .dispatch_store import batches as _batches, epilogue_bytes as _epilogue_bytes, output_bytes as _out_bytes
+from .dispatch_store import simt_staged_body, simt_staged_twins
 from .dispatch_store import store_bytes as _store_bytes, store_factor as _store_factor
 from .dispatch_stream_k import stream_k_offered, stream_k_us
 from .dispatch_thin import thin_configs, thin_us
@@ -217,7 +218,7 @@ def simt_candidates(wl, general: bool = True, limits=None):
                     else:
                         step, cfg = ("split_k_gemm" if s > 1 else "warp_tiled_gemm"), WarpTileConfig(**fields)
                     out.append(Candidate(step, cfg, "simt", simt_key(cfg)))
-    return [c for c in out if _valid(c.step, wl, c.config, limits)]
+    return [c for c in simt_staged_twins(wl, out) if _valid(c.step, wl, c.config, limits)]
 
 
 def simt_depths(thread_m: int, thread_n: int) -> tuple[int, ...]:
@@ -590,8 +591,9 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         regs = simt_registers(cfg, cal)
         per_sm = blocks_per_sm(cfg.threads, regs, 4 * cfg.shared_floats(), gpu)
         factor, width = _simt_copy_factor(wl, cfg, cal)
-        store = _store_factor(wl, cal, cfg)
+        store = _store_factor(wl, cal, cfg, runs=cfg.staged_store)
         eff *= factor * (cal.get("simt_async_factor", 1.0) if cfg.async_copy else 1.0)
+        eff *= simt_staged_body(cfg, cand.key)
         waves, comp = _waves_compute(tiles * splits, per_sm, cfg.threads // 32, 2 * cfg.block_m * cfg.block_n * kt,
                                      cal["fp32_sm_tflops"], eff, gpu, cal, _store_bytes(wl) * cfg.block_m * cfg.block_n,
                                      store, k_steps=kt // cfg.block_k, in_flight=tiles_in_flight(cfg))

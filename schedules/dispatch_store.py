@@ -5,6 +5,8 @@ a row) and on where those rows start."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .workloads import itemsize
 
 SECTOR_BYTES = 32  # the unit in which L2 takes stores
@@ -60,3 +62,29 @@ def store_factor(wl, cal, cfg=None, runs: bool = False, sectors: bool = False) -
     if getattr(cfg, "thread_n", 0) == 1:
         return 1.0
     return cal.get("run_unaligned_store", RUN_UNALIGNED_STORE) if runs else cal["unaligned_store"]
+
+
+# The SIMT tiles' staged store (FastTileConfig.staged_store): the block's C tile through shared memory, a
+# warp's stores on 32 consecutive columns of a row, offered where C's rows are not whole float4s (N % 4 != 0;
+# the fragments' float4 stores then leave as scalars, unaligned_store). It stores runs of a row
+# (run_unaligned_store) at the price of a slower body: a thread's 8 × 8 outputs one dense block in place
+# of the vthreads' 4 × 4 sub-tiles 16 and 32 apart (whose staging would stage a tile per vthread), so the
+# lanes' fragment loads are 32 bytes apart. Its time against the same tile unstaged on aligned products
+# (H100, reports/results/NVIDIA_H100_80GB_HBM3/simt_staged_store): 128 × 128 1.05-1.12x, 64 × 64 1.19-1.25x.
+SIMT_STAGED_BODY = {"simt 128x128 t8x8": 1 / 1.08, "simt 64x64 t8x8": 1 / 1.22}
+SIMT_STAGED_OTHER = 1 / 1.13  # the other tiles (unmeasured unstaged-to-staged): the mean of the two above
+
+
+def simt_staged_twins(wl, cands: list) -> list:
+    """``cands`` (SIMT candidates) and, where C's rows are not whole float4s, each one's staged twin: the
+    tiles without split-K (their partial sums go to an aligned workspace) and more than one column a
+    thread (a one-column thread tile's warp already writes 32 consecutive floats)."""
+    if wl.N % 4 == 0:
+        return cands
+    return cands + [replace(c, config=replace(c.config, staged_store=True)) for c in cands
+                    if c.config.split_k == 1 and c.config.thread_n > 1]
+
+
+def simt_staged_body(cfg, key: str) -> float:
+    """The share of its unstaged rate a SIMT tile's body keeps under ``staged_store`` (1 without it)."""
+    return SIMT_STAGED_BODY.get(key, SIMT_STAGED_OTHER) if getattr(cfg, "staged_store", False) else 1.0

@@ -124,8 +124,10 @@ class FastTileConfig(StepConfig):
 
     @property
     def dynamic_shared(self) -> bool:
-        """Tiles past the 48 KiB static limit live in dynamic shared memory (opt-in, up to 227 KiB)."""
-        return F32 * self.ring_floats() > 48 * 1024
+        """Tiles past the 48 KiB static limit live in dynamic shared memory (opt-in, up to 227 KiB), and
+        so do those beside a staged C tile (a static ring and a dynamic tile over 48 KiB together
+        would need an opt-in TVM asks only for a dynamic part of 48 KiB or more)."""
+        return F32 * self.ring_floats() > 48 * 1024 or self.staged_store
 
     def splits(self, wl) -> int:
         """K slices actually used: split_k, but never more than K has tiles of block_k."""
@@ -162,7 +164,7 @@ class FastTileConfig(StepConfig):
         tiles = ceil_div(wl.M, self.block_m) * ceil_div(wl.N, self.block_n)
         lanes = self.lanes_m * self.lanes_n
         return Launch(grid=(tiles, self.splits(wl), wl.batches), block=(lanes, self.warps_n, self.warps_m),
-                      shared_bytes=F32 * self.shared_floats(), dynamic_shared=self.dynamic_shared or self.staged_store,
+                      shared_bytes=F32 * self.shared_floats(), dynamic_shared=self.dynamic_shared,
                       threads_from="(block_m / thread_m) × (block_n / thread_n)",
                       shared_from="(A tile + B tile, padded) × stages floats"
                       + (" + block_m × block_n floats of C" if self.staged_store else ""))
