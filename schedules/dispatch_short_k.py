@@ -4,7 +4,7 @@ and its term of the model.
 A short-K product's time is its output leaving the SMs: short_k_gemm has no K pipeline and
 small blocks that fill the SMs with warps, so its stores, its loads and its FMAs overlap, and
 
-    time = launch + max(fill + max(store, compute, L2), latency)
+    time = launch + max(fill + max(store, compute, L2), latency) + convert
 
 * **store**: the output (in its type; R read beside it) and the inputs once from DRAM, at the
   measured DRAM bandwidth (``memory_gbps``) times ``short_k_store_efficiency``, the share of it
@@ -27,6 +27,8 @@ small blocks that fill the SMs with warps, so its stores, its loads and its FMAs
   waves of 6 steps) 17.2 µs against 11.1. A tiled kernel, whose loads of the next K tile are in
   flight while one is computed, wins such shapes (the committed candidate timings,
   reports/results/NVIDIA_H100_80GB_HBM3/floor_candidates).
+
+* **convert**: 16-bit inputs widened to fp32 by each thread, at every k (:data:`SHORT_K_CONVERT_FLOPS`).
 
 ``schedlab calibrate`` fits ``short_k_store_efficiency`` (and the tiles' efficiencies where the
 FMAs, not the stores, set the time) to the sweep's short_k_gemm points; until a sweep has
@@ -54,6 +56,13 @@ SHORT_K_STORE_EFFICIENCY = 0.9
 # it: the calibrated efficiency of the tiled kernels' 4 × 4 thread tiles (simt 64x64 t4x4: 0.63;
 # 16x128 t4x4: 0.54), here with no shared-memory loads but two L1 loads per 4 k steps
 SHORT_K_EFFICIENCY = 0.6
+# 16-bit inputs are widened to fp32 in the thread that multiplies them: each thread converts its fragments of
+# A and B at every k, M·N·K·(1/thread_m + 1/thread_n) conversions, which Hopper's SMs do 64 a clock (F2F) where
+# they do 128 FMAs: a conversion costs the time of 4 flops at the SIMT rate. Not hidden by the stores or the
+# loads: the same tile on fp16 inputs took the fp32 time plus that term on the random draws' short-K
+# products (H100: 2767x5205x61 19.9 µs more, the term 25.7; 13273x9243x27 86 more, 96.8; 1663x2002x33 3.7,
+# 4.3; H200 6031x294x63 4.6, 4.4), where a K of at most 16 is as fast or faster in fp16 (fewer bytes)
+SHORT_K_CONVERT_FLOPS = 4
 
 
 def short_k_registers(cfg: ShortKConfig) -> int:
@@ -111,7 +120,9 @@ def short_k_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, batches:
     l2 = batches * item * (M * K * ceil_div(N, cfg.block_n) + K * N * ceil_div(M, cfg.block_m)) / (bw * cal["l2_factor"])
     waves = short_k_waves(wl, cfg, gpu, batches)
     latency = waves * (cal["fill_us"] + ceil_div(K, K_STEP) * cal.get("k_step_us", 0.0))
+    converts = flops / 2 * (1 / cfg.thread_m + 1 / cfg.thread_n) if item == 2 else 0.0
+    convert = SHORT_K_CONVERT_FLOPS * converts / (cal["fp32_sm_tflops"] * 1e6 * gpu.sms)
     terms = {"family": "short_k", "efficiency": eff, "store_efficiency": store_eff, "store_us": store,
-             "compute_us": compute, "dram_us": store, "l2_us": l2, "latency_us": latency, "reduce_us": 0.0,
-             "blocks": blocks, "per_sm": 0, "waves": waves, "splits": 1}
-    return cal["launch_us"] + max(cal["fill_us"] + max(store, compute, l2), latency), terms
+             "compute_us": compute, "dram_us": store, "l2_us": l2, "latency_us": latency, "convert_us": convert,
+             "reduce_us": 0.0, "blocks": blocks, "per_sm": 0, "waves": waves, "splits": 1}
+    return cal["launch_us"] + max(cal["fill_us"] + max(store, compute, l2), latency) + convert, terms
