@@ -83,10 +83,10 @@ def tile_efficiency(cal: dict, key: str) -> float | None:
     lo = [w for w in widths if w < bn]
     hi = [w for w in widths if w > bn]
     if lo and not hi and head == "tma" and bm == 256:
-        # wider than the one calibrated 256-row tile (a fitted width, schedules.dispatch_fitted): at the best
-        # calibrated two-consumer rate (128 x 256's). On an H200, over 20 random bf16 nt products, the 256 x 160
-        # and 256 x 192 tiles this makes the choice of 14 ran 1.15x faster than the tiles chosen at 256 x 128's
-        # rate (geometric mean, 0.88-1.39x; reports/results/NVIDIA_H200/fitted_tiles)
+        # wider than the widest calibrated 256-row tile (a fitted width, schedules.dispatch_fitted): at the best
+        # calibrated two-consumer rate. On an H200, over 20 random bf16 nt products, the 256 x 160 and 256 x 192
+        # tiles this made the choice of 14 (before a sweep timed them) ran 1.15x faster than the tiles chosen at
+        # 256 x 128's rate (geometric mean, 0.88-1.39x; reports/results/NVIDIA_H200/fitted_tiles)
         return max(v for k, v in eff.items() if k.startswith(f"{head} ") and int(k.rpartition(" ")[2].split("x")[0]) >= 128)
     if not (lo and hi):
         return None

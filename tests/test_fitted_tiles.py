@@ -105,16 +105,18 @@ def test_the_dispatcher_takes_a_fitted_width_where_it_saves_a_round():
     assert square.config.block_n % 64 == 0  # whole rounds already: no narrower tile
 
 
-def test_a_wide_256_row_tile_runs_at_the_best_two_consumer_rate():
-    """256 × 160 and 256 × 192 (no sweep has timed them) at 128 × 256's calibrated rate, the best of the
-    two-consumer tiles: 2000 × 2560 × 10240 then goes to 256 × 160 tiles (8 × 16, one round) where it took
+def test_a_wide_256_row_tile_runs_at_its_own_rate_or_the_best_two_consumer_rate():
+    """256 × 160 and 256 × 192 at the rates the "weights stored" sweep fitted them; a 256-row tile wider than
+    the widest calibrated one at the best calibrated two-consumer rate (before that sweep, 128 × 256's carried
+    256 × 160 and 256 × 192). 2000 × 2560 × 10240 goes to 256 × 160 tiles (8 × 16, one round) where it took
     128 × 160 (16 × 16, two rounds) at 256 × 128's rate; measured 136.3 against 146.1 µs (H200)."""
     from schedules.calibration import CALIBRATION, tile_efficiency
 
-    best_rate = max(v for k, v in CALIBRATION["efficiency"].items() if re.fullmatch(r"tma (128|256)x\d+", k))
-    assert best_rate == CALIBRATION["efficiency"]["tma 128x256"]
-    assert tile_efficiency(CALIBRATION, "tma 256x160") == tile_efficiency(CALIBRATION, "tma 256x192") == best_rate
-    assert tile_efficiency(CALIBRATION, "tma 256x128") < best_rate  # the calibrated one keeps its own
+    eff = CALIBRATION["efficiency"]
+    assert {"tma 256x160", "tma 256x192"} <= set(eff)
+    best_rate = max(v for k, v in eff.items() if re.fullmatch(r"tma (128|256)x\d+", k))
+    assert tile_efficiency(CALIBRATION, "tma 256x224") == best_rate
+    assert eff["tma 256x160"] < tile_efficiency(CALIBRATION, "tma 256x176") < eff["tma 256x192"]  # between them
     best = dispatch.rank(parse_workload("gemm:2000x2560x10240:bfloat16:nt:out=bfloat16"), "bf16",
                          gpus.profile("NVIDIA H200"))[0]
     assert (best.config.block_m, best.config.block_n, best.terms["waves"]) == (256, 160, 1)
