@@ -208,7 +208,8 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool
     if staged:  # thread map: i = [block, warp, lane, element]: a thread's outputs one dense block (see _store_rows)
         bi, wi, ti, ii = sch.split(i, [None, cfg.warps_m, cfg.lanes_m, cfg.thread_m])
         bj, wj, tj, jj = sch.split(j, [None, cfg.warps_n, cfg.lanes_n, cfg.thread_n])
-        sch.reorder(*b, *outer, bi, bj, wi, wj, ti, tj, ko, ki, ii, jj)
+        lanes = _lane_order(sch, ti, tj, cfg)
+        sch.reorder(*b, *outer, bi, bj, wi, wj, *lanes, ko, ki, ii, jj)
     else:  # thread map: i = [block, warp, sub-tile, lane, element], the same for j
         bi, wi, vi, ti, ii = sch.split(i, [None, cfg.warps_m, cfg.thread_m // cfg.vector, cfg.lanes_m, cfg.vector])
         bj, wj, vj, tj, jj = sch.split(j, [None, cfg.warps_n, cfg.thread_n // cfg.vector, cfg.lanes_n, cfg.vector])
@@ -224,7 +225,7 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool
     if not staged:
         sch.bind(vi, "vthread.y")
         sch.bind(vj, "vthread.x")
-    lane = sch.fuse(ti, tj)
+    lane = sch.fuse(*lanes) if staged else sch.fuse(ti, tj)
     sch.bind(lane, "threadIdx.x")
     to_global = sch.cache_write(block, 0, "shared.dyn") if staged else None
     write_back = sch.cache_write(block, 0, "local")
@@ -348,6 +349,19 @@ def async_pipeline(sch, ko, ki, stages):
         sch.annotate(ko, "software_pipeline_stage", [0, 0, stages - 1, stages - 1, stages - 1])
         sch.annotate(ko, "software_pipeline_order", [0, 1, 2, 3, 4])
     sch.annotate(ko, "software_pipeline_async_stages", [0])
+
+
+def _lane_order(sch, ti, tj, cfg) -> list:
+    """staged_store's lanes, in the order of threadIdx.x. A thread's row of B (thread_n floats, 32 bytes for 8)
+    is read as float4s, eight lanes to a shared-memory cycle: lanes side by side along N (tj) would read 32
+    bytes apart, two to a bank, where the vthreads' sub-tiles read 16. So tj is split and ti placed between
+    its halves: the eight lanes of a cycle take 4 columns of threads (128 bytes, every bank once) and 2 rows,
+    whose B reads coincide (a broadcast) and whose A reads are 2 addresses."""
+    per_cycle = 128 // (4 * cfg.thread_n)  # lanes along N whose float4 reads fill the banks once
+    if cfg.thread_n * 4 <= 16 or cfg.lanes_n % per_cycle:
+        return [ti, tj]
+    tj_out, tj_in = sch.split(tj, [None, per_cycle])
+    return [tj_out, ti, tj_in]
 
 
 def _store_rows(sch, to_global, cfg):
