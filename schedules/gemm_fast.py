@@ -190,7 +190,8 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool
     and cp.async copies single floats. A batch (``bmm``) is one more spatial loop, on blockIdx.z.
     An epilogue or a 16-bit output (``wl.has_epilogue``) is computed in the write-back from the
     registers (:func:`~schedules.common.fuse_epilogue`); with split-K, in that of the final sum, since
-    an activation of a partial sum is not the activation of the sum."""
+    an activation of a partial sum is not the activation of the sum. ``staged_store`` sends C through a
+    shared tile of the block (:func:`_store_rows`, the thread map of :func:`_lane_order`)."""
     block = sch.get_sblock("C")
     splits = cfg.splits(wl)
     batch = [1] if wl.batched else []
@@ -265,7 +266,7 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool
     if cfg.pad:
         sch.storage_align(b_shared, 0, axis=row, factor=cfg.block_n, offset=cfg.pad)
 
-    frags = register_fragments(sch, block, ki, vector=cfg.vector if staged else None)  # a column of A, a row of B per k
+    register_fragments(sch, block, ki, vector=cfg.vector if staged else None)  # a column of A and a row of B per k
     sch.unroll(ki)
     depth = cfg.unroll if unroll is None else unroll
     if not isinstance(depth, int) or depth:
