@@ -11,16 +11,17 @@ Hopper (its kernels for the language-model layers of the H200 benchmark are 128 
 A B stored N×K (layouts nt and tt, as PyTorch's Linear keeps its weight) comes in TMA boxes of any
 multiple of 8 rows, so the kernel takes any width that is a multiple of 16
 (:func:`schedules.tma_common.b_box_rows`); an n-major B comes in 64-column panels, and keeps the
-widths of ``TMA_TILES``. The fitted tiles' rate is the calibrated tiles' of the same rows,
-interpolated in width; a 256-row tile wider than 128 takes the best calibrated two-consumer rate
-(128 × 256's; :func:`schedules.calibration.tile_efficiency`).
+widths of ``TMA_TILES``. A fitted tile's rate is its own where a sweep timed it (the calibration's
+"weights stored" sweep: 128 × 192, 128 × 224, 256 × 160, 256 × 192), else the calibrated tiles' of
+the same rows interpolated in width, and a 256-row tile wider than the widest calibrated one takes
+the best calibrated two-consumer rate (:func:`schedules.calibration.tile_efficiency`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from .common import ceil_div
+from .common import GpuLimits, ceil_div
 from .gemm_tma_ws import PersistentConfig
 
 # rounds of tiles a width is fitted to: one to four, and no more than the widest tile of the same rows takes
@@ -34,7 +35,7 @@ FITTED_ROWS = (128, 256)
 # (1234 x 6000 x 3000, 1500 x 5000 x 2048: 128 x 160 in three rounds 1.04-1.12x slower than 128 x 256 in two;
 # reports/results/NVIDIA_H200/fitted_tiles)
 FITTED_STEP = 32
-SHARED_BYTES = 227 * 1024
+SHARED_BYTES = GpuLimits().max_dynamic_shared_bytes  # an sm_90 block's opt-in shared memory
 MOST_STAGES = 6
 
 

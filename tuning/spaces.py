@@ -203,7 +203,8 @@ def simt_knobs(cfg) -> dict:
     """The structural knobs of a SIMT configuration that the ``dispatch`` space varies: the block
     tile (with its thread tile and warp arrangement), the K tile, the K pipeline (register double
     buffer or a cp.async ring and its depth), split-K, the padded copies of misaligned operands, C
-    staged through shared memory (offered where C's rows are not whole float4s), and any parameter its step declares searchable (``search_space``: a balanced split, say)."""
+    staged through shared memory (offered where C's rows are not whole float4s), and any parameter
+    its step declares searchable (``search_space``: a balanced split, say)."""
     out = {"tile": (cfg.block_m, cfg.block_n, cfg.thread_m, cfg.thread_n, cfg.warps_m, cfg.warps_n),
            "block_k": cfg.block_k, "pipeline": (cfg.stages, cfg.async_copy), "split_k": cfg.split_k,
            "pad_operands": cfg.pad_operands, "staged_store": cfg.staged_store}
