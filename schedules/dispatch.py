@@ -76,7 +76,7 @@ from dataclasses import asdict, dataclass, field, replace
 from .calibration import CALIBRATION, tile_efficiency
 from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
 from .dispatch_fitted import fitted_tiles
-from .dispatch_short_k import short_k_configs, short_k_us
+from .dispatch_short_k import narrow_copy_share, short_k_configs, short_k_us
 from .dispatch_store import batches as _batches, epilogue_bytes as _epilogue_bytes, output_bytes as _out_bytes
 from .dispatch_store import simt_staged_body, simt_staged_twins
 from .dispatch_store import store_bytes as _store_bytes, store_factor as _store_factor
@@ -620,7 +620,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     flops = 2 * bm * bn * kts * bk
     if fam in ("cp", "cp_tf32"):  # copies narrower than 16 bytes cost issue slots (and 2-byte ones registers)
         a_bytes, b_bytes = cfg.copy_widths(wl)
-        eff *= cal["copy_factor"][str(a_bytes if tf32 else min(a_bytes, b_bytes))]
+        eff *= cal["copy_factor"][str(a_bytes if tf32 else min(a_bytes, b_bytes))] ** narrow_copy_share(kts, cfg.stages)
         terms.update(efficiency=eff, copy_bytes=(a_bytes, b_bytes))
     stream = None
     if getattr(cfg, "stream_k", False):

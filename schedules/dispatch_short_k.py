@@ -126,3 +126,15 @@ def short_k_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, batches:
              "compute_us": compute, "dram_us": store, "l2_us": l2, "latency_us": latency, "convert_us": convert,
              "reduce_us": 0.0, "blocks": blocks, "per_sm": 0, "waves": waves, "splits": 1}
     return cal["launch_us"] + max(cal["fill_us"] + max(store, compute, l2), latency) + convert, terms
+
+
+def narrow_copy_share(k_tiles: int, stages: int) -> float:
+    """The share of a cp.async wgmma kernel's K tiles that copies narrower than 16 bytes slow down
+    (the exponent of its ``copy_factor``): none where the ring's prologue issues them all (at most
+    ``stages - 1`` K tiles, whose copies' issue and latency overlap: the time is the fill and the
+    store), all from twice that on, a ramp between. Charged on every K tile, the 2-byte copies made
+    the model too slow on short K (H200: the 43 published cp.async points with at most 4 K tiles ran
+    at a median 0.58 of it, 0.70 with this share); on the 24 drawn fp16 products whose choice it
+    moved, the new choices ran 1.094x faster (geometric mean, 18 of 24; H100,
+    reports/results/NVIDIA_H100_80GB_HBM3/cp_narrow_copies)."""
+    return min(1.0, max(0, k_tiles - (stages - 1)) / (stages - 1))

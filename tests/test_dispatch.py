@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from schedules import dispatch, dispatch_store, get, gpus, parse_workload
+from schedules import dispatch, dispatch_short_k, dispatch_store, get, gpus, parse_workload
 from schedules.common import GpuSpec
 from schedules.errors import ScheduleParamError
 
@@ -362,6 +362,33 @@ def test_the_cp_async_wgmma_kernels_store_c_slower():
         times[factor] = {f: dispatch.estimate(wl, c, GpuSpec(), cal).time_us for f, c in by_family.items()}
     assert times[0.25]["cp"] > 1.5 * times[1.0]["cp"]  # the store is most of a one-K-tile kernel
     assert times[0.25]["tma"] == times[1.0]["tma"]
+
+
+def test_narrow_copies_slow_only_the_k_tiles_past_the_rings_prologue():
+    """A cp.async wgmma kernel's 2-byte copies (K odd: A's rows start anywhere) cost copy_factor on
+    its K tiles past the stages - 1 whose copies the prologue issues together: none with a short K,
+    all from twice that on. With it the choice on a small misaligned fp16 product is the cp.async
+    kernel (H100, 1240x403x113: 11.2 µs against the TMA kernel with padded copies' 16.1), and a long
+    K is charged as before."""
+    assert [dispatch_short_k.narrow_copy_share(k, 4) for k in (1, 3, 4, 5, 6, 40)] == [0, 0, pytest.approx(1 / 3),
+                                                                         pytest.approx(2 / 3), 1, 1]
+    gpu = gpus.profile("h200")
+    cal = copy.deepcopy(dispatch.CALIBRATION)
+    for shape, k_tiles in (("1240x403x113", 2), ("541x26x13745", 215)):
+        wl = parse_workload(f"gemm:{shape}:float16")
+        cp = next(c for c in dispatch.candidates(wl, "fp16", gpu) if c.family == "cp" and c.config.block_m == 64
+                  and c.config.block_n == 64)
+        assert cp.config.copy_widths(wl)[0] == 2
+        times = {}
+        for factor in (0.17, 1.0):
+            cal["copy_factor"]["2"] = factor
+            times[factor] = dispatch.estimate(wl, cp, gpu, cal).time_us
+        if k_tiles <= 3:
+            assert times[0.17] == times[1.0]  # the prologue's copies: no steady state to slow
+        else:
+            assert times[0.17] > 4 * times[1.0]
+    choice = dispatch.rank(parse_workload("gemm:1240x403x113:float16"), "fp16", gpu)[0].candidate
+    assert choice.family == "cp", dispatch.describe(choice)
 
 
 def test_an_efficiency_is_solved_only_where_the_arithmetic_weighs(monkeypatch):

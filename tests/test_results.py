@@ -203,7 +203,8 @@ NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder
                "gemv_few_rows": "no results here", "few_rows_tma": "no results here",
                "fitted_tiles": "no results here", "simt_staged_store": "no results here",
                "bench_random_seed19": "no results here", "tune_random_seed20": "a tune-random report",
-               "floor_candidates_h200": "no results here", "fp8_block_promotion_probes": "no results here"}
+               "floor_candidates_h200": "no results here", "fp8_block_promotion_probes": "no results here",
+               "cp_narrow_copies": "no results here"}
 
 
 @pytest.fixture(scope="module")
