@@ -448,6 +448,15 @@ def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
 # --- the transposed form -------------------------------------------------------------------------
 
 SINGLE_PASS_ROWS = 16  # rows per thread (unrolled: their loads in flight together) of column_gemv_t's one kernel
+SECTOR_BYTES = 32  # the unit a load moves between L2 and the SM
+
+
+def second_launch_bytes() -> float:
+    """What a second kernel's launch costs, in bytes at the GPU's memory bandwidth (the calibrated
+    launch time × ``memory_gbps``): about 10 MB on an H100."""
+    from .calibration import CALIBRATION
+
+    return CALIBRATION["launch_us"] * current_gpu().memory_gbps * 1e3
 
 
 @dataclass(frozen=True)
@@ -473,10 +482,24 @@ class ColumnGemvConfig(StepConfig):
         return tx, max(1, self.threads // tx)
 
     def one_kernel(self, wl) -> bool:
-        """Whether one kernel sums every row: ``single_pass`` and a block's threads along the rows
-        cover them with at most ``SINGLE_PASS_ROWS`` rows each (a small matrix, or a short and wide one)."""
+        """Whether one kernel sums every row: ``single_pass``, a block's threads along the rows
+        cover them with at most ``SINGLE_PASS_ROWS`` rows each (a small matrix, or a short and wide
+        one), and the sectors its narrow column groups waste cost less than the second kernel's
+        launch (:meth:`sector_waste_bytes`)."""
         ty = self.single_pass_threads(wl)[1]
-        return self.single_pass and ceil_div(gemv_shape(wl).M, ty) <= SINGLE_PASS_ROWS
+        return (self.single_pass and ceil_div(gemv_shape(wl).M, ty) <= SINGLE_PASS_ROWS
+                and self.sector_waste_bytes(wl) <= second_launch_bytes())
+
+    def sector_waste_bytes(self, wl) -> float:
+        """Bytes the one kernel reads and does not use: its column groups are the largest divisor of N
+        up to 64 wide, so where that is narrower than a 32-byte sector (N prime, or 2 or 3 times a
+        prime, ...) each warp's load of a row piece moves a whole sector for it. N = 5333 (prime):
+        one column a block, 8 sectors' worth read per sector used; 1×5333×1512 took 68.4 µs in one
+        kernel and 18.9 in two (H100; cuBLAS 17.3)."""
+        item = itemsize(wl.dtype)
+        tx = self.single_pass_threads(wl)[0]
+        shape = gemv_shape(wl)
+        return shape.M * shape.N * item * max(0.0, SECTOR_BYTES / (tx * item) - 1)
 
     def kernels(self, wl) -> int:
         return 1 if self.one_kernel(wl) else 2

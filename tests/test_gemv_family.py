@@ -134,6 +134,30 @@ def test_a_small_transposed_gemv_is_one_kernel(shape, threads):
         assert est.terms["kernels"] == kernels
 
 
+@pytest.mark.parametrize("shape, dtype, one", [((1512, 5333), "float32", False), ((1512, 5333), "float16", False),
+                                               ((683, 1289), "float32", False), ((820, 566), "float32", True),
+                                               ((120, 503), "float16", True), ((185, 1498), "float32", True)])
+def test_one_kernel_only_where_its_narrow_column_groups_waste_less_than_a_launch(shape, dtype, one):
+    """N without a divisor of 8 or more up to 64 (5333 is prime) gives the one kernel column groups
+    narrower than a sector: a warp's load of a row piece moves 32 bytes for 4 (1 column of fp32),
+    8x the matrix from L2. Measured on an H100 (1x5333x1512: one kernel 68.4 µs, two 18.9, cuBLAS
+    17.3; 1x566x820, whose 2-column groups waste 5.6 MB: 7.0 against 10.6), so the one kernel is
+    kept only where the bytes it wastes cost less than the second kernel's launch at the memory
+    bandwidth (about 10 MB on an H100)."""
+    from schedules.gemv import second_launch_bytes
+
+    wl = GemvT(*shape, dtype=dtype)
+    cfg = get("column_gemv_t").config()
+    rows_fit = -(-shape[0] // cfg.single_pass_threads(wl)[1]) <= 16
+    assert rows_fit  # every case here would have been one kernel on the rows alone
+    waste = cfg.sector_waste_bytes(wl)
+    assert cfg.one_kernel(wl) == one == (waste <= second_launch_bytes())
+    assert cfg.kernels(wl) == (1 if one else 2)
+    if not one:
+        assert waste > 7 * shape[0] * shape[1] * (2 if dtype == "float16" else 4) - 1  # a column or two a block
+    assert get("column_gemv_t").config().sector_waste_bytes(GemvT(100, 4096)) == 0  # 64-column groups: whole sectors
+
+
 def test_workload_strings():
     assert str(parse_workload("gemv_t:16384x16")) == "gemv_t:16384x16"
     wl = parse_workload("gemv:16384x4096:float16")
