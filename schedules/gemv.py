@@ -377,6 +377,10 @@ class GemvDispatchConfig(StepConfig):
     # 16384×4097 (scalar): 8 warps 72.6 vs warp/row 77.7; fp16 16384×4096 (8 KiB): 4 warps 42.5 vs 43.5.
     multi_warp_min_row_bytes: int = 4096
     multi_warp_wide_row_bytes: int = 16384   # from here 8 warps per row, below it 4
+    # Rows between (256 B - 4 KiB) and fewer of them than the GPU holds warps: several warps per row too,
+    # as many as 8 with no lane idle (H100, aa55016, reports/results/NVIDIA_H100_80GB_HBM3/gemv_mid_rows:
+    # 167×1010 fp32 warp/row 11.6 µs, 8 warps 5.4; 466×526 8.2 → 5.2; 1000×1000 7.3 → 6.1; 16 shapes within
+    # 3% or faster). Many rows (16384×1024 above) keep one warp a row.
     # Few rows: enough warps per row to put about ``resident_warps`` warps on the GPU (0: the GPU's,
     # SMs × warps per SM: 132 × 64 on H100/H200), up to 32 (1024 threads). 256×65536: 32 warps 26.3
     # µs, 16: 27.1, 8: 32.5 (31.8 in the sweep), 4: 43.2, 2: 69.5.
@@ -407,6 +411,17 @@ class GemvDispatchConfig(StepConfig):
             warps = min(self.warps_per_block, ceil_div(wl.M, per_warp))
             return multi_row_gemv, MultiRowGemvConfig(lanes=lanes, rows_per_warp=per_warp,
                                                       warps_per_block=warps, vector=vector, unroll=1)
+        if self.multi_row_max_row_bytes < row_bytes < self.multi_warp_min_row_bytes \
+                and wl.M < resident_warps(self.resident_warps):
+            # rows of 256 B - 4 KiB, fewer than the GPU holds warps: one warp a row leaves most warp slots
+            # empty and each warp's loads follow one another; up to 8 warps a row, no lane idle
+            warps = 8
+            while warps > 1 and 32 * warps > lanes_needed:
+                warps //= 2
+            if warps >= 2:
+                return multi_warp_gemv, MultiWarpGemvConfig(warps_per_row=warps, rows_per_block=1, vector=vector,
+                                                            unroll=max(1, min(unroll_max, ceil_div(lanes_needed,
+                                                                                                   32 * warps))))
         if row_bytes >= self.multi_warp_min_row_bytes and wl.M < self.split_k_max_rows:
             return split_k_gemv, SplitKGemvConfig(vector=vector, resident_warps=self.resident_warps)
         if row_bytes >= self.multi_warp_min_row_bytes:

@@ -134,6 +134,25 @@ def test_a_small_transposed_gemv_is_one_kernel(shape, threads):
         assert est.terms["kernels"] == kernels
 
 
+@pytest.mark.parametrize("shape, dtype, warps", [((167, 1010), "float32", 8), ((466, 526), "float16", 8),
+                                                 ((1000, 1000), "float32", 4), ((1000, 1000), "float16", 2),
+                                                 ((16384, 1000), "float32", None), ((100, 60), "float32", None)])
+def test_a_few_rows_of_256_bytes_to_4_kib_take_several_warps_each(shape, dtype, warps):
+    """Rows of 256 B - 4 KiB, fewer than the GPU holds warps: up to 8 warps a row with no lane idle
+    (one warp a row left most warp slots empty: 167x1x1010 11.6 µs, 8 warps 5.4 on an H100); many
+    rows keep one warp a row, short rows several rows a warp."""
+    cfg = get("gemv_dispatch").config()
+    builder, chosen = cfg.pick(Gemv(*shape, dtype=dtype))
+    if warps is None:
+        assert builder.__name__ in ("vectorized_gemv", "warp_gemv", "multi_row_gemv"), builder.__name__
+        return
+    assert builder.__name__ == "multi_warp_gemv" and chosen.warps_per_row == warps
+    lanes = -(-shape[1] // chosen.vector)
+    assert 32 * warps <= lanes < 2 * 32 * warps or warps == 8  # no lane idle, and no fewer warps than fit
+    built = _build("gemv_dispatch", Gemv(*shape, dtype=dtype))
+    assert built.kernel.spills == 0 and built.launch["blockIdx.x"] == shape[0]
+
+
 @pytest.mark.parametrize("shape, dtype, one", [((1512, 5333), "float32", False), ((1512, 5333), "float16", False),
                                                ((683, 1289), "float32", False), ((820, 566), "float32", True),
                                                ((120, 503), "float16", True), ((185, 1498), "float32", True)])
@@ -211,7 +230,7 @@ def _run_on_gpu(name, wl, **params):
 
 
 GPU_SHAPES = [(1, 1), (1, 4), (1, 17), (1, 4097), (3, 5), (16384, 16), (16384, 17), (1000, 130), (513, 4098),
-              (16384, 4096), (7, 65537)]
+              (167, 1010), (16384, 4096), (7, 65537)]
 
 
 @gpu
