@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .calibration import CALIBRATION
 from .common import (aligned_vector, ceil_div, current_gpu, inline_padding, new_schedule, register_accumulator,
                      register_fragments)
 from .errors import ScheduleParamError
@@ -469,8 +470,6 @@ SECTOR_BYTES = 32  # the unit a load moves between L2 and the SM
 def second_launch_bytes() -> float:
     """What a second kernel's launch costs, in bytes at the GPU's memory bandwidth (the calibrated
     launch time × ``memory_gbps``): about 10 MB on an H100."""
-    from .calibration import CALIBRATION
-
     return CALIBRATION["launch_us"] * current_gpu().memory_gbps * 1e3
 
 
