@@ -378,10 +378,10 @@ class GemvDispatchConfig(StepConfig):
     # 16384×4097 (scalar): 8 warps 72.6 vs warp/row 77.7; fp16 16384×4096 (8 KiB): 4 warps 42.5 vs 43.5.
     multi_warp_min_row_bytes: int = 4096
     multi_warp_wide_row_bytes: int = 16384   # from here 8 warps per row, below it 4
-    # Rows between (256 B - 4 KiB) and fewer of them than the GPU holds warps: several warps per row too,
-    # as many as 8 with no lane idle (H100, aa55016, reports/results/NVIDIA_H100_80GB_HBM3/gemv_mid_rows:
-    # 167×1010 fp32 warp/row 11.6 µs, 8 warps 5.4; 466×526 8.2 → 5.2; 1000×1000 7.3 → 6.1; 16 shapes within
-    # 3% or faster). Many rows (16384×1024 above) keep one warp a row.
+    # Rows of 256 B - 4 KiB, fewer of them than the GPU holds warps: several warps per row too, as many
+    # as 8 with no lane idle (H100, aa55016, reports/results/NVIDIA_H100_80GB_HBM3/gemv_mid_rows: 167×1010
+    # fp32 warp/row 11.6 µs, 8 warps 5.4; 466×526 8.2 → 5.2; 1000×1000 7.3 → 6.2; of 16 shapes none more
+    # than 1.3% slower). Many rows (16384×1024 above) keep one warp a row.
     # Few rows: enough warps per row to put about ``resident_warps`` warps on the GPU (0: the GPU's,
     # SMs × warps per SM: 132 × 64 on H100/H200), up to 32 (1024 threads). 256×65536: 32 warps 26.3
     # µs, 16: 27.1, 8: 32.5 (31.8 in the sweep), 4: 43.2, 2: 69.5.
@@ -454,6 +454,7 @@ def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
 
     Short rows (≤ 256 B): several rows per warp with the widest aligned load; long rows (≥ 4 KiB):
     several warps per row (more when there are few rows), split-K when the rows are very few;
+    rows in between: up to 8 warps per row where there are fewer rows than the GPU holds warps,
     otherwise one warp per row, 128-bit loads where N allows, unrolled by the row length.
     Thresholds are measured crossovers (see GemvDispatchConfig).
     """
@@ -469,7 +470,7 @@ SECTOR_BYTES = 32  # the unit a load moves between L2 and the SM
 
 def second_launch_bytes() -> float:
     """What a second kernel's launch costs, in bytes at the GPU's memory bandwidth (the calibrated
-    launch time × ``memory_gbps``): about 10 MB on an H100."""
+    launch time × ``memory_gbps``): 8.6 MB with the H100 profile."""
     return CALIBRATION["launch_us"] * current_gpu().memory_gbps * 1e3
 
 
