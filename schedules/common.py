@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 MAX_CLUSTER = 8  # the portable thread-block cluster size (blocks per cluster without the non-portable opt-in)
+SECTOR_BYTES = 32  # the unit of memory traffic between L2 and the SMs, loads and stores alike
 
 
 @dataclass(frozen=True)

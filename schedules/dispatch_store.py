@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .common import SECTOR_BYTES
 from .workloads import itemsize
 
-SECTOR_BYTES = 32  # the unit in which L2 takes stores
 RUN_UNALIGNED_STORE = 0.5  # store_factor's runs of outputs that straddle sectors, until a sweep fits it
 
 

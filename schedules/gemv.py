@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .calibration import CALIBRATION
-from .common import (aligned_vector, ceil_div, current_gpu, inline_padding, new_schedule, register_accumulator,
-                     register_fragments)
+from .common import (SECTOR_BYTES, aligned_vector, ceil_div, current_gpu, inline_padding, new_schedule,
+                     register_accumulator, register_fragments)
 from .errors import ScheduleParamError
 from .registry import Launch, register
 from .step_config import StepConfig
@@ -465,7 +465,6 @@ def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
 # --- the transposed form -------------------------------------------------------------------------
 
 SINGLE_PASS_ROWS = 16  # rows per thread (unrolled: their loads in flight together) of column_gemv_t's one kernel
-SECTOR_BYTES = 32  # the unit a load moves between L2 and the SM
 
 
 def second_launch_bytes() -> float:

@@ -162,7 +162,7 @@ def test_one_kernel_only_where_its_narrow_column_groups_waste_less_than_a_launch
     8x the matrix from L2. Measured on an H100 (1x5333x1512: one kernel 68.4 µs, two 18.9, cuBLAS
     17.3; 1x566x820, whose 2-column groups waste 5.6 MB: 7.0 against 10.6), so the one kernel is
     kept only where the bytes it wastes cost less than the second kernel's launch at the memory
-    bandwidth (about 10 MB on an H100)."""
+    bandwidth (8.6 MB with the H100 profile)."""
     from schedules.gemv import second_launch_bytes
 
     wl = GemvT(*shape, dtype=dtype)
