@@ -20,7 +20,7 @@ small blocks that fill the SMs with warps, so its stores, its loads and its FMAs
   memory that the next step's FMAs wait for (the whole K is unrolled, but nvcc keeps a step's
   fragments, not the next step's, in flight: 32-127 registers per thread), so a block takes at
   least ``fill_us`` + ⌈K / K_STEP⌉ · ``k_step_us`` (the SIMT tiles' load latency), and its blocks
-  run in waves of the SMs times the blocks one SM holds (registers: :func:`short_k_registers`).
+  run in waves of the SMs times the blocks one SM holds (registers: :func:`short_k_registers`, the sweep's median).
   Where the output is a few waves of blocks and K is not tiny, this is the cost: on an H100,
   78x6296x50 (150 blocks, 13 steps) ran 16.2 µs where its stores take 1 µs and the model without
   this term said 6.1; 1210x3424x21 on 32x256 tiles (532 blocks, 3 per SM at 78 registers: 2
@@ -65,17 +65,33 @@ SHORT_K_EFFICIENCY = 0.6
 SHORT_K_CONVERT_FLOPS = 4
 
 
-def short_k_registers(cfg: ShortKConfig) -> int:
+def short_k_register_key(cfg: ShortKConfig, item: int) -> str:
+    """The calibration's key for a short_k_gemm tile's registers (``regs``): its thread tile and
+    whether its inputs are 16-bit (widened beside the fp32 fragments, which ptxas allocates
+    differently)."""
+    return f"short_k t{cfg.thread_m}x{cfg.thread_n}" + (" 16-bit" if item == 2 else "")
+
+
+def short_k_registers(cfg: ShortKConfig, cal: dict | None = None, item: int = 4) -> int:
     """Registers per thread of a short_k_gemm tile, which set how many blocks an SM holds: the
-    accumulators twice over (a step's fragments of A and B and the widened values beside them) and
-    16 for addresses, in steps of 8. ptxas reported 30-48 for 4 × 4 (48 estimated), 61-80 for
-    8 × 4 (80) and 64-127 for 4 × 8 (80; 127 at K = 36) on the H100 timings the module cites."""
+    median of what ptxas reported for its thread tile and input width in the calibration sweep
+    (``regs``, :func:`short_k_register_key`, fitted as the SIMT tiles' are), or, for one the sweep
+    did not build, the accumulators twice over (a step's fragments of A and B and the widened
+    values beside them) and 16 for addresses, in steps of 8. The estimate was short for fp32 4 × 8
+    tiles: the unrolled K lets nvcc hoist B's loads, and ptxas reported 56-128 over the H200
+    sweep's eight shapes (median 92) and 121-198 on the drawn products with K ≥ 15 and rows of C
+    that are not whole vectors (3917x10903x57: 174, one block per SM where the estimate had three;
+    265 µs where the model said 198)."""
+    key = short_k_register_key(cfg, item)
+    if cal is not None and key in cal.get("regs", {}):
+        return cal["regs"][key]
     return ceil_div(2 * cfg.thread_m * cfg.thread_n + 16, 8) * 8
 
 
-def short_k_waves(wl, cfg: ShortKConfig, gpu: GpuSpec, batches: int = 1) -> int:
+def short_k_waves(wl, cfg: ShortKConfig, gpu: GpuSpec, batches: int = 1, cal: dict | None = None) -> int:
     """Waves of blocks: the grid over the SMs times the blocks one SM holds (threads, registers)."""
-    per_sm = max(1, blocks_per_sm(cfg.threads, short_k_registers(cfg), 0, gpu))
+    regs = short_k_registers(cfg, cal, itemsize(wl.dtype))
+    per_sm = max(1, blocks_per_sm(cfg.threads, regs, 0, gpu))
     blocks = ceil_div(wl.M, cfg.block_m) * ceil_div(wl.N, cfg.block_n) * batches
     return ceil_div(blocks, gpu.sms * per_sm)
 
@@ -118,7 +134,7 @@ def short_k_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, batches:
     compute = flops / (cal["fp32_sm_tflops"] * 1e6 * gpu.sms * eff)
     blocks = ceil_div(M, cfg.block_m) * ceil_div(N, cfg.block_n) * batches
     l2 = batches * item * (M * K * ceil_div(N, cfg.block_n) + K * N * ceil_div(M, cfg.block_m)) / (bw * cal["l2_factor"])
-    waves = short_k_waves(wl, cfg, gpu, batches)
+    waves = short_k_waves(wl, cfg, gpu, batches, cal)
     latency = waves * (cal["fill_us"] + ceil_div(K, K_STEP) * cal.get("k_step_us", 0.0))
     converts = flops / 2 * (1 / cfg.thread_m + 1 / cfg.thread_n) if item == 2 else 0.0
     convert = SHORT_K_CONVERT_FLOPS * converts / (cal["fp32_sm_tflops"] * 1e6 * gpu.sms)

@@ -3,6 +3,7 @@ blocks store C as unguarded 16-byte vectors, its CUDA compiles for sm_90, it mat
 GPU, the dispatcher chooses it for a short K and not for a long one, and a K over its limit is
 refused in one line."""
 
+import copy
 import re
 
 import pytest
@@ -125,8 +126,6 @@ def test_matches_float64(harness, workload, params):
 def test_the_calibration_fits_its_store_efficiency():
     """The sweep measures every short_k_gemm tile on its short-K shapes, and the fit recovers the
     store efficiency from times the model would give at another one."""
-    import copy
-
     from reports.experiments import calibrate
     from schedules.common import GpuSpec
 
@@ -169,6 +168,38 @@ def test_the_model_charges_its_walk_over_k_in_waves():
         short = dispatch.estimate(parse_workload("gemm:100x5000x8"), c, gpu, cal)
         assert short.terms["latency_us"] == pytest.approx(e.terms["waves"] * (cal["fill_us"] + 2 * cal["k_step_us"]))
     assert dispatch.choose(wl, "fp32", gpu)[0] != "short_k_gemm"
+
+
+def test_the_occupancy_reads_the_sweeps_registers_per_tile_and_input_width():
+    """The blocks an SM holds come from what ptxas reported in the sweep (the median per thread
+    tile and input width, as the SIMT tiles'): an fp32 4 × 8 tile the formula put at 80 registers
+    (3 blocks of 256 threads per SM) ran at 121-198 on large drawn outputs, one or two blocks per
+    SM, and took 1.34x the model's time (3917x10903x57 on an H100). 16-bit inputs have their own
+    median; a tile the sweep never built keeps the formula."""
+    import pandas as pd
+
+    from reports.experiments.calibrate import _simt_registers
+    from schedules.common import GpuSpec
+    from schedules.dispatch_short_k import short_k_registers, short_k_waves
+    from schedules.gemm_short_k import ShortKConfig
+
+    wide = {"block_m": 32, "block_n": 256, "thread_m": 4, "thread_n": 8}
+    rows = [{"family": "short_k", "name": "short_k_gemm", "params": wide, "dtype": dtype, "registers": r}
+            for dtype, regs in (("float32", (56, 80, 104, 122, 128)), ("float16", (64, 64, 79)))
+            for r in regs]
+    regs = _simt_registers(pd.DataFrame(rows))
+    assert regs == {"short_k t4x8": 104, "short_k t4x8 16-bit": 64}
+    cal = copy.deepcopy(dispatch.CALIBRATION)
+    cal["regs"] = regs
+    cfg, gpu = ShortKConfig(**wide), GpuSpec()
+    assert (short_k_registers(cfg, cal, 4), short_k_registers(cfg, cal, 2), short_k_registers(cfg)) == (104, 64, 80)
+    wl, half = parse_workload("gemm:3917x10903x57"), parse_workload("gemm:3917x10903x57:float16")
+    # 123 x 43 = 5289 blocks: 2 per SM at 104 registers (21 waves of 264), 3 at 80 (14 of 396), 4 at 64
+    assert (short_k_waves(wl, cfg, gpu, cal=cal), short_k_waves(wl, cfg, gpu), short_k_waves(half, cfg, gpu, cal=cal)) \
+        == (21, 14, 11)
+    c = next(c for c in dispatch.short_k_candidates(wl) if c.key == "short_k 32x256 t4x8")
+    e = dispatch.estimate(wl, c, gpu, cal)
+    assert e.terms["waves"] == 21 and e.terms["latency_us"] == pytest.approx(21 * (cal["fill_us"] + 15 * cal["k_step_us"]))
 
 
 def test_16_bit_inputs_pay_their_widening_at_a_quarter_of_the_fma_rate():

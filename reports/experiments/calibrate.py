@@ -52,7 +52,9 @@ import pandas as pd
 from schedules import ScheduleParamError, dispatch, dispatch_fp8, get, parse_workload
 from schedules.calibration import CALIBRATION, ENV, calibration_path
 from schedules.common import GpuSpec
+from schedules.dispatch_short_k import short_k_register_key
 from schedules.gemm_thin import access_of
+from schedules.workloads import itemsize
 
 from ..engine.files import OutputError, atomic_write, ensure_out_dir
 from ..engine.harness import job_id
@@ -307,15 +309,16 @@ def _solve_unknown(wl, cand, t, gpu, cal, set_x):
 
 
 def _simt_registers(df: pd.DataFrame) -> dict:
-    """Registers per thread of each SIMT thread tile and K tile (``dispatch.simt_register_key``):
-    the median of what ptxas reported for its kernels in the sweep, in steps of 8 (the occupancy
-    term reads them)."""
+    """Registers per thread of each SIMT thread tile and K tile (``dispatch.simt_register_key``)
+    and of each short_k_gemm thread tile and input width (``short_k_register_key``): the median of
+    what ptxas reported for its kernels in the sweep, in steps of 8 (the occupancy terms read them)."""
     seen: dict[str, list[int]] = {}
     if "family" not in df or "registers" not in df:
         return {}
-    simt = df[(df["family"] == "simt") & df["registers"].notna()]
-    for _, r in simt.iterrows():
-        seen.setdefault(dispatch.simt_register_key(config_of(r)), []).append(int(r["registers"]))
+    for family, key_of in (("simt", lambda r, cfg: dispatch.simt_register_key(cfg)),
+                           ("short_k", lambda r, cfg: short_k_register_key(cfg, itemsize(r["dtype"])))):
+        for _, r in df[(df["family"] == family) & df["registers"].notna()].iterrows():
+            seen.setdefault(key_of(r, config_of(r)), []).append(int(r["registers"]))
     return {key: int(-(-np.median(v) // 8) * 8) for key, v in seen.items()}
 
 
