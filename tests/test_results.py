@@ -207,7 +207,8 @@ NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder
                "cp_narrow_copies": "no results here",
                "gemv_column_single_pass": "no results here",
                "gemv_mid_rows": "no results here",
-               "floor_candidates_seed22_23": "no results here"}
+               "floor_candidates_seed22_23": "no results here", "split_factors": "no results here",
+               "short_k_registers": "no results here", "read_ceiling": "no results here"}
 
 
 @pytest.fixture(scope="module")
