@@ -270,9 +270,8 @@ def gemv_candidates(wl):
         out = [Candidate("gemv_dispatch", GemvDispatchConfig(), "gemv", "gemv row")]
     else:
         out = [Candidate("column_gemv_t", ColumnGemvConfig(), "gemv", "gemv column")]
-    if getattr(wl, "has_epilogue", False):  # a GEMV kernel takes no epilogue: the SIMT tiles take it instead
-        return [c for c in out if _valid(c.step, wl, c.config)]
-    return out
+    # the row form's steps take an epilogue (on the block's sums); column_gemv_t does not: the tiles take it
+    return [c for c in out if _valid(c.step, wl, c.config)] if getattr(wl, "has_epilogue", False) else out
 
 
 # decode_gemm's bandwidth on the scale of the model's DRAM term (memory_gbps, which the H200
@@ -290,9 +289,8 @@ def decode_candidates(wl, limits=None):
     """A decode-sized product (a few rows against a large weight, layout nt, 16-bit inputs,
     :func:`schedules.decode_plan.decode_form`): decode_gemm, its parameters as its plan resolves
     them on this GPU (so that the choice names them). A matrix-vector product (one row or column)
-    stays with the GEMV family, unless it has an epilogue (which the GEMV kernels do not take)."""
-    vector = vector_form(wl) is not None and not getattr(wl, "has_epilogue", False)
-    if wl.dtype not in DecodeConfig.dtypes or decode_form(wl) is None or vector:
+    stays with the GEMV family where a GEMV step takes it (the row form, epilogue or not)."""
+    if wl.dtype not in DecodeConfig.dtypes or decode_form(wl) is None or gemv_candidates(wl):
         return []
     p = DecodeConfig().plan(wl, current_gpu())
     cfg = DecodeConfig(warp_rows=16 * p.m_tiles, row_warps=p.row_warps, k_warps=p.k_warps, unroll=p.unroll,

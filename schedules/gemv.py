@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .calibration import CALIBRATION
-from .common import (SECTOR_BYTES, aligned_vector, ceil_div, current_gpu, inline_padding, new_schedule,
-                     register_accumulator, register_fragments)
+from .common import (SECTOR_BYTES, aligned_vector, ceil_div, current_gpu, epilogue_block, inline_padding,
+                     new_schedule, register_accumulator, register_fragments)
 from .errors import ScheduleParamError
 from .registry import Launch, register
 from .step_config import StepConfig
@@ -145,13 +145,31 @@ def row_gemv(wl: Gemv, *, lanes: int, rows_per_warp: int, rows_per_block: int, v
     sch.bind(tz, "threadIdx.z")
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
+    _row_epilogue(sch, block, bx, lanes)
     return sch
+
+
+def _row_epilogue(sch, block, bx, lanes: int):
+    """The epilogue of a GEMM form (bias, activation, residual, scaling, a 16-bit output: the
+    elementwise block "D"), computed where the block's sums are: each row's sum left by the lanes'
+    reduction in shared memory (C never reaches global memory), then the block's outputs by its first
+    ``lanes`` threads, each reading its bias and R and writing D once (dlight's GEMV rule does the
+    same). A plain product is left as it is."""
+    epilogue = epilogue_block(sch)
+    if epilogue is None:
+        return
+    sch.set_scope(block, 0, "shared")
+    sch.reverse_compute_at(epilogue, bx, preserve_unit_loops=True)
+    outputs = sch.fuse(*sch.get_loops(epilogue)[1:])
+    _, t = sch.split(outputs, [None, lanes])
+    sch.bind(t, "threadIdx.x")
 
 
 @dataclass(frozen=True)
 class WarpRowConfig(StepConfig):
     also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
     layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
+    epilogues = True  # a GEMM form's epilogue and output type, on the block's sums (_row_epilogue)
     lanes: int = 32           # threads that share one row (a warp, or part of one)
     rows_per_warp: int = 1    # rows one warp reduces side by side (lanes × rows_per_warp ≤ 32)
     warps_per_block: int = 4
@@ -235,6 +253,7 @@ def multi_row_gemv(wl: Gemv, cfg: MultiRowGemvConfig = MultiRowGemvConfig()):
 class MultiWarpGemvConfig(StepConfig):
     also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
     layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
+    epilogues = True  # a GEMM form's epilogue and output type, on the block's sums (_row_epilogue)
     warps_per_row: int = 4    # lanes on one row = 32 × warps_per_row
     rows_per_block: int = 1
     vector: int = 4
@@ -366,6 +385,7 @@ class GemvDispatchConfig(StepConfig):
 
     also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
     layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
+    epilogues = True  # taken by every step it picks for a GEMM form with one (not split_k_gemv: see pick)
 
     # Rows of ≤ 256 bytes share a warp. 16384×16: 4 lanes × 8 rows 5.2 µs vs warp/row 7.0;
     # ×32: 8 lanes 5.8 vs 7.3; ×64: 8 lanes 6.5 vs 7.6; ×128 (512 B): warp/row 8.0 = 16 lanes 8.1;
@@ -396,6 +416,7 @@ class GemvDispatchConfig(StepConfig):
 
     def pick(self, wl: Gemv):
         """(builder, configuration) of the GEMV step this shape goes to (the thresholds above)."""
+        epilogue = getattr(wl, "has_epilogue", False)  # split_k_gemv's partial sums take none: several warps a row
         wl = gemv_shape(wl)
         item = itemsize(wl.dtype)
         vector = aligned_vector(wl.N, widest_vector(wl))
@@ -423,7 +444,7 @@ class GemvDispatchConfig(StepConfig):
                 return multi_warp_gemv, MultiWarpGemvConfig(warps_per_row=warps, rows_per_block=1, vector=vector,
                                                             unroll=max(1, min(unroll_max, ceil_div(lanes_needed,
                                                                                                    32 * warps))))
-        if row_bytes >= self.multi_warp_min_row_bytes and wl.M < self.split_k_max_rows:
+        if row_bytes >= self.multi_warp_min_row_bytes and wl.M < self.split_k_max_rows and not epilogue:
             return split_k_gemv, SplitKGemvConfig(vector=vector, resident_warps=self.resident_warps)
         if row_bytes >= self.multi_warp_min_row_bytes:
             warps = 8 if row_bytes >= self.multi_warp_wide_row_bytes else 4

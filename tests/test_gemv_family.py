@@ -10,7 +10,8 @@ import pytest
 
 from reports.engine.build import build, cuda_available, cuda_target
 from schedules import Gemv, GemvT, dispatch, get, parse_workload
-from schedules.gemv import GEMV_FAMILY, GemvDispatchConfig, aligned_vector
+from schedules.gemv import GEMV_FAMILY, GemvDispatchConfig, aligned_vector, split_k_gemv
+from tests.helpers import build_spec, rounded_output_bound, run_on_gpu
 
 TARGET = cuda_target("sm_90")
 GEMV_SCHEDULES = GEMV_FAMILY
@@ -258,6 +259,51 @@ def test_fp16_inputs_fp32_sum_match_float64_of_the_same_halves(form, shape):
     wl = (Gemv if form == "gemv" else GemvT)(*shape, dtype="float16")
     name = "gemv_dispatch" if form == "gemv" else "column_gemv_t"
     assert _run_on_gpu(name, wl) < 1e-6
+
+
+# A GEMM form with an epilogue or a 16-bit output (a decode step's one token): each step gemv_dispatch picks
+EPILOGUE_FORMS = ["gemm:1x4096x4096:bfloat16:nt:out=bfloat16:bias:gelu_tanh",  # rows of 8 KiB: several warps a row
+                  "gemm:1x2560x2560:float16:nt:out=float16:bias:residual",     # 5 KiB rows, R read beside the sum
+                  "gemm:1x3000x1000:bfloat16:nt:out=bfloat16",                 # 2 KiB rows: one warp a row
+                  "gemm:1x3001x24:float32:nt:out=float16:alpha=0.5:relu",      # 96 B rows: several rows a warp
+                  "gemm:1x36x3149:float32:nt:bias:silu"]                       # few long rows: not split-K
+
+
+@pytest.mark.parametrize("workload", EPILOGUE_FORMS)
+def test_a_gemm_forms_epilogue_is_computed_on_the_blocks_sums(workload):
+    """The row-form GEMV steps take a GEMM form's epilogue and output type: each row's sum stays in
+    shared memory (C never reaches global memory) and the block's first threads write D once, reading
+    the bias and R there. gemv_dispatch never sends such a form to split_k_gemv, whose partial sums a
+    second kernel adds (it takes no epilogue): 1x36x3149 plain goes there, with a bias to several warps
+    a row. Built with nvcc for sm_90, no spills."""
+    wl = parse_workload(workload)
+    assert get("gemv_dispatch").epilogues and not get("split_k_gemv").epilogues
+    builder, _ = GemvDispatchConfig().pick(wl)
+    assert builder is not split_k_gemv
+    built = build_spec(get("gemv_dispatch"), workload)
+    cu = _kernel_bodies(built.device.cuda)
+    assert "C_shared" in cu and "__syncthreads" in cu, cu[:400]
+    assert ("bias_ptr[" in cu) == (":bias" in workload) and ("R_ptr[" in cu) == ("residual" in workload)
+    assert all(k.spills == 0 for k in built.device.kernels), built.device.ptxas_log
+    if wl.out_dtype != "float32":
+        assert {"bfloat16": "nv_bfloat16* __restrict__ D_ptr", "float16": "half* __restrict__ D_ptr"}[wl.out_dtype] in built.device.cuda
+    assert GemvDispatchConfig().pick(parse_workload("gemm:1x36x3149:float32:nt"))[0] is split_k_gemv
+
+
+def test_a_one_token_layer_stays_with_the_gemv_family_with_or_without_an_epilogue():
+    """One row of activations against a weight stored N×K: the dispatcher offers the GEMV steps, whatever
+    the epilogue and output type, and not decode_gemm (its tensor-core tiles are 1/8 used at one token)."""
+    for workload in ("gemm:1x4096x4096:bfloat16:nt:out=bfloat16", "gemm:1x4096x4096:bfloat16:nt:out=bfloat16:bias:gelu_tanh"):
+        wl = parse_workload(workload)
+        families = {c.family for c in dispatch.candidates(wl, "bf16")}
+        assert "gemv" in families and "decode" not in families, families
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload", EPILOGUE_FORMS)
+def test_a_gemm_forms_epilogue_matches_float64(harness, workload):
+    assert run_on_gpu(harness, get("gemv_dispatch"), workload) <= rounded_output_bound(workload)
 
 
 @pytest.mark.parametrize("workload, kernels", [("gemm:36x1x3149", 2), ("gemm:36x1x1000", 1), ("gemm:100x1x3149", 1)])
