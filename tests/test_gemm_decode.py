@@ -128,8 +128,7 @@ def test_the_plan_fills_the_gpu_in_one_wave_within_shared_memory(workload):
 
 @pytest.mark.parametrize("workload", ["gemm:8x6144x4096:bfloat16:nt", "gemm:16x6144x4096:float16:nt",
                                       "gemm:8x4096x14336:bfloat16:nt",
-                                      "gemm:16x4096x4096:bfloat16:nt:out=bfloat16:bias:gelu_tanh",
-                                      "gemm:1x6144x4096:bfloat16:nt:out=bfloat16"])  # GEMV takes no epilogue
+                                      "gemm:16x4096x4096:bfloat16:nt:out=bfloat16:bias:gelu_tanh"])
 def test_best_fp16_chooses_it_for_decode_shapes(workload):
     wl = parse_workload(workload)
     choice = get("best_fp16_gemm").config().choose(wl)
@@ -138,7 +137,8 @@ def test_best_fp16_chooses_it_for_decode_shapes(workload):
 
 
 @pytest.mark.parametrize("workload", ["gemm:4096x4096x4096:float16:nt", "gemm:512x6144x4096:bfloat16:nt",
-                                      "gemm:16x6144x4096:bfloat16:nn", "gemm:1x4096x4096:float16"])
+                                      "gemm:16x6144x4096:bfloat16:nn", "gemm:1x4096x4096:float16",
+                                      "gemm:1x6144x4096:bfloat16:nt:out=bfloat16"])  # one token: the GEMV steps
 def test_best_fp16_does_not_choose_it_elsewhere(workload):
     wl = parse_workload(workload)
     assert all(e.step != "decode_gemm" for e in dispatch.rank(wl, "bf16" if wl.dtype == "bfloat16" else "fp16"))
