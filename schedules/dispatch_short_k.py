@@ -65,24 +65,26 @@ SHORT_K_EFFICIENCY = 0.6
 SHORT_K_CONVERT_FLOPS = 4
 
 
-def short_k_register_key(cfg: ShortKConfig, item: int) -> str:
-    """The calibration's key for a short_k_gemm tile's registers (``regs``): its thread tile and
-    whether its inputs are 16-bit (widened beside the fp32 fragments, which ptxas allocates
-    differently)."""
-    return f"short_k t{cfg.thread_m}x{cfg.thread_n}" + (" 16-bit" if item == 2 else "")
+def short_k_register_key(cfg: ShortKConfig, item: int, k: int) -> str:
+    """The calibration's key for a short_k_gemm tile's registers (``regs``): its thread tile, whether
+    its inputs are 16-bit (widened beside the fp32 fragments, which ptxas allocates differently), and
+    whether K is more than two K steps: the whole K is unrolled, and past two steps nvcc hoists the
+    next steps' loads ahead of their FMAs (the H200 sweep's fp32 8 × 4 tile: 58-79 registers at K ≤ 8,
+    80-127 above; the drawn products' up to 152)."""
+    return (f"short_k t{cfg.thread_m}x{cfg.thread_n}" + (" 16-bit" if item == 2 else "")
+            + (" deep" if k > 2 * K_STEP else ""))
 
 
-def short_k_registers(cfg: ShortKConfig, cal: dict | None = None, item: int = 4) -> int:
+def short_k_registers(cfg: ShortKConfig, cal: dict | None = None, item: int = 4, k: int = 0) -> int:
     """Registers per thread of a short_k_gemm tile, which set how many blocks an SM holds: the
-    median of what ptxas reported for its thread tile and input width in the calibration sweep
-    (``regs``, :func:`short_k_register_key`, fitted as the SIMT tiles' are), or, for one the sweep
-    did not build, the accumulators twice over (a step's fragments of A and B and the widened
-    values beside them) and 16 for addresses, in steps of 8. The estimate was short for fp32 4 × 8
-    tiles: the unrolled K lets nvcc hoist B's loads, and ptxas reported 56-128 over the H200
-    sweep's eight shapes (median 92) and 121-198 on the drawn products with K ≥ 15 and rows of C
-    that are not whole vectors (3917x10903x57: 174, one block per SM where the estimate had three;
-    265 µs where the model said 198)."""
-    key = short_k_register_key(cfg, item)
+    median of what ptxas reported for its thread tile, input width and K (:func:`short_k_register_key`)
+    in the calibration sweep (``regs``, fitted as the SIMT tiles' are), or, for one the sweep did not
+    build, the accumulators twice over (a step's fragments of A and B and the widened values beside
+    them) and 16 for addresses, in steps of 8. The formula alone was short for K past two steps: fp32
+    4 × 8 tiles at 80 where ptxas reported 121-198 on drawn products with K ≥ 15 (3917x10903x57: 174,
+    one block per SM where the estimate had three; 265 µs where the model said 198), 8 × 4 tiles 152
+    at K = 28 (4939x516x28 ran in two waves where the model counted one: 16.4 µs against 9.6)."""
+    key = short_k_register_key(cfg, item, k)
     if cal is not None and key in cal.get("regs", {}):
         return cal["regs"][key]
     return ceil_div(2 * cfg.thread_m * cfg.thread_n + 16, 8) * 8
@@ -90,7 +92,7 @@ def short_k_registers(cfg: ShortKConfig, cal: dict | None = None, item: int = 4)
 
 def short_k_waves(wl, cfg: ShortKConfig, gpu: GpuSpec, batches: int = 1, cal: dict | None = None) -> int:
     """Waves of blocks: the grid over the SMs times the blocks one SM holds (threads, registers)."""
-    regs = short_k_registers(cfg, cal, itemsize(wl.dtype))
+    regs = short_k_registers(cfg, cal, itemsize(wl.dtype), wl.K)
     per_sm = max(1, blocks_per_sm(cfg.threads, regs, 0, gpu))
     blocks = ceil_div(wl.M, cfg.block_m) * ceil_div(wl.N, cfg.block_n) * batches
     return ceil_div(blocks, gpu.sms * per_sm)

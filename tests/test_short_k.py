@@ -170,12 +170,13 @@ def test_the_model_charges_its_walk_over_k_in_waves():
     assert dispatch.choose(wl, "fp32", gpu)[0] != "short_k_gemm"
 
 
-def test_the_occupancy_reads_the_sweeps_registers_per_tile_and_input_width():
-    """The blocks an SM holds come from what ptxas reported in the sweep (the median per thread
-    tile and input width, as the SIMT tiles'): an fp32 4 × 8 tile the formula put at 80 registers
-    (3 blocks of 256 threads per SM) ran at 121-198 on large drawn outputs, one or two blocks per
-    SM, and took 1.34x the model's time (3917x10903x57 on an H100). 16-bit inputs have their own
-    median; a tile the sweep never built keeps the formula."""
+def test_the_occupancy_reads_the_sweeps_registers_per_tile_input_width_and_k():
+    """The blocks an SM holds come from what ptxas reported in the sweep (the median per thread tile,
+    input width, and K up to two K steps or more: nvcc hoists the unrolled K's loads), as the SIMT
+    tiles': an fp32 4 × 8 tile the formula put at 80 registers (3 blocks of 256 threads per SM) ran
+    at 121-198 on large drawn outputs, one or two blocks per SM, and took 1.34x the model's time
+    (3917x10903x57 on an H100). 16-bit inputs have their own medians; a tile the sweep never built
+    keeps the formula."""
     import pandas as pd
 
     from reports.experiments.calibrate import _simt_registers
@@ -184,17 +185,19 @@ def test_the_occupancy_reads_the_sweeps_registers_per_tile_and_input_width():
     from schedules.gemm_short_k import ShortKConfig
 
     wide = {"block_m": 32, "block_n": 256, "thread_m": 4, "thread_n": 8}
-    rows = [{"family": "short_k", "name": "short_k_gemm", "params": wide, "dtype": dtype, "registers": r}
-            for dtype, regs in (("float32", (56, 80, 104, 122, 128)), ("float16", (64, 64, 79)))
+    rows = [{"family": "short_k", "name": "short_k_gemm", "params": wide, "dtype": dtype, "k": k, "registers": r}
+            for dtype, k, regs in (("float32", 32, (80, 104, 122, 128)), ("float32", 5, (56, 64)),
+                                   ("float16", 27, (64, 64, 79)))
             for r in regs]
     regs = _simt_registers(pd.DataFrame(rows))
-    assert regs == {"short_k t4x8": 104, "short_k t4x8 16-bit": 64}
+    assert regs == {"short_k t4x8 deep": 120, "short_k t4x8": 64, "short_k t4x8 16-bit deep": 64}
     cal = copy.deepcopy(dispatch.CALIBRATION)
     cal["regs"] = regs
     cfg, gpu = ShortKConfig(**wide), GpuSpec()
-    assert (short_k_registers(cfg, cal, 4), short_k_registers(cfg, cal, 2), short_k_registers(cfg)) == (104, 64, 80)
+    assert (short_k_registers(cfg, cal, 4, 57), short_k_registers(cfg, cal, 4, 8), short_k_registers(cfg, cal, 2, 57),
+            short_k_registers(cfg, cal, 2, 8), short_k_registers(cfg)) == (120, 64, 64, 80, 80)  # unswept: the formula
     wl, half = parse_workload("gemm:3917x10903x57"), parse_workload("gemm:3917x10903x57:float16")
-    # 123 x 43 = 5289 blocks: 2 per SM at 104 registers (21 waves of 264), 3 at 80 (14 of 396), 4 at 64
+    # 123 x 43 = 5289 blocks: 2 per SM at 120 registers (21 waves of 264), 3 at 80 (14 of 396), 4 at 64 (11 of 528)
     assert (short_k_waves(wl, cfg, gpu, cal=cal), short_k_waves(wl, cfg, gpu), short_k_waves(half, cfg, gpu, cal=cal)) \
         == (21, 14, 11)
     c = next(c for c in dispatch.short_k_candidates(wl) if c.key == "short_k 32x256 t4x8")
@@ -219,4 +222,3 @@ def test_16_bit_inputs_pay_their_widening_at_a_quarter_of_the_fma_rate():
         assert e.terms["convert_us"] == pytest.approx(SHORT_K_CONVERT_FLOPS * converts / (cal["fp32_sm_tflops"] * 1e6 * gpu.sms))
         assert dispatch.estimate(single, c, gpu, cal).terms["convert_us"] == 0.0
     assert dispatch.rank(half, "fp16", gpu)[0].step == "persistent_gemm"
-    assert dispatch.rank(single, "fp32", gpu)[0].step == "short_k_gemm"
