@@ -249,7 +249,9 @@ def measure_ceilings(copy_bytes=()) -> dict:
     device-to-device copy) and cuBLAS matrix-product throughput at 8192³ (fp32 with TF32 off, fp16).
     With ``copy_bytes``: also the time of a copy that moves each of those many bytes (half read, half
     written; ``copy_us``, keyed by the bytes as text), under the kernels' own timer (L2 emptied
-    before each run): what moving a small layer's bytes costs at best, launch included."""
+    before each run): what a copy of a small layer's bytes costs, launch included. Not a bound on a kernel
+    that reads them all: the copy reads half and its writes stay in L2 (an H100 read 33.6 MB in 14.9 µs at
+    best where the copy took 13.0: reports/results/NVIDIA_H100_80GB_HBM3/read_ceiling)."""
     h = M.CudaHarness(flush=None)
     torch = h.torch
     if torch is None:
