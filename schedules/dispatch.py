@@ -91,7 +91,7 @@ from .gemm_tma_tf32 import Tf32TmaConfig
 from .gemm_tma_ws import PersistentConfig
 from .gemm_wgmma import Tf32WgmmaConfig, WgmmaConfig
 from .gemm_wmma import TensorCoreConfig
-from .gemv import ColumnGemvConfig, GemvDispatchConfig, vector_form
+from .gemv import ColumnGemvConfig, GemvDispatchConfig, row_form, vector_form
 from .registry import get
 from .workloads import itemsize
 
@@ -451,7 +451,7 @@ def candidates(wl, precision: str, gpu: GpuSpec | None = None):
         return tf32_candidates(wl, limits, gpu.sms)
     # a matrix read along its rows (one token against a weight stored N×K): the GEMV steps, faster than every other family
     # on the 24 one-token layers timed (H100, 1.03-1.21x decode_gemm: reports/results/NVIDIA_H100_80GB_HBM3/gemv_epilogue)
-    return (gemv_candidates(wl) if (vector_form(wl) or ("",))[0] == "row" else []) or fp16_candidates(wl, limits, gpu.sms)
+    return (gemv_candidates(wl) if row_form(wl) else []) or fp16_candidates(wl, limits, gpu.sms)
 
 
 def fallback_note(wl, precision: str, gpu: GpuSpec | None = None) -> str | None:

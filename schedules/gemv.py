@@ -84,7 +84,7 @@ def gemv_shape(wl):
     return GemvT(wl.K, outputs, wl.dtype, wl.acc_dtype)
 
 
-def _row_form(wl) -> bool:
+def row_form(wl) -> bool:
     """A GEMM the row-wise GEMV steps take: one output column of a matrix read along its stored
     rows (C = A·b, or Cᵀ = B·a with B stored N×K)."""
     form = vector_form(wl)
@@ -167,7 +167,7 @@ def _row_epilogue(sch, block, bx, lanes: int):
 
 @dataclass(frozen=True)
 class WarpRowConfig(StepConfig):
-    also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
+    also_takes = staticmethod(row_form)  # a GEMM that is a matrix-vector product
     layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
     epilogues = True  # a GEMM form's epilogue and output type, on the block's sums (_row_epilogue)
     lanes: int = 32           # threads that share one row (a warp, or part of one)
@@ -251,7 +251,7 @@ def multi_row_gemv(wl: Gemv, cfg: MultiRowGemvConfig = MultiRowGemvConfig()):
 
 @dataclass(frozen=True)
 class MultiWarpGemvConfig(StepConfig):
-    also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
+    also_takes = staticmethod(row_form)  # a GEMM that is a matrix-vector product
     layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
     epilogues = True  # a GEMM form's epilogue and output type, on the block's sums (_row_epilogue)
     warps_per_row: int = 4    # lanes on one row = 32 × warps_per_row
@@ -290,7 +290,7 @@ def multi_warp_gemv(wl: Gemv, cfg: MultiWarpGemvConfig = MultiWarpGemvConfig()):
 
 @dataclass(frozen=True)
 class SplitKGemvConfig(StepConfig):
-    also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
+    also_takes = staticmethod(row_form)  # a GEMM that is a matrix-vector product
     layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
     splits: int | None = None     # chunks each row is cut into (blockIdx.y); None: enough for resident_warps
     warps_per_chunk: int = 8      # lanes on one chunk = 32 × warps_per_chunk (two-stage reduction)
@@ -383,7 +383,7 @@ class GemvDispatchConfig(StepConfig):
     ~2 % (large ones) the differences are noise.
     """
 
-    also_takes = staticmethod(_row_form)  # a GEMM that is a matrix-vector product
+    also_takes = staticmethod(row_form)  # a GEMM that is a matrix-vector product
     layouts = LAYOUTS  # a GEMM form in any layout: its matrix is read as stored (vector_form)
     epilogues = True  # taken by every step it picks for a GEMM form with one (not split_k_gemv: see pick)
 

@@ -215,11 +215,11 @@ def test_simt_registers_come_from_the_sweep_or_an_estimate():
     from the tile (a one-column tile had been taken for 128, a quarter of its blocks per SM)."""
     import pandas as pd
 
-    from reports.experiments.calibrate import _simt_registers
+    from reports.experiments.calibrate import _sweep_registers
 
     rows = [{"family": "simt", "name": "skinny_gemm", "params": {"thread_m": 8, "thread_n": 1}, "registers": r}
             for r in (40, 45, 206)]
-    assert _simt_registers(pd.DataFrame(rows)) == {"t8x1": 48}
+    assert _sweep_registers(pd.DataFrame(rows)) == {"t8x1": 48}
     cal = copy.deepcopy(dispatch.CALIBRATION)
     cal["regs"] = {}
     cfg = get("skinny_gemm").config(thread_m=8, thread_n=1, block_m=32, block_n=128, warps_m=4, warps_n=4)

@@ -179,7 +179,7 @@ def test_the_occupancy_reads_the_sweeps_registers_per_tile_input_width_and_k():
     keeps the formula."""
     import pandas as pd
 
-    from reports.experiments.calibrate import _simt_registers
+    from reports.experiments.calibrate import _sweep_registers
     from schedules.common import GpuSpec
     from schedules.dispatch_short_k import short_k_registers, short_k_waves
     from schedules.gemm_short_k import ShortKConfig
@@ -189,7 +189,7 @@ def test_the_occupancy_reads_the_sweeps_registers_per_tile_input_width_and_k():
             for dtype, k, regs in (("float32", 32, (80, 104, 122, 128)), ("float32", 5, (56, 64)),
                                    ("float16", 27, (64, 64, 79)))
             for r in regs]
-    regs = _simt_registers(pd.DataFrame(rows))
+    regs = _sweep_registers(pd.DataFrame(rows))
     assert regs == {"short_k t4x8 deep": 120, "short_k t4x8": 64, "short_k t4x8 16-bit deep": 64}
     cal = copy.deepcopy(dispatch.CALIBRATION)
     cal["regs"] = regs

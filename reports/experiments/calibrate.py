@@ -308,7 +308,7 @@ def _solve_unknown(wl, cand, t, gpu, cal, set_x):
     return x, terms
 
 
-def _simt_registers(df: pd.DataFrame) -> dict:
+def _sweep_registers(df: pd.DataFrame) -> dict:
     """Registers per thread of each SIMT thread tile and K tile (``dispatch.simt_register_key``)
     and of each short_k_gemm thread tile, input width and K (``short_k_register_key``): the median of
     what ptxas reported for its kernels in the sweep, in steps of 8 (the occupancy terms read them)."""
@@ -504,7 +504,7 @@ def _fit_all(pts, df, gpu, what: str, on: dict) -> tuple[dict, dict]:
     """(calibration, report): every constant but FP8's, fitted to the points of the other precisions."""
     cal = copy.deepcopy(CALIBRATION)
     before = _errors(pts, cal, gpu)
-    cal["regs"].update(_simt_registers(df))
+    cal["regs"].update(_sweep_registers(df))
     shortest = min(t for _, _, _, t in pts)
     launches = {round(float(x), 2) for x in np.linspace(0.25, 1.0, 7) * shortest}
     launches |= {x for x in (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0) if x <= shortest}

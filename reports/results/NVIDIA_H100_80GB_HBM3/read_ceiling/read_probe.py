@@ -1,6 +1,6 @@
-"""Device probe: the fastest read of N bytes under the lab's timer (L2 emptied by reading 256 MiB, CUDA events,
+"""Probe: the fastest read of N bytes under the lab's timer (L2 emptied by reading 256 MiB, CUDA events,
 median): Triton read-and-sum kernels over a grid of configurations, an empty kernel, torch's copy and sum of the
-same bytes. Usage: python3 .tvm/read_probe.py OUT_DIR"""
+same bytes. Usage: python3 read_probe.py OUT_DIR"""
 import json, os, sys, time, itertools
 import torch, triton, triton.language as tl
 from reports.engine import measure as M
