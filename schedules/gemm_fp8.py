@@ -48,7 +48,8 @@ from .fp8_pingpong import check_pingpong, make_pingpong_promotion, pass_turn, wa
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
                          pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done)
-from .tma_fp16 import Geometry, TmaConfig, make_loader, make_staged_rows, staged_bytes
+from .staged_store import make_staged_rows, staged_bytes
+from .tma_fp16 import Geometry, TmaConfig, make_loader
 from .workloads import FP8_DTYPES, SCALE_BLOCK, Epilogue, Gemm, activation_expr
 
 FP8_PTX = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
@@ -250,7 +251,7 @@ def make_fp8_epilogue(g: Fp8Geometry, wl: Gemm):
 
 def make_fp8_staged_epilogue(g: Fp8Geometry, wl: Gemm):
     """:func:`make_fp8_epilogue` through shared memory (``staged_store``: the FP8 steps' default), as
-    the 16-bit kernels' (:func:`schedules.tma_fp16.make_staged_rows`): each consumer warp's raw
+    the 16-bit kernels' (:func:`schedules.staged_store.make_staged_rows`): each consumer warp's raw
     accumulators through its own area, the scales and the epilogue applied to the values read back
     along the rows (the bias and R read along a row), D stored by rows: with N even two rows of 64
     (16-bit output) or 128 bytes (fp32) per store, whole sectors. On an H100 it took 4096³ from 116.8

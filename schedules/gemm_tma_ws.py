@@ -66,9 +66,9 @@ from .registry import register
 from .tma_common import (WARPGROUP, StreamUnits, WorkUnits, grouped_tile, pad_copy_kernel, release_slot, ring_barriers,
                          ring_producer, ring_unit_done, split_sum_kernel, stream_fixup_kernel, stream_producer,
                          stream_store_piece, stream_unit_done)
+from .staged_store import make_staged_epilogue, make_staged_fused_epilogue, staged_bytes
 from .tma_fp16 import (Geometry, TmaConfig, encode_maps, make_epilogue, make_fused_epilogue, make_group_store,
-                       make_loader, make_mma, make_staged_epilogue, make_staged_fused_epilogue, simple_kernel,
-                       staged_bytes)
+                       make_loader, make_mma, simple_kernel)
 from .wgmma_epilogue import kernel_entry, make_residual_prefetch, split_sum_epilogue
 from .workloads import Gemm
 
