@@ -69,6 +69,7 @@ from .tma_common import (WARPGROUP, StreamUnits, WorkUnits, grouped_tile, pad_co
 from .staged_store import make_staged_epilogue, make_staged_fused_epilogue, staged_bytes
 from .tma_fp16 import (Geometry, TmaConfig, encode_maps, make_epilogue, make_fused_epilogue, make_group_store,
                        make_loader, make_mma, simple_kernel)
+from .tma_store import drain_stores, encode_store_map, make_tma_store, tma_store_bytes
 from .wgmma_epilogue import kernel_entry, make_residual_prefetch, split_sum_epilogue
 from .workloads import Gemm
 
@@ -92,6 +93,8 @@ def ws_kernel(wl: Gemm, cfg):
     epilogue = make_epilogue(g)
     STAGED = cfg.staged_store  # C through the consumer warps' staging areas (after the ring)
     staged = make_staged_epilogue(g) if STAGED else None
+    TMA_STORE = getattr(cfg, "tma_store", False)  # D by the TMA unit from per-warp boxes (schedules/tma_store.py)
+    tma_store = make_tma_store(g, wl) if TMA_STORE else None
     load = make_loader(g, CL)
     mma = make_mma(g)
     ROW0 = cfg.wg_rows  # rows of consumer warpgroup w start at w * ROW0
@@ -141,11 +144,13 @@ def ws_kernel(wl: Gemm, cfg):
 
         fixup, _ = stream_fixup_kernel(units, CL, CONSUMER_THREADS, g.ACC, make_group_store(g, wl))
     @T.macro
-    def store_tile(C, bias, R, acc, vals, pair, stage, tile_m, tile_n, w, lane, part):
+    def store_tile(C, bias, R, acc, vals, pair, stage, tile_m, tile_n, w, lane, part, D_map, i):
         """A whole tile's outputs from consumer warpgroup ``w``'s accumulators: the epilogue and C
-        stored once in its type (fused, staged or from the fragments; product ``part`` of a bmm, else 0,
-        which each store reads only in a bmm)."""
-        if FUSED and STAGED:
+        stored once in its type (by TMA from the boxes at ``stage``, the block's ``i``-th tile; fused, staged
+        or from the fragments; product ``part`` of a bmm, else 0, which each store reads only in a bmm)."""
+        if TMA_STORE:
+            tma_store(D_map, bias, R, acc, stage, tile_m, tile_n, w * ROW0, w, lane, i)
+        elif FUSED and STAGED:
             staged_fused(C, bias, R, None, None, None, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w, lane, part)
         elif FUSED:
             fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, part)
@@ -180,6 +185,11 @@ def ws_kernel(wl: Gemm, cfg):
                                         A_map, B_map, AP, BP))
         T.evaluate(a_enc)
         T.evaluate(b_enc)
+        if TMA_STORE:
+            D_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+            T.evaluate(encode_store_map(D_map, C.data, wl))
+        else:
+            D_map = T.meta_var(None)
         if PARTIALS:
             # the partial products: a global buffer of the host part, i.e. TVMBackendAllocWorkspace
             # (the device's workspace pool) on every call, freed after the second kernel
@@ -196,7 +206,8 @@ def ws_kernel(wl: Gemm, cfg):
             # budgets assume the full share (ptxas otherwise starts a light kernel with fewer, and the
             # consumers' setmaxnreg.inc then waits for registers the producer never frees)
             T.attr(0, "tirx.max_registers", cfg.launch_regs)
-            smem = T.alloc_buffer((g.RING_BYTES + 1024 + staged_bytes(cfg),), "uint8", scope="shared.dyn")
+            smem = T.alloc_buffer((g.RING_BYTES + 1024 + staged_bytes(cfg) + tma_store_bytes(cfg),), "uint8",
+                                  scope="shared.dyn")
             bars = T.alloc_buffer((2 * S,), "uint64", scope="shared", align=8)  # full[0:S], empty[S:2S]
             acc = T.alloc_buffer((g.ACC,), "float32", scope="local")
             ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
@@ -206,8 +217,12 @@ def ws_kernel(wl: Gemm, cfg):
                 stage: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES)
                 if FUSED:
                     pair = T.alloc_buffer((2,), wl.out_dtype, scope="local")  # two outputs, stored together
+            if TMA_STORE:  # the consumer warps' boxes, after the ring
+                stage: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES)
             if not STAGED:  # nothing staged: store_tile's arguments for the staged store are unused
-                vals, stage = T.meta_var((None, None))
+                vals = T.meta_var(None)
+                if not TMA_STORE:
+                    stage = T.meta_var(None)
             if not (STAGED and FUSED):
                 pair = T.meta_var(None)
             wg = T.meta_var(tid // WARPGROUP)
@@ -306,10 +321,12 @@ def ws_kernel(wl: Gemm, cfg):
                         epilogue(P, acc, tile_m, tile_n, w * ROW0, lane, part)
                     elif CSUM:  # slice 0 stores the tile as the unsplit kernel does
                         if part == 0:
-                            store_tile(C, bias, R, acc, vals, pair, stage, tile_m, tile_n, w, lane, 0)
+                            store_tile(C, bias, R, acc, vals, pair, stage, tile_m, tile_n, w, lane, 0, D_map, i)
                     else:
                         store_tile(C, bias, R, acc, vals, pair, stage, tile_m, tile_n, w, lane,
-                                   part if BATCH > 0 else 0)
+                                   part if BATCH > 0 else 0, D_map, i)
+                if TMA_STORE:
+                    drain_stores(lane)
             if CL > 1:
                 # no block leaves while a peer may still multicast into it or arrive on its barriers
                 T.cuda.cluster_sync()
@@ -358,6 +375,10 @@ def warp_specialized_gemm(wl: Gemm, cfg: WarpSpecializedConfig = WarpSpecialized
 
 @dataclass(frozen=True)
 class PersistentConfig(TmaConfig):
+    """gemm 22's configuration: TmaConfig's, and ``tma_store``: D written by the TMA unit from a box of
+    shared memory per consumer warp (schedules/tma_store.py) instead of by the warps' own stores."""
+
+    tma_store: bool = False  # D through per-warp boxes and TMA stores (N·itemsize a multiple of 16 bytes)
     step_name = "persistent_gemm"
 
 

@@ -16,6 +16,7 @@ from .common import ceil_div
 from .errors import ScheduleParamError
 from .staged_store import staged_bytes
 from .step_config import StepConfig
+from .tma_store import tma_store_bytes, tma_store_refusal
 from .tma_common import (DESC_SWIZZLE_128B, ITEMSIZE, PTX_TYPE, ROW_BYTES, WARPGROUP, b_box_rows, check_split_k,
                          check_stream_k, encode_map, fence_acc, grouped_tile, slice_of, sms_of, split_k_tiles,
                          split_slices, split_workspace_bytes, stream_k_grid, stream_pieces, tma_launch, tma_load,
@@ -115,7 +116,7 @@ class TmaConfig(StepConfig):
         # the ring + 1 KiB to align it to 1024 bytes (the 128-byte swizzle pattern repeats every
         # 1024 bytes, TMA writes and wgmma reads it from there); barriers are static shared memory
         # (with staged_store, each consumer warp's staging area after the ring)
-        return self.stages * self.stage_bytes(itemsize) + 1024 + staged_bytes(self)
+        return self.stages * self.stage_bytes(itemsize) + 1024 + staged_bytes(self) + tma_store_bytes(self)
 
     def tiles(self, M: int, N: int) -> tuple[int, int]:
         return ceil_div(M, self.block_m), ceil_div(N, self.block_n)
@@ -191,6 +192,11 @@ class TmaConfig(StepConfig):
         if self.block_n % step or not 64 <= self.block_n <= 256:
             narrow = " (with B stored N×K, layouts nt and tt: a multiple of 16 from 64 to 256)" if self.narrow_panels else ""
             raise ScheduleParamError(f"{name}: block_n must be 64, 128, 192 or 256{narrow}, got {self.block_n}")
+        if getattr(self, "tma_store", False):
+            refusal = tma_store_refusal(self, wl) or (None if self.warp_specialized else "tma_store is for the "
+                                                      "warp-specialized kernel (warp_specialized=true)")
+            if refusal:
+                raise ScheduleParamError(f"{name}: {refusal}")
         if self.staged_store and self.block_n % 32:
             raise ScheduleParamError(f"{name}: staged_store stages C 32 columns at a time: block_n must be a multiple "
                                      f"of 32, got {self.block_n}")
