@@ -71,14 +71,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 from .calibration import CALIBRATION, tile_efficiency
 from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
 from .dispatch_fitted import fitted_tiles
 from .dispatch_short_k import narrow_copy_share, short_k_configs, short_k_us
 from .dispatch_store import batches as _batches, epilogue_bytes as _epilogue_bytes, output_bytes as _out_bytes
-from .dispatch_store import simt_staged_body, simt_staged_twins
+from .dispatch_store import simt_staged_body, simt_staged_twins, with_store
 from .dispatch_store import store_bytes as _store_bytes, store_factor as _store_factor
 from .dispatch_stream_k import stream_k_offered, stream_k_us
 from .dispatch_thin import thin_configs, thin_us
@@ -377,9 +377,10 @@ def fp16_candidates(wl, limits=None, sms: int | None = None):
     # batch or on padded copies of misaligned rows, which keep the 128-row tiles measured there
     few = wl.M <= FEW_ROWS and not getattr(wl, "batched", False) and not pad
 
-    def persistent(bm, bn, st, **knobs):  # a persistent TMA tile, C staged where that pays (_staged)
-        return _staged(wl, Candidate("persistent_gemm", PersistentConfig(
-            block_m=bm, block_n=bn, stages=st, pad_operands=pad, **knobs), "tma", f"tma {bm}x{bn}"), limits)
+    def persistent(bm, bn, st, **knobs):  # a persistent TMA tile, C staged or stored by TMA where that pays
+        return with_store(wl, Candidate("persistent_gemm", PersistentConfig(
+            block_m=bm, block_n=bn, stages=st, pad_operands=pad, **knobs), "tma", f"tma {bm}x{bn}"),
+            lambda c: _valid(c.step, wl, c.config, limits))
 
     for bm, bn, st in TMA_ONE_CONSUMER_TILES if few else TMA_TILES:
         out += [persistent(bm, bn, st, split_k=s, consumers=1 if few else 2) for s in _splits(wl.K, 64, 32)]
@@ -399,17 +400,6 @@ def fp16_candidates(wl, limits=None, sms: int | None = None):
     skinny = simt_candidates(wl, general=False, limits=limits) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
     return (out + skinny + short_k_candidates(wl, limits) + gemv_candidates(wl) + decode_candidates(wl, limits)
             + thin_candidates(wl, limits))
-
-
-def _staged(wl, cand: Candidate, limits=None) -> Candidate:
-    """``cand`` with ``staged_store`` (tiles 128 or more wide, no split-K) where the fragments' own
-    stores waste sectors: a 16-bit output or an epilogue, a float32 C with N % 4 ≠ 0; an aligned
-    float32 C with a short K measured 27% slower, 128 × 64 tiles 8-15% (docs/dispatcher.md#staged-stores)."""
-    cfg = cand.config
-    if cfg.split_k > 1 or cfg.block_n < 128 or not (getattr(wl, "has_epilogue", False) or wl.N % 4):
-        return cand
-    staged = Candidate(cand.step, replace(cfg, staged_store=True), cand.family, cand.key)
-    return staged if _valid(staged.step, wl, staged.config, limits) else cand
 
 
 def tf32_candidates(wl, limits=None, sms: int | None = None):
@@ -728,6 +718,8 @@ def describe(cand: Candidate) -> str:
         extra += ", padded copies of A/B"
     if getattr(cfg, "staged_store", False):
         extra += ", C staged"
+    if getattr(cfg, "tma_store", False):
+        extra += ", C by TMA"
     if cand.family == "cp":
         extra += f", stages {cfg.stages}"
     if cand.family == "simt" and cfg.block_k != 8:

@@ -90,3 +90,30 @@ def simt_staged_twins(wl, cands: list) -> list:
 def simt_staged_body(cfg, key: str) -> float:
     """The share of its unstaged rate a SIMT tile's body keeps under ``staged_store`` (1 without it)."""
     return SIMT_STAGED_BODY.get(key, SIMT_STAGED_OTHER) if getattr(cfg, "staged_store", False) else 1.0
+
+
+def with_store(wl, cand, valid):
+    """``cand`` (a persistent TMA tile) with the store that suits its output, where ``valid(candidate)``
+    (it builds: its ring and the store's shared memory fit) holds, else as it is:
+
+    - ``staged_store`` (tiles 128 or more wide, no split-K) where the fragments' own stores waste sectors: a
+      16-bit output or an epilogue, a float32 C with N % 4 ≠ 0; on an aligned float32 C with a short K the staged
+      store measured 27% slower, 128 × 64 tiles 8-15% (docs/dispatcher.md#staged-stores);
+    - ``tma_store`` (schedules/tma_store.py) for a float32 C whose rows are whole 16 bytes, without an epilogue,
+      split-K, stream-K or a batch: the fragments' stores drained at 1.9-2.2 TB/s where a short K makes them the
+      whole cost, the TMA unit's at 2.4-2.6 (H100, fp16 inputs: 2768x5208x64 29.7 -> 23.9 µs, 2648x13520x32
+      68.8 -> 57.0, 4096x8192x16 61.8 -> 52.2; 4096³ 197 -> 193; docs/dispatcher.md#tma-stores). The model's
+      store rate was fitted where those stores drained well: its estimates (24.7, 55.4, 53.0, 194 µs) were
+      the TMA store's times, not the fragments'."""
+    cfg = cand.config
+    if cfg.split_k > 1:
+        return cand
+    if not (getattr(wl, "has_epilogue", False) or wl.N % 4):
+        if cfg.stream_k or getattr(wl, "batched", False):
+            return cand
+        new = replace(cand, config=replace(cfg, tma_store=True))
+    elif cfg.block_n >= 128:
+        new = replace(cand, config=replace(cfg, staged_store=True))
+    else:
+        return cand
+    return new if valid(new) else cand

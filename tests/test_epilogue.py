@@ -229,8 +229,11 @@ def test_a_large_bf16_layer_with_bias_and_gelu_goes_to_a_hopper_kernel():
     assert {"tma", "cp"} <= families and "wmma" not in families
     plain = dispatch.rank(parse_workload("gemm:4096x28672x4096:bfloat16:nt"), "bf16")
 
-    def unstaged(c):  # the same kernels; the epilogue's TMA tiles store D through shared memory (staged_store)
-        cfg = replace(c.config, staged_store=False) if getattr(c.config, "staged_store", False) else c.config
+    def unstaged(c):  # the same kernels, stored another way: the epilogue's TMA tiles through shared memory
+        # (staged_store), the plain product's float32 C by the TMA unit (tma_store)
+        cfg = c.config
+        for knob in ("staged_store", "tma_store"):
+            cfg = replace(cfg, **{knob: False}) if getattr(cfg, knob, False) else cfg
         return c.step, cfg, c.family, c.key
 
     assert {unstaged(e.candidate) for e in dispatch.rank(wl, "bf16")} == {unstaged(e.candidate) for e in plain}

@@ -1,12 +1,14 @@
 """persistent_gemm's TMA store (``tma_store``, schedules/tma_store.py): each consumer warp's box of shared
 memory written from its accumulators and handed to the TMA unit. CPU: the instructions and their order in the
-kernel, no pointer to D in it (only its tensor map), the shared memory counted, the refusals in one line; GPU:
-the products right on ragged shapes (the map clips rows and columns past D), 16-bit outputs with epilogues,
-padded operands, a persistent block's many tiles with an odd number of boxes each."""
+kernel, no pointer to D in it (only its tensor map), the shared memory counted, the refusals in one line, the
+dispatcher's choice of it; GPU: the products right on ragged shapes (the map clips rows and columns past D),
+16-bit outputs with epilogues, padded operands, a persistent block's many tiles with an odd number of boxes each."""
 
 import pytest
 
-from schedules import ScheduleParamError, get, parse_workload
+from schedules import ScheduleParamError, dispatch, get, parse_workload
+from schedules.dispatch import Candidate
+from schedules.dispatch_store import with_store
 from schedules.gemm_tma_ws import PersistentConfig
 from tests.helpers import cached_build, rounded_output_bound, run_on_gpu
 
@@ -62,6 +64,28 @@ def test_refused_where_it_cannot_store_the_tile_in_one_line(workload, params, wo
     with pytest.raises(ScheduleParamError, match=word) as e:
         get("persistent_gemm").validate(parse_workload(workload), PersistentConfig(tma_store=True, **params))
     assert "\n" not in str(e.value)
+
+
+def _store_of(workload: str, **knobs) -> str:
+    cand = Candidate("persistent_gemm", PersistentConfig(**knobs), "tma", "tma 128x256")
+    cfg = with_store(parse_workload(workload), cand, lambda c: True).config
+    return "tma" if cfg.tma_store else "staged" if cfg.staged_store else "fragments"
+
+
+def test_the_dispatcher_stores_an_aligned_float32_c_by_tma_and_the_rest_as_before():
+    assert _store_of(FP32_C) == "tma"
+    assert _store_of("gemm:1000x1002x512:float16") == "staged"  # rows not whole 16 bytes
+    assert _store_of("gemm:1000x1000x512:bfloat16:nt:out=bfloat16") == "staged"  # a 16-bit output
+    assert _store_of("gemm:1000x1000x512:float16:bias") == "staged"  # an epilogue
+    assert _store_of(FP32_C, split_k=2) == "fragments"
+    assert _store_of(FP32_C, stream_k=True) == "fragments"
+    assert _store_of("bmm:2x512x512x512:float16") == "fragments"
+    # where the boxes do not fit beside the ring, the candidate keeps the fragments' stores
+    cand = Candidate("persistent_gemm", PersistentConfig(block_n=192, stages=5), "tma", "tma 128x192")
+    wl = parse_workload(FP32_C)
+    kept = with_store(wl, cand, lambda c: dispatch._valid(c.step, wl, c.config))
+    assert not kept.config.tma_store and not kept.config.staged_store
+    assert "C by TMA" in dispatch.describe(dispatch.rank(parse_workload("gemm:4096x4096x4096:float16"), "fp16")[0].candidate)
 
 
 @pytest.mark.gpu
