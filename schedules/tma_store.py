@@ -16,6 +16,11 @@ Two boxes per warp (:data:`BOX_BUFFERS`), used in turn: a box is written while t
 TMA unit. The fragment's 8-byte writes (a row's two columns per lane) land 8 rows × 32 bytes apart in the
 dense box: shared memory serves them in 8 passes, a few hundred cycles per tile against microseconds of
 stores. D's row pitch must be a multiple of 16 bytes (a tensor map's), N a multiple of 4 (fp32) or 8 (16-bit).
+
+An epilogue's bias and R are read a box ahead of their use (the lane's 8 columns, and its 2 rows of R): the box's
+``st.shared`` are ``asm volatile`` with a memory clobber, so nvcc moves no load above them, and a load issued in
+the box that uses it waited for L2 once per box. Read ahead, a bf16 output with bias and GELU ran 0.97-1.03× the
+staged store's time (H200); the dispatcher keeps the staged store there (docs/dispatcher.md#tma-stores).
 """
 
 from __future__ import annotations
@@ -63,8 +68,8 @@ def make_tma_store(g, wl: Gemm):
     """A macro ``store(D_map, bias, R, acc, boxes, tile_m, tile_n, row0, w, lane, i)``: consumer warp
     ``lane // 32`` of warpgroup ``w`` (rows ``row0``.. of the tile) stores its accumulators of the
     block's ``i``-th tile through its boxes (shared address ``boxes``) and D's tensor map; the
-    epilogue (bias and R read at the outputs, clamped inside D) on the accumulators in the fragment
-    layout. ``g``: the kernel's schedules.tma_fp16.Geometry."""
+    epilogue on the accumulators in the fragment layout, its bias and R (clamped inside D) read a
+    box ahead. ``g``: the kernel's schedules.tma_fp16.Geometry."""
     M, N, NACC = g.M, g.N, g.NACC
     MT, CHUNKS = g.cfg.m_subtiles, g.BN // BOX_COLS
     OUT = wl.out_dtype
@@ -73,11 +78,13 @@ def make_tma_store(g, wl: Gemm):
     PER_TILE = MT * CHUNKS  # boxes a warp stores per tile
     FUSED, BIAS, RES = wl.has_epilogue, wl.bias, wl.residual
 
-    def value(bias, R, x, row, col):
-        if not FUSED:
-            return x
-        return epilogue_value(wl, x, bias[T.min(col, N - 1)] if BIAS else None,
-                              R[T.min(row, M - 1), T.min(col, N - 1)] if RES else None)
+    EARLY_B, EARLY_R = FUSED and BIAS, FUSED and RES  # the epilogue's operands, read a box ahead of their use
+
+    def row_of(tile_m, row0, lane, q, h):
+        return tile_m * g.BM + row0 + q // CHUNKS * 64 + lane // 32 * 16 + lane % 32 // 4 + h * 8
+
+    def col_of(tile_n, lane, q, jj):
+        return tile_n * g.BN + q % CHUNKS * BOX_COLS + jj * 8 + lane % 4 * 2
 
     def put(addr, a, b):  # two adjacent outputs of one row into the box
         if ITEM == 4:
@@ -85,30 +92,56 @@ def make_tma_store(g, wl: Gemm):
         return T.ptx.st.shared.v2.b16(addr, T.reinterpret("uint16", a), T.reinterpret("uint16", b))
 
     @T.macro
+    def fetch(bias, R, bv, rv, slot, q, tile_m, tile_n, row0, lane):
+        """Box ``q``'s bias (8 columns a lane) and R (its 2 rows of them) into ``slot`` of bv, rv."""
+        for jj in T.unroll(4):
+            for e in T.unroll(2):
+                if EARLY_B:
+                    bv[slot * 8 + jj * 2 + e] = bias[T.min(col_of(tile_n, lane, q, jj) + e, N - 1)]
+                if EARLY_R:
+                    for h in T.unroll(2):
+                        rv[slot * 16 + (jj * 2 + h) * 2 + e] = R[T.min(row_of(tile_m, row0, lane, q, h), M - 1),
+                                                                  T.min(col_of(tile_n, lane, q, jj) + e, N - 1)]
+
+    def value(bv, rv, x, slot, jj, h, e):
+        if not FUSED:
+            return x
+        return epilogue_value(wl, x, bv[slot * 8 + jj * 2 + e] if EARLY_B else None,
+                              rv[slot * 16 + (jj * 2 + h) * 2 + e] if EARLY_R else None)
+
+    @T.macro
     def store(D_map, bias, R, acc, boxes, tile_m, tile_n, row0, w, lane, i):
         area: T.let[T.uint32] = boxes + T.cast((w * 4 + lane // 32) * BOX_BUFFERS * BOX, "uint32")
-        for mt in T.unroll(MT):
-            for c in T.unroll(CHUNKS):
-                box: T.let[T.uint32] = area + T.cast((i * PER_TILE + mt * CHUNKS + c) % BOX_BUFFERS * BOX, "uint32")
-                if lane % 32 == 0:  # the TMA unit has read this box's last store (the other one may run on)
-                    T.ptx["cp.async.bulk.wait_group.read"](BOX_BUFFERS - 1)
-                T.cuda.warp_sync()
-                for jj in T.unroll(4):
-                    for h in T.unroll(2):
-                        r = T.meta_var(lane % 32 // 4 + h * 8)
-                        cc = T.meta_var(jj * 8 + lane % 4 * 2)
-                        row = T.meta_var(tile_m * g.BM + row0 + mt * 64 + lane // 32 * 16 + r)
-                        col = T.meta_var(tile_n * g.BN + c * BOX_COLS + cc)
-                        x = T.meta_var(mt * NACC + (c * 4 + jj) * 4 + h * 2)
-                        T.evaluate(put(box + T.cast((r * BOX_COLS + cc) * ITEM, "uint32"),
-                                       value(bias, R, acc[x], row, col), value(bias, R, acc[x + 1], row, col + 1)))
-                T.ptx["fence.proxy.async.shared::cta"]()  # the box's writes, visible to the TMA unit
-                T.cuda.warp_sync()
-                if lane % 32 == 0:
-                    T.ptx["cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"](
-                        T.address_of(D_map), tile_n * g.BN + c * BOX_COLS,
-                        tile_m * g.BM + row0 + mt * 64 + lane // 32 * 16, box)
-                    T.ptx["cp.async.bulk.commit_group"]()
+        if EARLY_B:
+            bv = T.alloc_buffer((16,), OUT, scope="local")
+        else:
+            bv = T.meta_var(None)
+        if EARLY_R:
+            rv = T.alloc_buffer((32,), OUT, scope="local")
+        else:
+            rv = T.meta_var(None)
+        if EARLY_B or EARLY_R:
+            fetch(bias, R, bv, rv, 0, 0, tile_m, tile_n, row0, lane)
+        for q in T.unroll(PER_TILE):  # box q: m64 subtile q // CHUNKS, columns 32·(q % CHUNKS)..
+            if EARLY_B or EARLY_R:
+                if q + 1 < PER_TILE:  # the next box's operands, in flight while this one is written
+                    fetch(bias, R, bv, rv, (q + 1) % 2, q + 1, tile_m, tile_n, row0, lane)
+            box: T.let[T.uint32] = area + T.cast((i * PER_TILE + q) % BOX_BUFFERS * BOX, "uint32")
+            if lane % 32 == 0:  # the TMA unit has read this box's last store (the other one may run on)
+                T.ptx["cp.async.bulk.wait_group.read"](BOX_BUFFERS - 1)
+            T.cuda.warp_sync()
+            for jj in T.unroll(4):
+                for h in T.unroll(2):
+                    x = T.meta_var(q // CHUNKS * NACC + (q % CHUNKS * 4 + jj) * 4 + h * 2)
+                    T.evaluate(put(box + T.cast(((lane % 32 // 4 + h * 8) * BOX_COLS + jj * 8 + lane % 4 * 2) * ITEM,
+                                                "uint32"),
+                                   value(bv, rv, acc[x], q % 2, jj, h, 0), value(bv, rv, acc[x + 1], q % 2, jj, h, 1)))
+            T.ptx["fence.proxy.async.shared::cta"]()  # the box's writes, visible to the TMA unit
+            T.cuda.warp_sync()
+            if lane % 32 == 0:
+                T.ptx["cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"](
+                    T.address_of(D_map), col_of(tile_n, 0, q, 0), row_of(tile_m, row0, lane - lane % 32, q, 0), box)
+                T.ptx["cp.async.bulk.commit_group"]()
 
     return store
 

@@ -4,6 +4,8 @@ kernel, no pointer to D in it (only its tensor map), the shared memory counted, 
 dispatcher's choice of it; GPU: the products right on ragged shapes (the map clips rows and columns past D),
 16-bit outputs with epilogues, padded operands, a persistent block's many tiles with an odd number of boxes each."""
 
+import re
+
 import pytest
 
 from schedules import ScheduleParamError, dispatch, get, parse_workload
@@ -43,8 +45,11 @@ def test_a_16_bit_output_and_its_epilogue_go_into_the_box_as_pairs():
                      tma_store=True, block_n=128, stages=6)
     assert all(k.spills == 0 for k in b.device.kernels)
     kernel = b.device.cuda[b.device.cuda.rindex("main_kernel("):]
-    assert "st_vec_shared_v2_b16(" in kernel and "tanhf(" in kernel and "bias_ptr[" in kernel
+    assert "st_vec_shared_v2_b16(" in kernel and "tanhf(" in kernel
     assert kernel.count(S2G) == 128 // 32
+    # the bias read once per box, its lane's 8 columns, a box ahead: box q+1's loads come before box q's writes
+    loads = [m.start() for m in re.finditer(r"bias_ptr\[", kernel)]
+    assert len(loads) == 4 * 8 and loads[8] < kernel.index("st_vec_shared_v2_b16(")
 
 
 def test_the_boxes_are_counted_in_shared_memory():
