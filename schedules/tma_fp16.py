@@ -41,8 +41,8 @@ class TmaConfig(StepConfig):
     split between blocks are finished by a fix-up kernel that adds the blocks' fp32 pieces and writes C once
     (:meth:`workspace_bytes`). ``staged_store`` (a float32 C without an epilogue, warp-specialized kernel): C
     leaves through a shared-memory area per consumer warp, a row segment of 128 bytes per store
-    (:func:`schedules.staged_store.make_staged_epilogue`). ``cluster_sum``: split-K's slices of a tile added in their cluster, with no
-    second kernel (:mod:`schedules.cluster_sum`)."""
+    (:func:`schedules.staged_store.make_staged_epilogue`). ``cluster_sum``: split-K's slices of a tile added in
+    their cluster, with no second kernel (:mod:`schedules.cluster_sum`)."""
 
     block_m: int = 128
     block_n: int = 256
@@ -115,7 +115,7 @@ class TmaConfig(StepConfig):
     def shared_bytes(self, itemsize: int = 2) -> int:
         # the ring + 1 KiB to align it to 1024 bytes (the 128-byte swizzle pattern repeats every
         # 1024 bytes, TMA writes and wgmma reads it from there); barriers are static shared memory
-        # (with staged_store, each consumer warp's staging area after the ring)
+        # (with staged_store, each consumer warp's staging area after the ring; with tma_store, its boxes)
         return self.stages * self.stage_bytes(itemsize) + 1024 + staged_bytes(self) + tma_store_bytes(self)
 
     def tiles(self, M: int, N: int) -> tuple[int, int]:

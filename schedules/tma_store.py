@@ -19,8 +19,8 @@ stores. D's row pitch must be a multiple of 16 bytes (a tensor map's), N a multi
 
 An epilogue's bias and R are read a box ahead of their use (the lane's 8 columns, and its 2 rows of R): the box's
 ``st.shared`` are ``asm volatile`` with a memory clobber, so nvcc moves no load above them, and a load issued in
-the box that uses it waited for L2 once per box. Read ahead, a bf16 output with bias and GELU ran 0.97-1.03× the
-staged store's time (H200); the dispatcher keeps the staged store there (docs/dispatcher.md#tma-stores).
+the box that uses it waited for L2 once per box. Read ahead, a bf16 output with bias and GELU ran at 0.97-1.03× the
+staged store's speed (H200); the dispatcher keeps the staged store there (docs/dispatcher.md#tma-stores).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from .workloads import Gemm, epilogue_value, itemsize
 
 BOX_ROWS, BOX_COLS = 16, 32  # one consumer warp's rows of an m64 subtile, by 32 columns
 BOX_BUFFERS = 2  # boxes per warp, used in turn
-MOST_BYTES = 4  # the widest output (fp32): the boxes reserved whatever D's type, so the ring's check is the type's
+MOST_BYTES = 4  # the boxes are reserved at fp32's size whatever D's type: shared_bytes() does not see the workload
 
 
 def tma_store_bytes(cfg) -> int:
