@@ -108,9 +108,7 @@ def with_store(wl, cand, valid):
     cfg = cand.config
     if cfg.split_k > 1:
         return cand
-    if not (getattr(wl, "has_epilogue", False) or wl.N % 4):
-        if cfg.stream_k or getattr(wl, "batched", False):
-            return cand
+    if not (getattr(wl, "has_epilogue", False) or wl.N % 4):  # stream-K, a batch: refused by valid (tma_store_refusal)
         new = replace(cand, config=replace(cfg, tma_store=True))
     elif cfg.block_n >= 128:
         new = replace(cand, config=replace(cfg, staged_store=True))

@@ -193,8 +193,7 @@ class TmaConfig(StepConfig):
             narrow = " (with B stored N×K, layouts nt and tt: a multiple of 16 from 64 to 256)" if self.narrow_panels else ""
             raise ScheduleParamError(f"{name}: block_n must be 64, 128, 192 or 256{narrow}, got {self.block_n}")
         if getattr(self, "tma_store", False):
-            refusal = tma_store_refusal(self, wl) or (None if self.warp_specialized else "tma_store is for the "
-                                                      "warp-specialized kernel (warp_specialized=true)")
+            refusal = tma_store_refusal(self, wl)
             if refusal:
                 raise ScheduleParamError(f"{name}: {refusal}")
         if self.staged_store and self.block_n % 32:

@@ -44,6 +44,8 @@ def tma_store_bytes(cfg) -> int:
 def tma_store_refusal(cfg, wl: Gemm) -> str | None:
     """Why ``tma_store`` cannot serve ``wl`` with ``cfg`` (None where it can)."""
     item = itemsize(wl.out_dtype)
+    if not cfg.warp_specialized:
+        return "tma_store is for the warp-specialized kernel (warp_specialized=true)"
     if cfg.staged_store:
         return "tma_store and staged_store are two ways to store the tile: take one"
     if cfg.split_k > 1 or cfg.stream_k or wl.batched:
