@@ -104,6 +104,11 @@ CLASSES = {
     "weights stored N×K (tile widths fitted to whole rounds)": (
         (2500, 3000, 4000, "nt"), (1500, 9000, 3000, "nt"), (3300, 2200, 6000, "nt"), (700, 12000, 2000, "nt"),
         (5000, 5000, 1500, "nt"), (1200, 2800, 8000, "nt"), (4000, 1800, 5000, "nt"), (900, 6000, 6000, "nt")),
+    # 33-64 tokens (thin_tc_gemm's and decode_gemm's widest token group, which no class above reaches) over a
+    # K of thousands, in both orientations (nn: a few rows read the weight B transposed; a few columns read X
+    # transposed), rows aligned to 16 bytes and not, grids from a fraction of the SMs to several waves
+    "thin over a long K (33-64 tokens)": ((40, 4000, 6000), (60, 1500, 12000), (36, 700, 3000), (50, 2001, 5000),
+                                          (8000, 40, 6000), (3000, 60, 12000), (10000, 36, 2000), (5000, 50, 7001)),
     "thin and wide (a few rows across thousands of columns: how far to split a skinny tile)": (
         (3, 12000, 1500), (12000, 3, 1500), (6, 5000, 600), (5000, 6, 600), (48, 8000, 400), (8000, 48, 400),
         (16, 16000, 2500)),
@@ -213,8 +218,9 @@ def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min
                     other = next((c for c in of_key if test(c)), None)
                     if other is not None and other not in chosen:
                         chosen.append(other)
-            # a short K: each of short_k_gemm's tiles too (its store efficiency is fitted on them)
-            chosen += [c for c in ranked if c.family == "short_k" and c not in chosen]
+            # a short K: each of short_k_gemm's tiles too (its store efficiency is fitted on them); a thin
+            # 16-bit product: thin_tc_gemm's candidates (its bandwidth shares are fitted on them)
+            chosen += [c for c in ranked if c.family in ("short_k", "thin") and c not in chosen]
             picked[(str(wl), prec)] = chosen
     counts: dict[str, int] = {}
     for chosen in picked.values():
