@@ -11,18 +11,23 @@ split-K's sum) with two terms for what this step changes:
   pieces do; 4-byte cp.async issues four copies per 16 bytes, an odd pitch's realigned copies
   included; 2 bytes (``odd_copy=2``) is two plain loads per shared word, which a warp waits for),
   and by ``thin_trans_factor`` where the weight is stored K × rows (its block step reads K rows of
-  a few hundred bytes each, not rows of K, and its fragments go through ``ldmatrix.trans``);
+  a few hundred bytes each, not rows of K, and its fragments go through ``ldmatrix.trans``), one
+  factor per token group (:func:`trans_factor`: the plan's warps and rows per warp change with it);
   X's L2 term likewise for X's width (X stored K × tokens, or an odd K: 2-byte loads);
 * **latency**: a block walks its K slice one block step after the other, each a round trip to
   memory that ``stages - 1`` steps in flight hide (cp.async), or none where a copy is a plain load;
   a block takes at least ``fill_us`` + (steps + in flight − 1) / in flight × ``k_step_us`` (the SIMT
-  tiles' latency floor, :func:`schedules.dispatch._waves_compute`). The products this step serves
-  are a few µs, where this term and the launches decide.
+  tiles' latency floor, :func:`schedules.dispatch._waves_compute`). A step whose loads are waited for
+  (:func:`waits_for_loads`) costs this kernel's own ``thin_wait_step_us`` instead, one for a weight
+  copied as stored and one for a weight realigned on the way (an odd pitch), fitted on the sweep's
+  thin products: X read transposed is loaded a word of two tokens at a time, so a step over 33-64
+  tokens waits for several loads per thread, and a realigned row for its funnel shifts. The
+  products this step serves are a few µs, where this term and the launches decide.
 
 Candidates: the plan's configuration, and the same without split-K where the plan splits (its sum is
 a second launch, which a product of a few µs feels). The constants are defaults until a calibration
-sweep fits them (``thin_copy_factor`` and ``thin_trans_factor`` in the calibration override the
-table and :data:`THIN_TRANS_FACTOR`).
+sweep fits them (``thin_copy_factor``, ``thin_trans_factor`` and ``thin_wait_step_us`` in the
+calibration override the table, :data:`THIN_TRANS_FACTOR` and ``k_step_us``).
 """
 
 from __future__ import annotations
@@ -44,6 +49,40 @@ THIN_SATURATING_WARPS = 8
 # decode_gemm's bandwidth share by token groups of 8 (dispatch.DECODE_EFFICIENCY, fitted on nt decode
 # shapes), for the same kernel
 THIN_EFFICIENCY = {1: 1.2, 2: 1.2, 4: 1.2, 8: 0.5}
+
+
+def token_group(token_tiles: int) -> int:
+    """The token group (1, 2, 4 or 8 tiles of 8 tokens) whose constants a plan of ``token_tiles`` takes."""
+    return min(k for k in THIN_EFFICIENCY if k >= token_tiles)
+
+
+def trans_factor(cal: dict, token_tiles: int) -> float:
+    """The bandwidth share of a weight stored K × rows, relative to a K-contiguous one, for this token
+    group: the calibration's ``thin_trans_factor`` (one value, or one per group: a group no sweep
+    measured takes the median of the others), else :data:`THIN_TRANS_FACTOR`."""
+    f = cal.get("thin_trans_factor", THIN_TRANS_FACTOR)
+    if not isinstance(f, dict):
+        return f
+    return f.get(str(token_group(token_tiles))) or sorted(f.values())[len(f) // 2]
+
+
+def copy_key(access) -> str:
+    """The weight's copies as ``thin_copy_factor`` names them: their width in bytes, or ``odd`` for a
+    weight whose odd pitch has its rows copied from the even element before them and realigned as they
+    are read (4-byte copies and a funnel shift per word; until a sweep fits it, the 4-byte factor)."""
+    return "odd" if access.w_odd else str(access.w_bytes)
+
+
+def waits_for_loads(access) -> bool:
+    """Whether a block step waits for its own loads: the weight copied 2 bytes at a time, or X read
+    transposed or at an odd K (plain loads, not cp.async copies a ring keeps in flight)."""
+    return min(access.w_bytes, 2 if access.x_trans else access.x_bytes) < 4
+
+
+def wait_step_us(cal: dict, access) -> float:
+    """A waited-for block step's time at a saturated SM: the calibration's ``thin_wait_step_us`` for a
+    weight realigned on the way (``odd``) or not (``even``), else ``k_step_us``."""
+    return cal.get("thin_wait_step_us", {}).get("odd" if access.w_odd else "even", cal.get("k_step_us", 0.0))
 
 
 def thin_configs(wl, valid, decode_taken: bool) -> list[tuple[ThinConfig, str]]:
@@ -71,12 +110,12 @@ def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) 
     p = cand.config.plan(wl, gpu)
     access = access_of(wl, cand.config.odd_copy)
     copy = cal.get("thin_copy_factor", {})
-    w_factor = copy.get(str(access.w_bytes), THIN_COPY_FACTOR[access.w_bytes])
+    w_factor = copy.get(copy_key(access), copy.get(str(access.w_bytes), THIN_COPY_FACTOR[access.w_bytes]))
     if access.w_trans:
-        w_factor *= cal.get("thin_trans_factor", THIN_TRANS_FACTOR)
+        w_factor *= trans_factor(cal, p.token_tiles)
     x_width = 2 if access.x_trans else access.x_bytes
     x_factor = copy.get(str(x_width), THIN_COPY_FACTOR[x_width])
-    eff = cal["efficiency"].get(cand.key) or THIN_EFFICIENCY[min(k for k in THIN_EFFICIENCY if k >= p.token_tiles)]
+    eff = cal["efficiency"].get(cand.key) or THIN_EFFICIENCY[token_group(p.token_tiles)]
     item, bw = itemsize(wl.dtype), gpu.memory_gbps * 1e3
     weight, x = item * p.rows * wl.K, item * p.tokens * wl.K
     out = out_bytes * wl.M * wl.N + epilogue_bytes
@@ -85,18 +124,19 @@ def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) 
     dram = (weight / w_factor + x + out) / (bw * eff * fill)
     l2 = x * p.row_blocks / (bw * cal["l2_factor"] * x_factor)
     # plain loads (a 2-byte weight, X transposed or with an odd K) are waited for every block step
-    in_flight = max(1, p.stages - 1) if min(access.w_bytes, x_width) >= 4 else 1
+    in_flight = 1 if waits_for_loads(access) else max(1, p.stages - 1)
     per_sm = max(1, min(gpu.smem_per_sm // (p.ring_bytes + 4 * p.shared_floats + 1024), 64 // p.warps))
     waves = -(-blocks // (gpu.sms * per_sm))
     # a step waited for is slower where an SM has few warps to switch to (measured on an H200 with X
     # transposed: 2 warps per SM took 1.4-3.8 µs per step, 4610x34x12629's 99 steps 3.8), by the square
     # root of the shortfall (a milder term moved four of eight thin shapes measured faster on it to SIMT)
     warps_per_sm = p.warps * min(per_sm, -(-blocks // gpu.sms))
-    step_us = cal.get("k_step_us", 0.0) * (max(1.0, THIN_SATURATING_WARPS / warps_per_sm) ** 0.5 if in_flight == 1 else 1.0)
+    step_us = (wait_step_us(cal, access) * max(1.0, THIN_SATURATING_WARPS / warps_per_sm) ** 0.5 if in_flight == 1
+               else cal.get("k_step_us", 0.0))
     latency = waves * (cal["fill_us"] + (p.steps_per_slice + in_flight - 1) / in_flight * step_us)
     reduce = 0.0 if p.cluster else reduce_us(p.splits)  # a cluster sums its slices itself
     terms = {"family": "thin", "efficiency": eff * w_factor, "fill": fill, "dram_us": dram, "l2_us": l2,
-             "compute_us": latency, "reduce_us": reduce, "blocks": blocks, "splits": p.splits, "waves": waves,
+             "compute_us": latency, "step_us": step_us, "reduce_us": reduce, "blocks": blocks, "splits": p.splits, "waves": waves,
              "per_sm": per_sm,
              "copy_bytes": (access.w_bytes, x_width), "weight_transposed": access.w_trans}
     return cal["launch_us"] + max(dram, l2, latency) + reduce, terms

@@ -9,7 +9,7 @@ and a 16-bit output."""
 import pytest
 
 from schedules import ScheduleParamError, dispatch, get, parse_workload
-from schedules.common import use_gpu
+from schedules.common import GpuSpec, use_gpu
 from schedules.decode_plan import Access
 from schedules.gemm_thin import ThinConfig, access_of, thin_form
 from schedules.gpus import profile
@@ -149,9 +149,47 @@ def test_the_calibration_fits_its_weight_read_factors(h200):
     assert {(16, True), (4, True), (8, False)} <= widths
     cal = copy.deepcopy(base)
     calibrate._fit_thin_factors(pts, cal, gpu)
-    assert cal["thin_trans_factor"] == pytest.approx(0.5, rel=0.01)
+    # one factor per token group: the groups with 16-byte transposed points (3 and 16 tokens) solved,
+    # the others at the median over every group's points
+    assert set(cal["thin_trans_factor"]) == {"1", "2", "4", "8"}
+    assert all(v == pytest.approx(0.5, rel=0.01) for v in cal["thin_trans_factor"].values())
     assert cal["thin_copy_factor"]["4"] == pytest.approx(0.7, rel=0.01)
     assert cal["thin_copy_factor"]["8"] == cal["thin_copy_factor"]["4"]  # not below the narrower copies
+
+
+def test_the_calibration_fits_the_waited_steps_and_each_groups_transposed_share(h200):
+    """Times made up from the model with a waited-for block step of 1.5 µs (X read transposed), 5 µs
+    where the weight is realigned on the way (an odd K), and a transposed weight at 33-64 tokens
+    streaming at 1.3 times decode's share while fewer tokens keep 0.4: the fit finds each again."""
+    import copy
+
+    from reports.experiments import calibrate
+    from schedules.common import GpuSpec
+
+    gpu, base = GpuSpec(), copy.deepcopy(dispatch.CALIBRATION)
+    for name in ("thin_trans_factor", "thin_copy_factor", "thin_wait_step_us"):
+        base.pop(name, None)
+    true = copy.deepcopy(base)
+    true.update(thin_trans_factor={"1": 0.4, "2": 0.4, "4": 0.4, "8": 1.3}, thin_wait_step_us={"even": 1.5, "odd": 5.0})
+    shapes = ("gemm:8000x40x6000:float16", "gemm:3000x60x12000:float16",  # X transposed, weight as stored
+              "gemm:5000x50x7001:float16", "gemm:6001x44x5001:float16",   # ... the weight realigned (odd K)
+              "gemm:40x4000x6000:float16", "gemm:64x2400x9000:float16",   # transposed at 33-64 tokens
+              "gemm:7x3000x3000:float16", "gemm:16x16000x2500:float16")   # ... at fewer
+    pts = []
+    for text in shapes:
+        wl = parse_workload(text)
+        for c in dispatch.thin_candidates(wl):
+            pts.append((wl, "fp16", c, dispatch.estimate(wl, c, gpu, true).time_us))
+    cal = copy.deepcopy(base)
+    calibrate._fit_thin_factors(pts, cal, gpu)
+    assert cal["thin_wait_step_us"]["even"] == pytest.approx(1.5, rel=0.02)
+    assert cal["thin_wait_step_us"]["odd"] == pytest.approx(5.0, rel=0.02)
+    assert cal["thin_trans_factor"]["8"] == pytest.approx(1.3, rel=0.02)
+    assert cal["thin_trans_factor"]["1"] == pytest.approx(0.4, rel=0.02)
+    # the waited step is what makes X read transposed slow at many tokens: the estimate follows it
+    wl = parse_workload("gemm:5000x50x7001:float16")
+    c = dispatch.thin_candidates(wl)[0]
+    assert dispatch.estimate(wl, c, gpu, cal).terms["step_us"] >= 5.0
 
 
 GPU_CASES = [("gemm:37x3000x1000:float16", {}),        # nn, M thin, aligned: transposed weight in 16 bytes
@@ -198,3 +236,45 @@ def test_an_inf_in_the_next_row_stays_out_of_an_odd_pitch_row():
     want = a[0::2].double() @ b.double()
     assert torch.isfinite(even).all()
     assert torch.allclose(even, want, rtol=0, atol=1e-3 * float(want.abs().max()))
+
+
+def test_sweeps_of_two_gpus_are_fitted_together_each_point_on_its_own(tmp_path):
+    """Two sweeps written as results folders, one made up from the model on an H100 and one on an
+    H200 with the same constants (a waited-for step of 1.5 µs, 33-64 tokens transposed at 1.3): read
+    together (load_sweeps), each point is estimated on the GPU that measured it, so the fit finds the
+    constants again; estimated on one GPU for both, it could not."""
+    import copy
+    import dataclasses
+
+    from reports.engine import results as R
+    from reports.experiments import calibrate
+
+    truth = copy.deepcopy(dispatch.CALIBRATION)
+    truth.update(thin_trans_factor={"1": 0.4, "2": 0.4, "4": 0.4, "8": 1.3}, thin_wait_step_us={"even": 1.5, "odd": 5.0})
+    dirs = []
+    for name, shapes in (("H100", ("gemm:8000x40x6000:float16", "gemm:40x4000x6000:float16")),
+                         ("H200", ("gemm:3000x60x12000:float16", "gemm:64x2400x9000:float16"))):
+        gpu = profile(name)
+        rows = []
+        for text in shapes:
+            wl = parse_workload(text)
+            for c in dispatch.thin_candidates(wl):
+                rows.append({"id": f"{text}|{c.config}", "workload": text, "name": c.step, "status": "ok",
+                             "params": calibrate.params_of(c.step, c.config), "key": c.key, "family": c.family,
+                             "sweep_precision": "fp16", "time_ms": dispatch.estimate(wl, c, gpu, truth).time_us / 1e3})
+        meta = {"gpu_spec": dataclasses.asdict(gpu), "ceilings": {"copy_gbps": gpu.memory_gbps},
+                "provenance": {"gpu": gpu.name, "commit": "abc1234", "date": "2026-11-28"}}
+        dirs.append(str(tmp_path / name))
+        R.write_results(R.frame(rows, meta), dirs[-1])
+    df = calibrate.load_sweeps(dirs)
+    assert [g["name"] for g in df.attrs["sweep_gpus"]] == [profile("H100").name, profile("H200").name]
+    pts = calibrate.points(df, [GpuSpec(**g) for g in df.attrs["sweep_gpus"]])
+    assert {p[4].name for p in pts} == {profile("H100").name, profile("H200").name}
+    cal = copy.deepcopy(dispatch.CALIBRATION)
+    calibrate._fit_thin_factors(pts, cal, None)
+    assert cal["thin_wait_step_us"]["even"] == pytest.approx(1.5, rel=0.02)
+    assert cal["thin_trans_factor"]["8"] == pytest.approx(1.3, rel=0.02)
+    assert calibrate.regret(pts, truth, None)["shapes"] == 4  # a shape per GPU
+    one = copy.deepcopy(dispatch.CALIBRATION)
+    calibrate._fit_thin_factors([p[:4] for p in pts], one, profile("H200"))  # every point on the H200
+    assert one["thin_trans_factor"]["8"] != pytest.approx(1.3, rel=0.02)

@@ -22,7 +22,14 @@ measurements and, with ``--write FILE``, writes the constants :mod:`schedules.ca
   (which is solved on whole-tile points alone);
 * ``copy_factor``: for cp.async copies narrower than 16 bytes, measured against predicted;
 * ``short_k_store_efficiency``: short_k_gemm's share of the DRAM bandwidth on its stores, on
-  the short-K shapes where its stores set the time (every short_k_gemm tile is measured there).
+  the short-K shapes where its stores set the time (every short_k_gemm tile is measured there);
+* ``thin_wait_step_us``, ``thin_trans_factor`` (per token group), ``thin_copy_factor``: thin_tc_gemm's
+  waited-for block steps and weight reads, on the thin shapes (every thin_tc_gemm candidate is
+  measured there).
+
+Sweeps measured on different GPUs are fitted together (:func:`load_sweeps`): each point is estimated
+on the GPU that measured it (its sweep's GPU spec, with the copy rate measured beside the sweep as its
+bandwidth), so the constants are the shares and times the GPUs have in common.
 
 FP8 (``schedlab sweep --set calibration --precisions fp8``): the same shapes, each as an e4m3 product
 in the nt layout with a bf16 output, with per-tensor and with block scales, every FP8 candidate of
@@ -53,6 +60,7 @@ from schedules import ScheduleParamError, dispatch, dispatch_fp8, get, parse_wor
 from schedules.calibration import CALIBRATION, ENV, calibration_path
 from schedules.common import GpuSpec
 from schedules.dispatch_short_k import short_k_register_key
+from schedules.dispatch_thin import THIN_EFFICIENCY, copy_key, token_group, trans_factor, waits_for_loads
 from schedules.gemm_thin import access_of
 from schedules.workloads import itemsize
 
@@ -260,20 +268,38 @@ def candidate_of(row) -> dispatch.Candidate:
     return dispatch.Candidate(row["name"], cfg, row["family"], key)
 
 
-def points(df: pd.DataFrame):
-    """(workload, precision, candidate, measured µs) of every measured kernel of the sweep."""
+def sweep_gpu(attrs: dict, default: GpuSpec | None = None) -> GpuSpec:
+    """The GPU a sweep measured on, as the model sees it (its results' ``gpu_spec``), with the copy rate
+    measured beside the sweep as its bandwidth; ``default`` (or the generic spec) where it names none."""
+    gpu = GpuSpec(**attrs["gpu_spec"]) if attrs.get("gpu_spec") else (default or GpuSpec())
+    copy_gbps = (attrs.get("ceilings") or {}).get("copy_gbps")
+    return dataclasses.replace(gpu, memory_gbps=float(copy_gbps)) if copy_gbps else gpu
+
+
+def points(df: pd.DataFrame, gpus=None):
+    """(workload, precision, candidate, measured µs, GPU) of every measured kernel of the sweep: the
+    GPU is ``gpus[row's sweep]`` where the results name their sweep (``sweep`` column: several
+    sweeps, on several GPUs, fitted together), else None (the fit's GPU)."""
     out = []
     ok = df[(df["status"] == "ok") & df["time_ms"].notna() & df.get("key", pd.Series(index=df.index)).notna()]
     for _, r in ok.iterrows():
+        gpu = gpus[int(r["sweep"])] if gpus is not None and "sweep" in r and pd.notna(r["sweep"]) else None
         try:
-            out.append((parse_workload(r["workload"]), r["sweep_precision"], candidate_of(r), 1e3 * r["time_ms"]))
+            out.append((parse_workload(r["workload"]), r["sweep_precision"], candidate_of(r), 1e3 * r["time_ms"], gpu))
         except Exception:  # noqa: BLE001 - a configuration this version no longer has
             continue
     return out
 
 
+def _each(pts, gpu):
+    """``(workload, precision, candidate, µs, GPU)`` of each point: its own GPU where it has one (a
+    point of :func:`points`), else ``gpu`` (a point made as a 4-tuple, as the tests make them)."""
+    for p in pts:
+        yield (*p[:4], p[4] if len(p) > 4 and p[4] is not None else gpu)
+
+
 def _errors(pts, cal, gpu):
-    return np.array([abs(np.log(estimate(wl, c, gpu, cal).time_us / t)) for wl, _, c, t in pts])
+    return np.array([abs(np.log(estimate(wl, c, g, cal).time_us / t)) for wl, _, c, t, g in _each(pts, gpu)])
 
 
 def _probe(cal: dict) -> dict:
@@ -331,10 +357,10 @@ def _sweep_registers(df: pd.DataFrame) -> dict:
 def _fit_efficiencies(pts, cal, gpu):
     by_key: dict[str, list[float]] = {}
     full_width: dict[str, list[float]] = {}  # SIMT points whose loads are as wide as configured
-    for wl, _, c, t in pts:
+    for wl, _, c, t, g in _each(pts, gpu):
         if getattr(c.config, "stream_k", False):  # its tile's efficiency from whole tiles: stream_k_factor is its own
             continue
-        value, terms = _solve_unknown(wl, c, t, gpu, cal, lambda probe, x, key=c.key: probe["efficiency"].update({key: x}))
+        value, terms = _solve_unknown(wl, c, t, g, cal, lambda probe, x, key=c.key: probe["efficiency"].update({key: x}))
         if value is None:
             continue
         by_key.setdefault(c.key, []).append(value)
@@ -354,9 +380,9 @@ def _solved_median(pts, cal, gpu, applies, set_x, low: float, high: float, solve
     :func:`_solve_unknown`) on the points ``applies`` selects, with the kinds' efficiencies as
     fitted, within [low, high]; None where no point could be solved."""
     ratios = []
-    for wl, _, c, t in pts:
+    for wl, _, c, t, g in _each(pts, gpu):
         if applies(wl, c):
-            value, _ = (solve or _solve_unknown)(wl, c, t, gpu, cal, set_x)
+            value, _ = (solve or _solve_unknown)(wl, c, t, g, cal, set_x)
             if value is not None:
                 ratios.append(value)
     return round(float(np.clip(np.median(ratios), low, high)), 3) if ratios else None
@@ -404,10 +430,10 @@ def _fit_short_k_store(pts, cal, gpu):
     the measured time (less the launch) a fifth over the latency path (whose stores then set it),
     of (its bytes at the full bandwidth) / (measured time − launch − fill)."""
     ratios = []
-    for wl, _, c, t in pts:
+    for wl, _, c, t, g in _each(pts, gpu):
         if c.family != "short_k":
             continue
-        terms = dispatch.estimate(wl, c, gpu, cal).terms
+        terms = dispatch.estimate(wl, c, g, cal).terms
         store = terms["store_us"] * terms["store_efficiency"]  # at the full bandwidth
         busy = t - cal["launch_us"] - cal["fill_us"]
         if busy > 0 and terms["store_us"] >= 2 * max(terms["compute_us"], terms["l2_us"]) \
@@ -435,11 +461,13 @@ def _fit_cp_copy_factor(pts, cal, gpu):
 SHARE_RANGE = (0.05, 1.5)
 
 
-def _solve_share(wl, cand, t, gpu, cal, set_x, low: float = SHARE_RANGE[0], high: float = SHARE_RANGE[1]):
+def _solve_share(wl, cand, t, gpu, cal, set_x, low: float = SHARE_RANGE[0], high: float = SHARE_RANGE[1],
+                 rising: bool = False):
     """``(x, terms)``: a bandwidth share ``x`` (``set_x(probe, value)`` sets it in a copy of ``cal``)
     at which the whole estimate equals the measured time ``t``, by bisection on log x (the estimate
-    falls as the share grows). ``x`` is None where no share in [low, high] gives ``t``: the time is
-    set by another term (latency, launches) wherever the share lies, or is off the range."""
+    falls as the share grows; ``rising``: it grows with x, as with a time per step). ``x`` is None where
+    no x in [low, high] gives ``t``: the time is set by another term (latency, launches) wherever x
+    lies, or is off the range."""
     probe = _probe(cal)
 
     def est(x):
@@ -447,33 +475,69 @@ def _solve_share(wl, cand, t, gpu, cal, set_x, low: float = SHARE_RANGE[0], high
         return estimate(wl, cand, gpu, probe)
 
     terms = est(1.0).terms
-    if not est(high).time_us < t < est(low).time_us:
+    fast, slow = (low, high) if rising else (high, low)
+    if not est(fast).time_us < t < est(slow).time_us:
         return None, terms
     lo, hi = math.log(low), math.log(high)
     for _ in range(50):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if est(math.exp(mid)).time_us > t else (lo, mid)
+        too_slow = est(math.exp(mid)).time_us > t
+        lo, hi = (lo, mid) if too_slow == rising else (mid, hi)
     return math.exp((lo + hi) / 2), terms
 
 
+# the range a waited-for block step's time (µs) is solved in by _fit_thin_factors
+STEP_RANGE = (0.05, 20.0)
+# ... and a transposed weight's share, relative to decode_gemm's share of the token group (THIN_EFFICIENCY):
+# above 1 where decode's own plan holds that group back (at 33-64 tokens its 64 accumulators per lane: 0.5)
+TRANS_RANGE = (0.05, 2.5)
+
+
 def _fit_thin_factors(pts, cal, gpu):
-    """thin_tc_gemm's weight reads (:mod:`schedules.dispatch_thin`): ``thin_trans_factor``, the
-    bandwidth share of a weight stored K × rows, solved on its 16-byte points (the copies at full
-    width), then ``thin_copy_factor`` per narrower width, solved on all its points with the first
-    applied. Each is the median of the shares at which the estimate equals the measured time; a
-    width's factor is then at least the next narrower width's (a copy twice as wide moves the same
-    bytes with half the instructions: it is not slower, whatever the few points of one width say)."""
+    """thin_tc_gemm's constants (:mod:`schedules.dispatch_thin`), each the median of the values at
+    which the estimate equals the measured time: ``thin_wait_step_us``, a waited-for block step's time
+    (X read transposed or a 2-byte copy), for a weight copied as stored (``even``) and one realigned on
+    the way (``odd``); ``thin_trans_factor``, the bandwidth share of a weight stored K × rows, per token
+    group, solved on its 16-byte points (the copies at full width; a group without such points takes
+    the median over every group's); then ``thin_copy_factor`` per narrower width and for the realigned
+    copies of an odd pitch (``odd``), solved on all its points with those applied. A width's factor is then at least the next narrower width's (a copy
+    twice as wide moves the same bytes with half the instructions: it is not slower, whatever the few
+    points of one width say)."""
     def access(wl, c):
         return access_of(wl, c.config.odd_copy)
 
-    trans = _solved_median(pts, cal, gpu, lambda wl, c: c.family == "thin" and access(wl, c).w_trans
-                           and access(wl, c).w_bytes == 16,
-                           lambda probe, x: probe.update(thin_trans_factor=x), *SHARE_RANGE, _solve_share)
-    if trans is not None:
-        cal["thin_trans_factor"] = trans
-    for width in ("8", "4", "2"):
+    def thin(wl, c):
+        return c.family == "thin"
+
+    for kind in ("even", "odd"):
+        step = _solved_median(pts, cal, gpu, lambda wl, c, kind=kind: thin(wl, c) and waits_for_loads(access(wl, c))
+                              and access(wl, c).w_odd == (kind == "odd"),
+                              lambda probe, x, kind=kind: probe.setdefault("thin_wait_step_us", {}).update({kind: x}),
+                              *STEP_RANGE, lambda *a: _solve_share(*a, *STEP_RANGE, rising=True))
+        if step is not None:
+            cal.setdefault("thin_wait_step_us", {})[kind] = step
+
+    def transposed(wl, c, group=None):
+        return thin(wl, c) and access(wl, c).w_trans and access(wl, c).w_bytes == 16 \
+            and group in (None, str(token_group(c.config.plan(wl, gpu).token_tiles)))
+
+    # one factor over every group's points (as where the groups are not told apart), then each group's own
+    def solve(*a):
+        return _solve_share(*a, *TRANS_RANGE)
+
+    overall = _solved_median(pts, cal, gpu, transposed, lambda probe, x: probe.update(thin_trans_factor=x),
+                             *TRANS_RANGE, solve)
+    if overall is not None:
+        groups = {str(g): overall for g in THIN_EFFICIENCY}
+        for group in list(groups):
+            value = _solved_median(pts, cal, gpu, lambda wl, c, group=group: transposed(wl, c, group),
+                                   lambda probe, x, group=group: probe.update(thin_trans_factor={**groups, group: x}),
+                                   *TRANS_RANGE, solve)
+            groups[group] = overall if value is None else value
+        cal["thin_trans_factor"] = groups
+    for width in ("8", "4", "odd", "2"):
         value = _solved_median(pts, cal, gpu,
-                               lambda wl, c, width=width: c.family == "thin" and str(access(wl, c).w_bytes) == width,
+                               lambda wl, c, width=width: thin(wl, c) and copy_key(access(wl, c)) == width,
                                lambda probe, x, width=width: probe.setdefault("thin_copy_factor", {}).update({width: x}),
                                *SHARE_RANGE, _solve_share)
         if value is not None:
@@ -485,13 +549,14 @@ def _fit_thin_factors(pts, cal, gpu):
 
 
 def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
-    """(new calibration, report) fitted to a calibration sweep's results."""
-    if gpu is None:
-        gpu = GpuSpec(**df.attrs["gpu_spec"]) if df.attrs.get("gpu_spec") else GpuSpec()
-    ceilings = df.attrs.get("ceilings") or {}
-    if ceilings.get("copy_gbps"):
-        gpu = dataclasses.replace(gpu, memory_gbps=float(ceilings["copy_gbps"]))
-    every = points(df)
+    """(new calibration, report) fitted to a calibration sweep's results: each point estimated on the
+    GPU that measured it (``df.attrs["sweep_gpus"]``, one per sweep, as :func:`load_sweeps` reads
+    them), or on ``gpu`` where given (every point), or on the GPU the results name."""
+    gpus = None if gpu is not None else [GpuSpec(**g) for g in df.attrs.get("sweep_gpus") or []] or None
+    every = points(df, gpus)
+    if gpu is None:  # the GPU of most points: the one the constants are said to describe
+        measured_on = [p[4] for p in every if p[4] is not None]
+        gpu = max(measured_on, key=lambda g: sum(x.name == g.name for x in measured_on)) if measured_on else sweep_gpu(df.attrs)
     if not every:
         raise ValueError("no measured kernels in these results: is it a calibration sweep (schedlab sweep --set calibration)?")
     pts = [p for p in every if p[1] != "fp8"]
@@ -499,7 +564,7 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     sweeps = df.attrs.get("sweeps") or [df.attrs.get("provenance", {})]
     named = "; ".join(f"{p.get('date')} on {p.get('gpu')}, commit {p.get('commit')}" for p in sweeps)
     what = f"{'the sweep' if len(sweeps) == 1 else f'{len(sweeps)} sweeps'} ({named}"
-    on = {"gpu": sweeps[-1].get("gpu") or gpu.name, "arch": gpu.arch, "sms": gpu.sms}
+    on = {"gpu": gpu.name if gpus else sweeps[-1].get("gpu") or gpu.name, "arch": gpu.arch, "sms": gpu.sms}
     cal, report = _fit_all(pts, df, gpu, what, on) if pts else (copy.deepcopy(CALIBRATION), {})
     if fp8:  # FP8's constants, on top of the others (as fitted here, or as they were)
         report["fp8"] = _fit_fp8(fp8, cal, gpu, what, on)
@@ -511,7 +576,7 @@ def _fit_all(pts, df, gpu, what: str, on: dict) -> tuple[dict, dict]:
     cal = copy.deepcopy(CALIBRATION)
     before = _errors(pts, cal, gpu)
     cal["regs"].update(_sweep_registers(df))
-    shortest = min(t for _, _, _, t in pts)
+    shortest = min(p[3] for p in pts)
     launches = {round(float(x), 2) for x in np.linspace(0.25, 1.0, 7) * shortest}
     launches |= {x for x in (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0) if x <= shortest}
     grids = {"launch_us": sorted(launches),  # no kernel takes less than its launch
@@ -607,12 +672,12 @@ def _fit_fp8(pts, cal, gpu, what: str, on: dict) -> dict:
     for name in ("block_promotion", "pingpong_block_promotion"):
         _set_fp8(cal, name, dispatch_fp8.constants(cal)[name])
     by_key: dict[str, list[float]] = {}
-    for wl, _, c, t in pts:
+    for wl, _, c, t, g in _each(pts, gpu):
         if c.family != "fp8":
             continue
         key = dispatch_fp8.efficiency_key(c)
         solve = _solve_pingpong if c.config.pingpong else _solve_unknown
-        value, _ = solve(wl, c, t, gpu, cal, lambda probe, x, key=key: _set_fp8(probe, "efficiency", x, key))
+        value, _ = solve(wl, c, t, g, cal, lambda probe, x, key=key: _set_fp8(probe, "efficiency", x, key))
         if value is not None:
             by_key.setdefault(key, []).append(value)
     for key, vals in by_key.items():
@@ -636,10 +701,11 @@ def _fit_fp8(pts, cal, gpu, what: str, on: dict) -> dict:
 def regret(pts, cal, gpu) -> dict:
     """Over the sweep's shapes: measured time of the model's pick / best measured time."""
     groups: dict = {}
-    for wl, prec, c, t in pts:
-        est = estimate(wl, c, gpu, cal)
-        # a kernel the dispatcher would not offer (split-K partials beyond L2) is never its pick
-        groups.setdefault((str(wl), prec), []).append((est.time_us if dispatch.partials_fit(wl, est, gpu) else math.inf, t))
+    for wl, prec, c, t, g in _each(pts, gpu):
+        est = estimate(wl, c, g, cal)
+        # a kernel the dispatcher would not offer (split-K partials beyond L2) is never its pick;
+        # a shape measured on two GPUs is two shapes
+        groups.setdefault((str(wl), prec, g.name), []).append((est.time_us if dispatch.partials_fit(wl, est, g) else math.inf, t))
     ratios = [min(g, key=lambda x: x[0])[1] / min(x[1] for x in g) for g in groups.values() if len(g) > 1]
     r = np.array(ratios)
     return {"shapes": len(r), "median": float(np.median(r)), "geomean": float(np.exp(np.log(r).mean())),
@@ -653,6 +719,20 @@ def write_calibration(cal: dict, path: str):
     return path
 
 
+def load_sweeps(dirs) -> pd.DataFrame:
+    """Several sweeps' results as one frame: each row's ``sweep`` (its index in ``dirs``), and in the
+    attrs each sweep's provenance (``sweeps``) and GPU as the model sees it (``sweep_gpus``), so that
+    sweeps measured on different GPUs are fitted together, each point on its own GPU."""
+    frames = [load_results(d) for d in dirs]
+    for i, frame in enumerate(frames):
+        frame["sweep"] = i
+    df = pd.concat(frames, ignore_index=True)
+    df.attrs.update(frames[-1].attrs)
+    df.attrs["sweeps"] = [f.attrs.get("provenance", {}) for f in frames]
+    df.attrs["sweep_gpus"] = [dataclasses.asdict(sweep_gpu(f.attrs)) for f in frames]
+    return df
+
+
 def command(args) -> int:
     """``schedlab calibrate DIR...`` (``args``: the command's options): fit, print the fit's report,
     and with ``--write FILE`` write the constants to FILE."""
@@ -660,11 +740,7 @@ def command(args) -> int:
         if os.path.isdir(args.write):
             raise OutputError(f"--write {args.write}: is a directory; name the file to write (DIR/calibration.json)")
         ensure_out_dir(os.path.dirname(os.path.abspath(args.write)), "--write")
-    frames = [load_results(d) for d in args.dirs]
-    df = pd.concat(frames, ignore_index=True)
-    df.attrs.update(frames[-1].attrs)
-    df.attrs["sweeps"] = [f.attrs.get("provenance", {}) for f in frames]
-    cal, report = fit(df)
+    cal, report = fit(load_sweeps(args.dirs))
     text = json.dumps(report, indent=1)
     print(text)
     if args.report:
