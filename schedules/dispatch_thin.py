@@ -18,11 +18,10 @@ split-K's sum) with two terms for what this step changes:
   memory that ``stages - 1`` steps in flight hide (cp.async), or none where a copy is a plain load;
   a block takes at least ``fill_us`` + (steps + in flight − 1) / in flight × ``k_step_us`` (the SIMT
   tiles' latency floor, :func:`schedules.dispatch._waves_compute`). A step whose loads are waited for
-  (:func:`waits_for_loads`) costs this kernel's own ``thin_wait_step_us`` instead, one for a weight
-  copied as stored and one for a weight realigned on the way (an odd pitch), fitted on the sweep's
-  thin products: X read transposed is loaded a word of two tokens at a time, so a step over 33-64
-  tokens waits for several loads per thread, and a realigned row for its funnel shifts. The
-  products this step serves are a few µs, where this term and the launches decide.
+  (:func:`waits_for_loads`) costs at least that, and a time per 8 tokens it serves, fitted on the
+  sweep's thin products (``thin_wait_step_us``, :func:`wait_step_us`): one for a weight copied as
+  stored, one for a weight realigned on the way (an odd pitch). The products this step serves are a
+  few µs, where this term and the launches decide.
 
 Candidates: the plan's configuration, and the same without split-K where the plan splits (its sum is
 a second launch, which a product of a few µs feels). The constants are defaults until a calibration
@@ -66,23 +65,20 @@ def trans_factor(cal: dict, token_tiles: int) -> float:
     return f.get(str(token_group(token_tiles))) or sorted(f.values())[len(f) // 2]
 
 
-def copy_key(access) -> str:
-    """The weight's copies as ``thin_copy_factor`` names them: their width in bytes, or ``odd`` for a
-    weight whose odd pitch has its rows copied from the even element before them and realigned as they
-    are read (4-byte copies and a funnel shift per word; until a sweep fits it, the 4-byte factor)."""
-    return "odd" if access.w_odd else str(access.w_bytes)
-
-
 def waits_for_loads(access) -> bool:
     """Whether a block step waits for its own loads: the weight copied 2 bytes at a time, or X read
     transposed or at an odd K (plain loads, not cp.async copies a ring keeps in flight)."""
     return min(access.w_bytes, 2 if access.x_trans else access.x_bytes) < 4
 
 
-def wait_step_us(cal: dict, access) -> float:
-    """A waited-for block step's time at a saturated SM: the calibration's ``thin_wait_step_us`` for a
-    weight realigned on the way (``odd``) or not (``even``), else ``k_step_us``."""
-    return cal.get("thin_wait_step_us", {}).get("odd" if access.w_odd else "even", cal.get("k_step_us", 0.0))
+def wait_step_us(cal: dict, access, token_tiles: int) -> float:
+    """A waited-for block step's time at a saturated SM: at least ``k_step_us`` (the K loop's floor),
+    and the calibration's ``thin_wait_step_us`` per 8 tokens times the token tiles, for a weight copied
+    as stored (``even_per_8_tokens``: X read transposed is loaded a word of two tokens at a time, so a
+    step's loads per thread grow with the tokens) or realigned on the way (``odd_per_8_tokens``: on an
+    H200 and an H100, 2.6 µs a step at 23 tokens, 6-7 at 50, under 1 at 5)."""
+    per_8 = cal.get("thin_wait_step_us", {}).get("odd_per_8_tokens" if access.w_odd else "even_per_8_tokens", 0.0)
+    return max(cal.get("k_step_us", 0.0), per_8 * token_tiles)
 
 
 def thin_configs(wl, valid, decode_taken: bool) -> list[tuple[ThinConfig, str]]:
@@ -110,7 +106,7 @@ def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) 
     p = cand.config.plan(wl, gpu)
     access = access_of(wl, cand.config.odd_copy)
     copy = cal.get("thin_copy_factor", {})
-    w_factor = copy.get(copy_key(access), copy.get(str(access.w_bytes), THIN_COPY_FACTOR[access.w_bytes]))
+    w_factor = copy.get(str(access.w_bytes), THIN_COPY_FACTOR[access.w_bytes])
     if access.w_trans:
         w_factor *= trans_factor(cal, p.token_tiles)
     x_width = 2 if access.x_trans else access.x_bytes
@@ -131,7 +127,7 @@ def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) 
     # transposed: 2 warps per SM took 1.4-3.8 µs per step, 4610x34x12629's 99 steps 3.8), by the square
     # root of the shortfall (a milder term moved four of eight thin shapes measured faster on it to SIMT)
     warps_per_sm = p.warps * min(per_sm, -(-blocks // gpu.sms))
-    step_us = (wait_step_us(cal, access) * max(1.0, THIN_SATURATING_WARPS / warps_per_sm) ** 0.5 if in_flight == 1
+    step_us = (wait_step_us(cal, access, p.token_tiles) * max(1.0, THIN_SATURATING_WARPS / warps_per_sm) ** 0.5 if in_flight == 1
                else cal.get("k_step_us", 0.0))
     latency = waves * (cal["fill_us"] + (p.steps_per_slice + in_flight - 1) / in_flight * step_us)
     reduce = 0.0 if p.cluster else reduce_us(p.splits)  # a cluster sums its slices itself

@@ -158,8 +158,8 @@ def test_the_calibration_fits_its_weight_read_factors(h200):
 
 
 def test_the_calibration_fits_the_waited_steps_and_each_groups_transposed_share(h200):
-    """Times made up from the model with a waited-for block step of 1.5 µs (X read transposed), 5 µs
-    where the weight is realigned on the way (an odd K), and a transposed weight at 33-64 tokens
+    """Times made up from the model with a waited-for block step of 0.3 µs per 8 tokens (X read
+    transposed), 0.9 µs per 8 tokens where the weight is realigned on the way (an odd K), and a transposed weight at 33-64 tokens
     streaming at 1.3 times decode's share while fewer tokens keep 0.4: the fit finds each again."""
     import copy
 
@@ -170,7 +170,7 @@ def test_the_calibration_fits_the_waited_steps_and_each_groups_transposed_share(
     for name in ("thin_trans_factor", "thin_copy_factor", "thin_wait_step_us"):
         base.pop(name, None)
     true = copy.deepcopy(base)
-    true.update(thin_trans_factor={"1": 0.4, "2": 0.4, "4": 0.4, "8": 1.3}, thin_wait_step_us={"even": 1.5, "odd": 5.0})
+    true.update(thin_trans_factor={"1": 0.4, "2": 0.4, "4": 0.4, "8": 1.3}, thin_wait_step_us={"even_per_8_tokens": 0.3, "odd_per_8_tokens": 0.9})
     shapes = ("gemm:8000x40x6000:float16", "gemm:3000x60x12000:float16",  # X transposed, weight as stored
               "gemm:5000x50x7001:float16", "gemm:6001x44x5001:float16",   # ... the weight realigned (odd K)
               "gemm:40x4000x6000:float16", "gemm:64x2400x9000:float16",   # transposed at 33-64 tokens
@@ -182,14 +182,14 @@ def test_the_calibration_fits_the_waited_steps_and_each_groups_transposed_share(
             pts.append((wl, "fp16", c, dispatch.estimate(wl, c, gpu, true).time_us))
     cal = copy.deepcopy(base)
     calibrate._fit_thin_factors(pts, cal, gpu)
-    assert cal["thin_wait_step_us"]["even"] == pytest.approx(1.5, rel=0.02)
-    assert cal["thin_wait_step_us"]["odd"] == pytest.approx(5.0, rel=0.02)
+    assert cal["thin_wait_step_us"]["even_per_8_tokens"] == pytest.approx(0.3, rel=0.02)
+    assert cal["thin_wait_step_us"]["odd_per_8_tokens"] == pytest.approx(0.9, rel=0.02)
     assert cal["thin_trans_factor"]["8"] == pytest.approx(1.3, rel=0.02)
     assert cal["thin_trans_factor"]["1"] == pytest.approx(0.4, rel=0.02)
     # the waited step is what makes X read transposed slow at many tokens: the estimate follows it
     wl = parse_workload("gemm:5000x50x7001:float16")
     c = dispatch.thin_candidates(wl)[0]
-    assert dispatch.estimate(wl, c, gpu, cal).terms["step_us"] >= 5.0
+    assert dispatch.estimate(wl, c, gpu, cal).terms["step_us"] >= 7 * 0.9  # 50 tokens: 7 tiles
 
 
 GPU_CASES = [("gemm:37x3000x1000:float16", {}),        # nn, M thin, aligned: transposed weight in 16 bytes
@@ -240,7 +240,7 @@ def test_an_inf_in_the_next_row_stays_out_of_an_odd_pitch_row():
 
 def test_sweeps_of_two_gpus_are_fitted_together_each_point_on_its_own(tmp_path):
     """Two sweeps written as results folders, one made up from the model on an H100 and one on an
-    H200 with the same constants (a waited-for step of 1.5 µs, 33-64 tokens transposed at 1.3): read
+    H200 with the same constants (a waited-for step of 0.3 µs per 8 tokens, 33-64 tokens transposed at 1.3): read
     together (load_sweeps), each point is estimated on the GPU that measured it, so the fit finds the
     constants again; estimated on one GPU for both, it could not."""
     import copy
@@ -250,7 +250,7 @@ def test_sweeps_of_two_gpus_are_fitted_together_each_point_on_its_own(tmp_path):
     from reports.experiments import calibrate
 
     truth = copy.deepcopy(dispatch.CALIBRATION)
-    truth.update(thin_trans_factor={"1": 0.4, "2": 0.4, "4": 0.4, "8": 1.3}, thin_wait_step_us={"even": 1.5, "odd": 5.0})
+    truth.update(thin_trans_factor={"1": 0.4, "2": 0.4, "4": 0.4, "8": 1.3}, thin_wait_step_us={"even_per_8_tokens": 0.3, "odd_per_8_tokens": 0.9})
     dirs = []
     for name, shapes in (("H100", ("gemm:8000x40x6000:float16", "gemm:40x4000x6000:float16")),
                          ("H200", ("gemm:3000x60x12000:float16", "gemm:64x2400x9000:float16"))):
@@ -272,7 +272,7 @@ def test_sweeps_of_two_gpus_are_fitted_together_each_point_on_its_own(tmp_path):
     assert {p[4].name for p in pts} == {profile("H100").name, profile("H200").name}
     cal = copy.deepcopy(dispatch.CALIBRATION)
     calibrate._fit_thin_factors(pts, cal, None)
-    assert cal["thin_wait_step_us"]["even"] == pytest.approx(1.5, rel=0.02)
+    assert cal["thin_wait_step_us"]["even_per_8_tokens"] == pytest.approx(0.3, rel=0.02)
     assert cal["thin_trans_factor"]["8"] == pytest.approx(1.3, rel=0.02)
     assert calibrate.regret(pts, truth, None)["shapes"] == 4  # a shape per GPU
     one = copy.deepcopy(dispatch.CALIBRATION)

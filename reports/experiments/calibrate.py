@@ -60,7 +60,7 @@ from schedules import ScheduleParamError, dispatch, dispatch_fp8, get, parse_wor
 from schedules.calibration import CALIBRATION, ENV, calibration_path
 from schedules.common import GpuSpec
 from schedules.dispatch_short_k import short_k_register_key
-from schedules.dispatch_thin import THIN_EFFICIENCY, copy_key, token_group, trans_factor, waits_for_loads
+from schedules.dispatch_thin import THIN_EFFICIENCY, token_group, trans_factor, waits_for_loads
 from schedules.gemm_thin import access_of
 from schedules.workloads import itemsize
 
@@ -495,12 +495,13 @@ TRANS_RANGE = (0.05, 2.5)
 
 def _fit_thin_factors(pts, cal, gpu):
     """thin_tc_gemm's constants (:mod:`schedules.dispatch_thin`), each the median of the values at
-    which the estimate equals the measured time: ``thin_wait_step_us``, a waited-for block step's time
-    (X read transposed or a 2-byte copy), for a weight copied as stored (``even``) and one realigned on
-    the way (``odd``); ``thin_trans_factor``, the bandwidth share of a weight stored K × rows, per token
+    which the estimate equals the measured time: ``thin_wait_step_us``, a waited-for block step's time per
+    8 tokens (X read transposed or a 2-byte copy), for a weight copied as stored
+    (``even_per_8_tokens``) and one realigned on the way (``odd_per_8_tokens``), solved where it is
+    above the K loop's floor; ``thin_trans_factor``, the bandwidth share of a weight stored K × rows, per token
     group, solved on its 16-byte points (the copies at full width; a group without such points takes
-    the median over every group's); then ``thin_copy_factor`` per narrower width and for the realigned
-    copies of an odd pitch (``odd``), solved on all its points with those applied. A width's factor is then at least the next narrower width's (a copy
+    the median over every group's); then ``thin_copy_factor`` per narrower width, solved on all its
+    points with those applied. A width's factor is then at least the next narrower width's (a copy
     twice as wide moves the same bytes with half the instructions: it is not slower, whatever the few
     points of one width say)."""
     def access(wl, c):
@@ -509,9 +510,9 @@ def _fit_thin_factors(pts, cal, gpu):
     def thin(wl, c):
         return c.family == "thin"
 
-    for kind in ("even", "odd"):
+    for kind in ("even_per_8_tokens", "odd_per_8_tokens"):
         step = _solved_median(pts, cal, gpu, lambda wl, c, kind=kind: thin(wl, c) and waits_for_loads(access(wl, c))
-                              and access(wl, c).w_odd == (kind == "odd"),
+                              and access(wl, c).w_odd == kind.startswith("odd"),
                               lambda probe, x, kind=kind: probe.setdefault("thin_wait_step_us", {}).update({kind: x}),
                               *STEP_RANGE, lambda *a: _solve_share(*a, *STEP_RANGE, rising=True))
         if step is not None:
@@ -535,9 +536,9 @@ def _fit_thin_factors(pts, cal, gpu):
                                    *TRANS_RANGE, solve)
             groups[group] = overall if value is None else value
         cal["thin_trans_factor"] = groups
-    for width in ("8", "4", "odd", "2"):
+    for width in ("8", "4", "2"):
         value = _solved_median(pts, cal, gpu,
-                               lambda wl, c, width=width: thin(wl, c) and copy_key(access(wl, c)) == width,
+                               lambda wl, c, width=width: thin(wl, c) and str(access(wl, c).w_bytes) == width,
                                lambda probe, x, width=width: probe.setdefault("thin_copy_factor", {}).update({width: x}),
                                *SHARE_RANGE, _solve_share)
         if value is not None:
