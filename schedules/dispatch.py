@@ -11,7 +11,8 @@ Every candidate is one of the lab's kernels with one configuration. Its time is 
   ⌈blocks / (SMs · blocks per SM)⌉ (wave quantization: a last wave of a few blocks costs a whole
   wave). An SM with ``k`` resident blocks computes at ``peak per SM × efficiency × min(1, warps /
   w_sat)^γ``: ``efficiency`` is the configuration's measured share of the SM's peak once the SM is
-  full, ``w_sat`` the warps it takes to hide the latencies, ``γ`` (``warp_gamma``) how soft that
+  full, ``w_sat`` the warps it takes to hide the latencies (``wgmma_w_sat`` for the wgmma kernels,
+  whose asynchronous warpgroup instructions keep the tensor cores busy), ``γ`` (``warp_gamma``) how soft that
   knee is (a few warps already keep much of the SM busy: each has several independent FMAs or
   tensor-core instructions in flight). A SIMT block's K loop also costs at
   least ``k_step_us`` per K tile it waits for: every tile with the register double buffer, one in
@@ -527,7 +528,7 @@ def _simt_copy_factor(wl, cfg, cal) -> tuple[float, str]:
 
 
 def _waves_compute(blocks, per_sm, warps, flops_per_block, sm_tflops, eff, gpu, cal, out_bytes_per_block,
-                   store_factor=1.0, k_steps=0, in_flight=1):
+                   store_factor=1.0, k_steps=0, in_flight=1, w_sat=None):
     """(waves, µs): blocks in waves of SMs × per_sm, an SM with k resident blocks running at
     sm_tflops × eff × min(1, k·warps / w_sat)^warp_gamma; each wave also fills its pipelines (fill_us) and
     stores its k output tiles (at sm_store_gbps per SM). ``k_steps``: the K tiles a block walks
@@ -535,11 +536,11 @@ def _waves_compute(blocks, per_sm, warps, flops_per_block, sm_tflops, eff, gpu, 
     double buffer; stages - 1: a cp.async ring), a load's latency ``k_step_us``, which little
     arithmetic per tile cannot hide (a few outputs per block, or few warps per SM), is paid once
     per ``in_flight`` tiles: a wave takes at least (k_steps + in_flight - 1) / in_flight ·
-    k_step_us."""
+    k_step_us. ``w_sat``: the saturating warps where not the calibration's (the wgmma kernels')."""
     per_sm = max(per_sm, 1)
     waves = ceil_div(blocks, gpu.sms * per_sm)
     k = min(per_sm, ceil_div(blocks, gpu.sms))  # blocks an SM holds at once (fewer in a small grid)
-    rate = sm_tflops * 1e6 * eff * min(1.0, k * warps / cal["w_sat"]) ** cal.get("warp_gamma", 1.0)  # flops per µs
+    rate = sm_tflops * 1e6 * eff * min(1.0, k * warps / (w_sat or cal["w_sat"])) ** cal.get("warp_gamma", 1.0)  # flops per µs
     epilogue = k * out_bytes_per_block / (cal["sm_store_gbps"] * 1e3 * store_factor)
     floor = (k_steps + in_flight - 1) / in_flight * cal.get("k_step_us", 0.0) if k_steps else 0.0
     busy = max(k * flops_per_block / rate, floor)
@@ -635,8 +636,11 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
             smem = cfg.shared_bytes() if not hasattr(cfg, "stage_bytes") else cfg.shared_bytes(itemsize(wl.dtype))
             regs = cal["regs"].get(fam, 168)
         per_sm = blocks_per_sm(threads, regs, smem, gpu)
+        # a wgmma is asynchronous, a warpgroup's keeps the SM's four tensor cores busy: those kernels' SMs
+        # saturate at their own count of warps (wgmma_w_sat, fitted; the SIMT tiles' w_sat where none is)
         waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal,
-                                     _store_bytes(wl) * bm * bn, store * scalar_store)
+                                     _store_bytes(wl) * bm * bn, store * scalar_store,
+                                     w_sat=None if fam == "wmma" else cal.get("wgmma_w_sat"))
     dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal, store)
     # stream-K: every SM walks the same number of K tiles, so no SM streams more than its share
     spread = 1.0 if stream else stream_spread(tiles * splits, gpu, persistent=fam in ("tma", "tma_tf32")

@@ -154,7 +154,7 @@ def test_dispatcher_models_stream_k_against_whole_rounds():
     long_k = parse_workload("gemm:2000x3584x18944:bfloat16:nt:out=bfloat16")
     ranked = dispatch.rank(long_k, "bf16", h100)
     assert not ranked[0].config.stream_k
-    sk = next(e for e in ranked if e.config.stream_k)
+    sk = next(e for e in ranked if getattr(e.config, "stream_k", False))  # (the cp.async kernels have none)
     busy = sk.terms["compute_us"] - CALIBRATION["fill_us"]
     assert sk.terms["stream_k"]["sk_tiles"] > 0 and sk.time_us > ranked[0].time_us and busy > 0
     # the shared-out phase at the DRAM's rate: faster shared-out K tiles do not change the estimate
