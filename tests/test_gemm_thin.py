@@ -94,8 +94,9 @@ def h200():
     use_gpu(before)
 
 
-@pytest.mark.parametrize("workload", ["gemm:9954x21x61:float16", "gemm:8x495x2471:float16",
-                                      "gemm:22x7853x97:bfloat16:tn:out=bfloat16:bias"])
+# (22x7853x97 bf16 tn with a bias was here: the cp.async wgmma tiles the model now ranks first ran it in 7.8-8.0 µs,
+# thin_tc_gemm in 9.1, on an H100: reports/results/NVIDIA_H100_80GB_HBM3/choices_wgmma_w_sat/)
+@pytest.mark.parametrize("workload", ["gemm:9954x21x61:float16", "gemm:8x495x2471:float16"])
 def test_best_fp16_chooses_it_for_thin_misaligned_products(h200, workload):
     wl = parse_workload(workload)
     choice = get("best_fp16_gemm").config().choose(wl)
