@@ -415,6 +415,25 @@ def test_an_efficiency_is_solved_only_where_the_arithmetic_weighs(monkeypatch):
     assert solve("2000x3001x12", 0.0) is not None  # though the time alone would have allowed it
 
 
+def test_the_wgmma_kernels_saturate_an_sm_at_their_own_warps():
+    """wgmma_w_sat: a lone cp.async wgmma block of 8 warps runs at its SM's full rate where the wgmma
+    kernels saturate at 4 warps, at (8/16)^warp_gamma of it at the SIMT tiles' w_sat of 16; the SIMT
+    tiles keep w_sat either way."""
+    wl = parse_workload("gemm:1000x100x4096:float16")  # 8 blocks of 128 x 128: one per SM
+    cp = next(c for c in dispatch.candidates(wl, "fp16") if c.key == "cp 128x128")
+    wl32 = parse_workload("gemm:1000x100x4096")
+    simt = next(c for c in dispatch.candidates(wl32, "fp32") if c.family == "simt")
+    cal = copy.deepcopy(dispatch.CALIBRATION)
+    cal.update(w_sat=16, warp_gamma=0.6, fill_us=0.0, sm_store_gbps=1e12, k_step_us=0.0)
+    est = {}
+    for sat in (4, 16):
+        cal["wgmma_w_sat"] = sat
+        est[sat] = (dispatch.estimate(wl, cp, GpuSpec(), cal).terms["compute_us"],
+                    dispatch.estimate(wl32, simt, GpuSpec(), cal).terms["compute_us"])
+    assert est[16][0] == pytest.approx(est[4][0] / 0.5 ** 0.6)
+    assert est[16][1] == est[4][1]
+
+
 def test_an_sm_with_few_warps_runs_at_a_power_of_its_share_of_w_sat():
     """The occupancy knee: an SM holding half the warps it takes to hide the latencies computes at
     0.5^warp_gamma of its full rate (0.5 with the hard knee, warp_gamma = 1); at or past w_sat, at
