@@ -45,6 +45,7 @@ model's pick over the best measured time (the *regret*), before and after the fi
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import itertools
@@ -268,10 +269,10 @@ def candidate_of(row) -> dispatch.Candidate:
     return dispatch.Candidate(row["name"], cfg, row["family"], key)
 
 
-def sweep_gpu(attrs: dict, default: GpuSpec | None = None) -> GpuSpec:
+def sweep_gpu(attrs: dict) -> GpuSpec:
     """The GPU a sweep measured on, as the model sees it (its results' ``gpu_spec``), with the copy rate
-    measured beside the sweep as its bandwidth; ``default`` (or the generic spec) where it names none."""
-    gpu = GpuSpec(**attrs["gpu_spec"]) if attrs.get("gpu_spec") else (default or GpuSpec())
+    measured beside the sweep as its bandwidth; the generic spec where it names none."""
+    gpu = GpuSpec(**attrs["gpu_spec"]) if attrs.get("gpu_spec") else GpuSpec()
     copy_gbps = (attrs.get("ceilings") or {}).get("copy_gbps")
     return dataclasses.replace(gpu, memory_gbps=float(copy_gbps)) if copy_gbps else gpu
 
@@ -557,7 +558,8 @@ def fit(df: pd.DataFrame, gpu=None) -> tuple[dict, dict]:
     every = points(df, gpus)
     if gpu is None:  # the GPU of most points: the one the constants are said to describe
         measured_on = [p[4] for p in every if p[4] is not None]
-        gpu = max(measured_on, key=lambda g: sum(x.name == g.name for x in measured_on)) if measured_on else sweep_gpu(df.attrs)
+        most = collections.Counter(g.name for g in measured_on).most_common(1)
+        gpu = next(g for g in measured_on if g.name == most[0][0]) if most else sweep_gpu(df.attrs)
     if not every:
         raise ValueError("no measured kernels in these results: is it a calibration sweep (schedlab sweep --set calibration)?")
     pts = [p for p in every if p[1] != "fp8"]
