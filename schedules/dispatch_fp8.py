@@ -9,7 +9,7 @@ half that), each with the deepest ring that fits shared memory (:data:`STAGES`, 
 row: the 16-bit kernel's 128-byte rows), with and without 2×1 clusters (B multicast to the two
 blocks of a cluster); for block scales, the tiles whose two accumulator sets (the running sum and a
 K tile's) fit the consumers' registers: 128 × 128. Each also in the **ping-pong** structure
-(``pingpong=True``, schedules/fp8_pingpong.py) at the tiles :data:`PINGPONG_TILES`: a consumer warpgroup
+(``pingpong=True``, schedules/pingpong.py) at the tiles :data:`PINGPONG_TILES`: a consumer warpgroup
 holds a whole tile's accumulators alone, so the tile is what one consumer's registers hold (128 × 128
 and 64 × 256: 128 accumulators per thread of its 232; block scales, two sets: 64 × 128). Where K is
 not a multiple of 16 (no tensor map can describe rows of K bytes), every candidate copies A and B

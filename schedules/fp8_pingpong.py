@@ -1,89 +1,15 @@
-"""The ping-pong structure of the FP8 kernels (``pingpong=True`` on fp8_tma_gemm and
-fp8_block_scaled_gemm; CUTLASS's KernelTmaWarpSpecializedPingpong): the two consumer warpgroups
-each own a whole output tile and take the block's work units in turn (consumer 0 units 0, 2, 4, …;
-consumer 1 units 1, 3, 5, …), so that one runs its epilogue (the scales, the conversion, the stores
-of D) while the other's wgmmas keep the tensor cores busy.
-
-In the cooperative structure (the default) both consumers split every tile along M: they reach the
-end of a tile together, and the tensor cores idle while both store; at 4096³ with 128 × 256 tiles
-(about four per SM) that is a large share of the time. Here the producer fills the same ring in the
-same order (unit i's K tiles at stream positions i·KT + kt: the ring, tma_common.py's, is unchanged),
-each slot is read by one consumer (its empty barrier counts one arrival per block of the cluster, not
-one per consumer), and an **ordered hand-off** lets only one consumer at a time walk the ring: a
-consumer starts its unit's mainloop once the other has issued the previous unit's last wgmmas
-(``bar.sync`` on its named barrier, 256 threads: the other's 128 ``bar.arrive`` and its own 128), and
-passes the turn on the other's barrier when it has issued its own (skipped after the block's last
-unit, so no arrival is left pending). The hand-off is also what keeps the ring's parity waits sound:
-a consumer that skips the other's units would otherwise meet full barriers two phases on, which a
-parity wait cannot tell from the phase it waits for; with it, every earlier stream position has been
-waited for (its fill completed) before a consumer waits for its first one.
-
-With ping-pong a consumer holds a whole tile's accumulators alone: ``block_m`` is the tile of one
-consumer (64 or 128 rows: one or two m64 wgmmas per k32 step), and its accumulators (block_m ·
-block_n / 128 per thread) must fit the consumer's ``setmaxnreg`` budget (232 with two consumers)
-with room for the epilogue: 128 × 128 and 64 × 256 (128 accumulators) are the largest tiles; with
-block scales the running sum and a K tile's partial sums (twice that) leave 64 × 128.
-"""
+"""The block-scaled unit of the ping-pong FP8 kernel (``pingpong=True`` on fp8_block_scaled_gemm). The structure
+itself, the two consumers taking whole tiles in turn with an ordered hand-off, is schedules/pingpong.py's, which
+fp8_tma_gemm shares. With block scales a consumer holds the running sum and a K tile's partial sums (twice a
+tile's accumulators), which leaves 64 × 128 (``block_m=64``)."""
 
 from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from .errors import ScheduleParamError
 from .fp8_block_scales import make_scale_loader, make_scale_reader, make_scale_sum
+from .pingpong import pass_turn
 from .tma_common import fence_acc, release_slot
-
-ORDER_BARRIER = 1  # named barrier 1 + w: consumer w may issue (0 is __syncthreads')
-ORDER_THREADS = 256  # the two consumer warpgroups: one arrives, the other waits
-
-
-def wait_turn(w):
-    """Consumer warpgroup ``w`` waits until the other has issued its unit's last wgmmas."""
-    T.evaluate(T.ptx.bar.sync(T.uint32(ORDER_BARRIER) + T.cast(w, "uint32"), T.uint32(ORDER_THREADS)))
-
-
-def pass_turn(w):
-    """Consumer warpgroup ``w`` hands the tensor cores (and the ring) to the other one."""
-    T.evaluate(T.ptx.bar.arrive(T.uint32(ORDER_BARRIER + 1) - T.cast(w, "uint32"), T.uint32(ORDER_THREADS)))
-
-
-def check_pingpong(cfg, wl):
-    """The ping-pong structure's checks (in place of the cooperative ones of
-    TmaConfig.check_structure): two consumers each holding a whole ``block_m × block_n`` tile
-    (block_m 64 or 128), a persistent grid, the register budgets, the ring, the cluster."""
-    name = cfg.step_name
-    if cfg.consumers != 2:
-        raise ScheduleParamError(f"{name}: pingpong takes 2 consumer warpgroups (one computes while the other "
-                                 f"stores), got consumers={cfg.consumers}")
-    if cfg.block_m not in (64, 128):
-        raise ScheduleParamError(f"{name}: with pingpong a consumer warpgroup owns the whole tile: block_m must be "
-                                 f"64 or 128, got {cfg.block_m}")
-    if cfg.block_n % 64 or not 64 <= cfg.block_n <= 256:
-        raise ScheduleParamError(f"{name}: block_n must be 64, 128, 192 or 256, got {cfg.block_n}")
-    if not cfg.persistent:
-        raise ScheduleParamError(f"{name}: pingpong needs persistent=true (one tile per block leaves the second "
-                                 f"consumer without work)")
-    p, c, r = cfg.producer_regs, cfg.consumer_budget, cfg.launch_regs
-    if p % 8 or c % 8 or not 24 <= p <= r <= c <= 256 or cfg.consumers * (c - r) > r - p:
-        raise ScheduleParamError(
-            f"{name}: setmaxnreg budgets (multiples of 8, 24 ≤ producer ≤ {r} ≤ consumer ≤ 256, "
-            f"consumers·(consumer - {r}) ≤ {r} - producer) do not hold: producer {p}, consumer {c}")
-    if cfg.acc_regs > min(128, c - 40):
-        raise ScheduleParamError(f"{name}: with pingpong a consumer holds the whole {cfg.block_m}x{cfg.block_n} "
-                                 f"tile's {cfg.acc_regs} accumulators per thread alone (at most "
-                                 f"{min(128, c - 40)} of its {c} registers): lower block_n or block_m")
-    if cfg.stages < 2:
-        raise ScheduleParamError(f"{name}: stages must be ≥ 2, got {cfg.stages}")
-    if cfg.shared_bytes(1) > 227 * 1024:
-        raise ScheduleParamError(f"{name}: the ring needs {cfg.shared_bytes(1)} bytes of shared memory "
-                                 f"(> 227 KiB): fewer stages or a smaller tile")
-    if cfg.cluster_m not in (1, 2):
-        raise ScheduleParamError(f"{name}: cluster_m must be 1 or 2, got {cfg.cluster_m}")
-    if cfg.cluster_m == 2 and (cfg.block_n // 64) % 2:
-        raise ScheduleParamError(f"{name}: cluster_m=2 needs an even number of 64-column B panels (block_n 128 "
-                                 f"or 256), got block_n={cfg.block_n}")
-    if cfg.group_m < 1:
-        raise ScheduleParamError(f"{name}: group_m must be ≥ 1")
 
 
 def make_pingpong_promotion(g, mma):

@@ -44,7 +44,8 @@ from .errors import ScheduleParamError
 from .fp8_block_scales import (SCALE_TMA_ARRIVALS, encode_scale_maps, make_pipelined_unit, make_scale_loader,
                                make_scale_reader, make_scale_sum, make_scale_tma_load, scale_group, scale_ring_bytes,
                                scales_by_tma)
-from .fp8_pingpong import check_pingpong, make_pingpong_promotion, pass_turn, wait_turn
+from .fp8_pingpong import make_pingpong_promotion
+from .pingpong import check_pingpong, pass_turn, wait_turn
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
                          pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done)
@@ -70,7 +71,7 @@ class Fp8TmaConfig(TmaConfig):
     pad_k: bool = False  # K not a multiple of 16: zero-padded copies of A and B (K pitch rounded up to 16) first
     #: The two consumer warpgroups take whole ``block_m × block_n`` tiles in turn (block_m 64 or 128),
     #: one running its epilogue while the other's wgmmas run, an ordered hand-off between their
-    #: mainloops (schedules/fp8_pingpong.py); False: both split every tile along M (cooperative).
+    #: mainloops (schedules/pingpong.py); False: both split every tile along M (cooperative).
     pingpong: bool = False
     staged_store: bool = True  # D through a shared-memory area per consumer warp (make_fp8_staged_epilogue)
     narrow_panels = False  # B in 64-row pieces: block_n a multiple of 64
@@ -111,7 +112,7 @@ class Fp8TmaConfig(TmaConfig):
         if not self.warp_specialized:
             raise ScheduleParamError(f"{name}: the FP8 kernel is warp-specialized (warp_specialized=true)")
         if self.pingpong:
-            check_pingpong(self, wl)  # a whole tile per consumer: its own tile, register and ring checks
+            check_pingpong(self, wl, 1)  # a whole tile per consumer: its own tile, register and ring checks
         else:
             self.check_structure(wl, 1)  # the tile, consumers, registers, ring and cluster, as gemm 21-23's
 
@@ -404,7 +405,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                 if not (ROWWISE or BLOCK):
                     sab[0] = SA[0] * SB[0]
                 if PP:
-                    # units w, w + 2, ...: whole tiles, in turn with the other consumer (fp8_pingpong.py)
+                    # units w, w + 2, ...: whole tiles, in turn with the other consumer (pingpong.py)
                     # (two quotients of non-negative numerators: the simplifier turns the single quotient
                     # (n_tiles + 1 - w) / 2 into (n_tiles - w - 1) / 2 + 1, which C rounds wrongly at -1)
                     for j in T.serial(T.if_then_else(w == 0, T.truncdiv(n_tiles + 1, 2), T.truncdiv(n_tiles, 2))):
@@ -519,7 +520,7 @@ def fp8_tma_gemm(wl: Gemm, cfg: Fp8TmaConfig = Fp8TmaConfig()):
 
     ``pingpong=true`` (with a tile one consumer holds: ``block_m`` 64 or 128, e.g. 128 × 128): the
     two consumer warpgroups take whole tiles in turn, one's epilogue running while the other's
-    wgmmas keep the tensor cores busy (schedules/fp8_pingpong.py).
+    wgmmas keep the tensor cores busy (schedules/pingpong.py).
     """
     cfg.check(wl)
     return s_tir.Schedule(fp8_kernel(wl, cfg))

@@ -1,0 +1,85 @@
+"""The ping-pong structure of the Hopper TMA kernels (``pingpong=True`` on fp8_tma_gemm and
+fp8_block_scaled_gemm; CUTLASS's KernelTmaWarpSpecializedPingpong): the two consumer warpgroups each own a whole
+output tile and take the block's work units in turn (consumer 0 units 0, 2, 4, …; consumer 1 units 1, 3, 5, …), so
+that one runs its epilogue (the bias, the activation, the conversion, the stores of D; the FP8 scales) while the
+other's wgmmas keep the tensor cores busy.
+
+In the cooperative structure (the default) both consumers split every tile along M: they reach the end of a tile
+together, and the tensor cores idle while both store. Here the producer fills the same ring in the same order
+(unit i's K tiles at stream positions i·KT + kt: the ring, tma_common.py's, is unchanged), each slot is read by
+one consumer (its empty barrier counts one arrival per block of the cluster, not one per consumer), and an
+**ordered hand-off** lets only one consumer at a time walk the ring: a consumer starts its unit's mainloop once the
+other has issued the previous unit's last wgmmas (``bar.sync`` on its named barrier, 256 threads: the other's 128
+``bar.arrive`` and its own 128), and passes the turn on the other's barrier when it has issued its own (skipped
+after the block's last unit, so no arrival is left pending). The hand-off is also what keeps the ring's parity
+waits sound: a consumer that skips the other's units would otherwise meet full barriers two phases on, which a
+parity wait cannot tell from the phase it waits for; with it, every earlier stream position has been waited for
+(its fill completed) before a consumer waits for its first one.
+
+With ping-pong a consumer holds a whole tile's accumulators alone: ``block_m`` is the tile of one consumer (64 or
+128 rows: one or two m64 wgmmas per K step), and its accumulators (block_m · block_n / 128 per thread) must fit
+the consumer's ``setmaxnreg`` budget (232 with two consumers) with room for the epilogue: 128 × 128 and 64 × 256
+(128 accumulators) are the largest tiles.
+"""
+
+from __future__ import annotations
+
+from tvm.script import tirx as T
+
+from .errors import ScheduleParamError
+from .tma_common import b_box_rows
+
+ORDER_BARRIER = 1  # named barrier 1 + w: consumer w may issue (0 is __syncthreads')
+ORDER_THREADS = 256  # the two consumer warpgroups: one arrives, the other waits
+
+
+def wait_turn(w):
+    """Consumer warpgroup ``w`` waits until the other has issued its unit's last wgmmas."""
+    T.evaluate(T.ptx.bar.sync(T.uint32(ORDER_BARRIER) + T.cast(w, "uint32"), T.uint32(ORDER_THREADS)))
+
+
+def pass_turn(w):
+    """Consumer warpgroup ``w`` hands the tensor cores (and the ring) to the other one."""
+    T.evaluate(T.ptx.bar.arrive(T.uint32(ORDER_BARRIER + 1) - T.cast(w, "uint32"), T.uint32(ORDER_THREADS)))
+
+
+def check_pingpong(cfg, wl, item: int):
+    """The ping-pong structure's checks (in place of the cooperative ones of TmaConfig.check_structure): two
+    consumers each holding a whole ``block_m × block_n`` tile (block_m 64 or 128), a persistent grid, the register
+    budgets, the ring of ``item``-byte elements, the cluster."""
+    name = cfg.step_name
+    if cfg.consumers != 2:
+        raise ScheduleParamError(f"{name}: pingpong takes 2 consumer warpgroups (one computes while the other "
+                                 f"stores), got consumers={cfg.consumers}")
+    if cfg.block_m not in (64, 128):
+        raise ScheduleParamError(f"{name}: with pingpong a consumer warpgroup owns the whole tile: block_m must be "
+                                 f"64 or 128, got {cfg.block_m}")
+    step = 16 if cfg.narrow_panels and wl.trans_b else 64
+    if cfg.block_n % step or not 64 <= cfg.block_n <= 256:
+        narrow = " (with B stored N×K, layouts nt and tt: a multiple of 16 from 64 to 256)" if step == 16 else ""
+        raise ScheduleParamError(f"{name}: block_n must be 64, 128, 192 or 256{narrow}, got {cfg.block_n}")
+    if not cfg.persistent:
+        raise ScheduleParamError(f"{name}: pingpong needs persistent=true (one tile per block leaves the second "
+                                 f"consumer without work)")
+    p, c, r = cfg.producer_regs, cfg.consumer_budget, cfg.launch_regs
+    if p % 8 or c % 8 or not 24 <= p <= r <= c <= 256 or cfg.consumers * (c - r) > r - p:
+        raise ScheduleParamError(
+            f"{name}: setmaxnreg budgets (multiples of 8, 24 ≤ producer ≤ {r} ≤ consumer ≤ 256, "
+            f"consumers·(consumer - {r}) ≤ {r} - producer) do not hold: producer {p}, consumer {c}")
+    if cfg.acc_regs > min(128, c - 40):
+        raise ScheduleParamError(f"{name}: with pingpong a consumer holds the whole {cfg.block_m}x{cfg.block_n} "
+                                 f"tile's {cfg.acc_regs} accumulators per thread alone (at most "
+                                 f"{min(128, c - 40)} of its {c} registers): lower block_n or block_m")
+    if cfg.stages < 2:
+        raise ScheduleParamError(f"{name}: stages must be ≥ 2, got {cfg.stages}")
+    if cfg.shared_bytes(item) > 227 * 1024:
+        raise ScheduleParamError(f"{name}: the ring needs {cfg.shared_bytes(item)} bytes of shared memory "
+                                 f"(> 227 KiB): fewer stages or a smaller tile")
+    if cfg.cluster_m not in (1, 2):
+        raise ScheduleParamError(f"{name}: cluster_m must be 1 or 2, got {cfg.cluster_m}")
+    pieces = cfg.block_n // b_box_rows(cfg.block_n)  # B's TMA boxes per K tile, shared out over the cluster
+    if cfg.cluster_m == 2 and pieces % 2:
+        raise ScheduleParamError(f"{name}: cluster_m=2 needs an even number of B pieces (block_n 128 or 256: 2 and 4 "
+                                 f"of 64 rows), got block_n={cfg.block_n} ({pieces})")
+    if cfg.group_m < 1:
+        raise ScheduleParamError(f"{name}: group_m must be ≥ 1")
