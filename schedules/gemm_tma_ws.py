@@ -15,10 +15,11 @@ K tile's wgmmas in flight and release the previous slot after ``wgmma.wait_group
 a tile they store their fp32 accumulators straight to C while the producer already fills the ring
 for the next tile. gemm 22, ``persistent=True``, launches ``min(SMs, tiles)`` blocks that stride over the
 tiles in grouped order (``group_m`` block-rows per group); ``False`` launches one block per tile.
-(A "pingpong" variant, the two consumer warpgroups taking whole tiles in turn so that one stores
-while the other computes, hung on an H200 in its first trial: a warpgroup that skips the other's
-tiles meets ring barriers two phases on, which a parity wait cannot tell apart. It is left out here; the FP8
-kernels have it, fp8_pingpong.py, with an ordered hand-off between the consumers that rules this out.)
+With ``pingpong=True`` (persistent_gemm) the two consumer warpgroups take whole tiles in turn, so
+that one runs its epilogue while the other's wgmmas keep the tensor cores busy, with an ordered
+hand-off between their mainloops (schedules/pingpong.py, shared with the FP8 kernels; a first trial
+without the hand-off hung on an H200: a warpgroup that skips the other's tiles meets ring barriers
+two phases on, which a parity wait cannot tell apart).
 
 gemm 23, ``cluster_m=2``: blocks pair up in 2×1 clusters along M (same block column); each block
 loads its own A tile and half of the B panels and multicasts the B half to both blocks, so B is
@@ -61,6 +62,8 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 from .cluster_sum import ClusterSliceUnits, cluster_slice_sum
+from .errors import ScheduleParamError
+from .pingpong import check_pingpong, pass_turn, wait_turn
 from .common import ceil_div
 from .registry import register
 from .tma_common import (WARPGROUP, StreamUnits, WorkUnits, grouped_tile, pad_copy_kernel, release_slot, ring_barriers,
@@ -117,8 +120,10 @@ def ws_kernel(wl: Gemm, cfg):
     else:
         units = (ClusterSliceUnits if CSUM else WorkUnits)(CL_TILES, CL_GRID, KT, KTS, SPLIT, BATCH, block_tile)
         PAD = units.PAD  # the last slice's last K tiles lie past K: not loaded, not multiplied
-    # every consumer warpgroup (of every block of the cluster) reads each slot
-    init_ring = ring_barriers(S, NC * CL, CL)
+    PP = getattr(cfg, "pingpong", False)  # whole tiles per consumer, in turn (schedules/pingpong.py)
+    ROW_STEP = 0 if PP else ROW0  # consumer w's rows of a tile start at w · ROW_STEP
+    # every consumer warpgroup (with ping-pong: the one whose unit it is) of every block of the cluster reads each slot
+    init_ring = ring_barriers(S, (1 if PP else NC) * CL, CL)
     if STREAM:
         produce = stream_producer(units, S, cfg.producer_regs, load)
         unit_done = stream_unit_done(S, CL, g.ACC)
@@ -149,15 +154,16 @@ def ws_kernel(wl: Gemm, cfg):
         stored once in its type (by TMA from the boxes at ``stage``, the block's ``i``-th tile; fused, staged
         or from the fragments; product ``part`` of a bmm, else 0, which each store reads only in a bmm)."""
         if TMA_STORE:
-            tma_store(D_map, bias, R, acc, stage, tile_m, tile_n, w * ROW0, w, lane, i)
+            tma_store(D_map, bias, R, acc, stage, tile_m, tile_n, w * ROW_STEP, w, lane, i)
         elif FUSED and STAGED:
-            staged_fused(C, bias, R, None, None, None, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w, lane, part)
+            staged_fused(C, bias, R, None, None, None, acc, vals, pair, stage, tile_m, tile_n, w * ROW_STEP, w, lane,
+                         part)
         elif FUSED:
-            fused(C, bias, R, acc, tile_m, tile_n, w * ROW0, lane, part)
+            fused(C, bias, R, acc, tile_m, tile_n, w * ROW_STEP, lane, part)
         elif STAGED:
-            staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane, part)
+            staged(C, acc, vals, stage, tile_m, tile_n, w * ROW_STEP, lane, part)
         else:
-            epilogue(C, acc, tile_m, tile_n, w * ROW0, lane, part)
+            epilogue(C, acc, tile_m, tile_n, w * ROW_STEP, lane, part)
 
     if PARTIALS:
         split_sum, _ = split_sum_epilogue(wl, SPLIT) if FUSED else split_sum_kernel(M, N, SPLIT)
@@ -284,6 +290,36 @@ def ws_kernel(wl: Gemm, cfg):
                             finish(C, bias, R, acc, tile_m, tile_n, w * WARPGROUP + lane)
                     else:  # a part of a split tile: fp32 sums to the block's piece, the fix-up adds them
                         store_piece(W, acc, units.piece(cid, i) * CL + rank, w * WARPGROUP + lane)
+            elif PP:
+                # ---- consumer warpgroups in turn: units w, w + 2, ..., each a whole tile (schedules/pingpong.py) ----
+                T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
+                w = T.meta_var(wg - 1)
+                # (two quotients of non-negative numerators: the simplifier turns the single quotient
+                # (n_tiles + 1 - w) / 2 into (n_tiles - w - 1) / 2 + 1, which C rounds wrongly at -1)
+                for j in T.serial(T.if_then_else(w == 0, T.truncdiv(n_tiles + 1, 2), T.truncdiv(n_tiles, 2))):
+                    i: T.let[T.int32] = j * 2 + w
+                    if BATCH > 0:
+                        part: T.let[T.int32] = units.outer(cid, i, BATCH)  # the unit's product
+                    tm_, tn_ = T.meta_var(units.tile(cid, i, rank))
+                    tile_m: T.let[T.int32] = tm_
+                    tile_n: T.let[T.int32] = tn_
+                    if PREFETCH_R:
+                        prefetch_r(R, tile_m, tile_n, 0, lane, part if BATCH > 0 else 0)
+                    if i > 0:
+                        wait_turn(w)  # the other consumer has issued unit i - 1's last wgmmas
+                    for kt in T.serial(KTS):
+                        it: T.let[T.int32] = i * KTS + kt
+                        T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
+                        mma(acc, ring, it % S, 0, kt)  # the whole tile's rows
+                        T.ptx.wgmma.wait_group.sync.aligned(1)
+                        if T.And(kt > 0, lane == 0):
+                            release_slot(bars, S + (it - 1) % S, CL)
+                    if i + 1 < n_tiles:
+                        pass_turn(w)  # every wgmma of unit i issued: the other consumer's may follow
+                    unit_done(acc, bars, i, KTS, lane)
+                    # the epilogue runs while the other consumer's wgmmas keep the tensor cores busy
+                    store_tile(C, bias, R, acc, vals, pair, stage, tile_m, tile_n, w, lane, part if BATCH > 0 else 0,
+                               D_map, i)
             else:
                 # ---- consumer warpgroups ----
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
@@ -376,10 +412,35 @@ def warp_specialized_gemm(wl: Gemm, cfg: WarpSpecializedConfig = WarpSpecialized
 @dataclass(frozen=True)
 class PersistentConfig(TmaConfig):
     """gemm 22's configuration: TmaConfig's, and ``tma_store``: D written by the TMA unit from a box of
-    shared memory per consumer warp (schedules/tma_store.py) instead of by the warps' own stores."""
+    shared memory per consumer warp (schedules/tma_store.py) instead of by the warps' own stores;
+    ``pingpong``: the two consumer warpgroups take whole ``block_m × block_n`` tiles in turn (block_m 64 or
+    128), one running its epilogue while the other's wgmmas run (schedules/pingpong.py)."""
 
     tma_store: bool = False  # D through per-warp boxes and TMA stores (N·itemsize a multiple of 16 bytes)
+    pingpong: bool = False  # whole tiles per consumer warpgroup, in turn; False: both split each tile along M
     step_name = "persistent_gemm"
+
+    @property
+    def wg_rows(self) -> int:  # ping-pong: a consumer warpgroup owns the whole tile
+        return self.block_m if self.pingpong else self.block_m // self.consumers
+
+    def check_structure(self, wl: Gemm, item: int):
+        if not self.pingpong:
+            TmaConfig.check_structure(self, wl, item)
+            return
+        check_pingpong(self, wl, item)  # a whole tile per consumer: its own tile, register and ring checks
+        name = self.step_name
+        for knob, on in (("split_k", self.split_k > 1), ("stream_k", self.stream_k),
+                         ("cluster_sum", self.cluster_sum), ("tma_store", self.tma_store)):
+            if on:
+                raise ScheduleParamError(f"{name}: pingpong stores whole tiles from one consumer's accumulators: "
+                                         f"{knob} is for the cooperative consumers (pingpong=false)")
+        if self.staged_store and self.block_n % 32:
+            raise ScheduleParamError(f"{name}: staged_store stages C 32 columns at a time: block_n must be a multiple "
+                                     f"of 32, got {self.block_n}")
+
+    def describe(self) -> str:
+        return TmaConfig.describe(self) + (" pingpong" if self.pingpong else "")
 
 
 @register("persistent_gemm", "gemm", PersistentConfig, aliases=("persistent",), tags=("float16",))

@@ -1,4 +1,4 @@
-"""The ping-pong structure of the Hopper TMA kernels (``pingpong=True`` on fp8_tma_gemm and
+"""The ping-pong structure of the Hopper TMA kernels (``pingpong=True`` on persistent_gemm, fp8_tma_gemm and
 fp8_block_scaled_gemm; CUTLASS's KernelTmaWarpSpecializedPingpong): the two consumer warpgroups each own a whole
 output tile and take the block's work units in turn (consumer 0 units 0, 2, 4, …; consumer 1 units 1, 3, 5, …), so
 that one runs its epilogue (the bias, the activation, the conversion, the stores of D; the FP8 scales) while the
