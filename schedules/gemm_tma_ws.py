@@ -160,6 +160,8 @@ def ws_kernel(wl: Gemm, cfg):
                          part)
         elif FUSED:
             fused(C, bias, R, acc, tile_m, tile_n, w * ROW_STEP, lane, part)
+        elif STAGED and PP:  # both consumers store rows from 0: each in its own warps' areas
+            staged(C, acc, vals, stage, tile_m, tile_n, 0, lane, part, w)
         elif STAGED:
             staged(C, acc, vals, stage, tile_m, tile_n, w * ROW_STEP, lane, part)
         else:

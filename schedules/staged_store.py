@@ -182,8 +182,10 @@ def make_staged_epilogue(g: "Geometry"):
     stage_chunk = make_stage_chunk(NACC)
 
     @T.macro
-    def epilogue(C, acc, vals, stage, tile_m, tile_n, row0, lane, part=None):
-        area: T.let[T.uint32] = stage + T.cast((row0 // ROW0 * 4 + lane // 32) * STAGE_WARP_BYTES, "uint32")
+    def epilogue(C, acc, vals, stage, tile_m, tile_n, row0, lane, part=None, wg=None):
+        # warp lane // 32 of consumer warpgroup wg (by default the one whose rows start at row0) owns its area
+        area: T.let[T.uint32] = stage + T.cast(((row0 // ROW0 if wg is None else wg) * 4 + lane // 32)
+                                               * STAGE_WARP_BYTES, "uint32")
         for mt in T.unroll(MT):
             for c in T.unroll(CHUNKS):
                 stage_chunk(acc, area, mt, c, lane)

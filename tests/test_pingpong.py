@@ -52,6 +52,14 @@ def test_a_64_row_tile_and_clusters_build_without_spills():
     assert ".multicast::cluster" in pair.device.ptx and "bars_ptr[6]))), (uint)2);" in pair.device.cuda
 
 
+def test_each_consumer_stages_its_tile_in_its_own_warps_areas():
+    """Both consumers store a whole tile's rows from row 0, so the staging area is the warp's among all eight consumer
+    warps (tid / 32 - 4), not among one warpgroup's four (which two consumers storing at once would share)."""
+    area = "(((((int)threadIdx.x) >> 5) * 2560) - 10240)"
+    assert area in built(STEP, "gemm:1000x520x2000:float16", **dict(PINGPONG, sms=5)).device.cuda
+    assert area in built(STEP, LAYER, **PINGPONG).device.cuda
+
+
 @pytest.mark.parametrize("params, word", [
     (dict(PINGPONG, block_m=256, stages=4), "a consumer warpgroup owns the whole tile: block_m must be 64 or 128"),
     (dict(PINGPONG, block_n=192, stages=5), "holds the whole 128x192 tile's 192 accumulators"),
