@@ -94,6 +94,7 @@ from .gemm_wgmma import Tf32WgmmaConfig, WgmmaConfig
 from .gemm_wmma import TensorCoreConfig
 from .gemv import ColumnGemvConfig, GemvDispatchConfig, row_form, vector_form
 from .registry import get
+from .tma_fp16 import ALIGNED_PITCH
 from .workloads import itemsize
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -374,13 +375,14 @@ def fp16_candidates(wl, limits=None, sms: int | None = None):
                 + thin_candidates(wl, limits))
     out = []
     pad = _misaligned(wl)  # rows a tensor map cannot take: the TMA kernel copies them into padded buffers
+    padding = dict(pad_operands=True, pad_pitch=ALIGNED_PITCH) if pad else {}  # of whole 128-byte lines
     # 64-row tiles in place of 128-row ones, half padding or more (TMA_ONE_CONSUMER_TILES); not yet run on a
     # batch or on padded copies of misaligned rows, which keep the 128-row tiles measured there
     few = wl.M <= FEW_ROWS and not getattr(wl, "batched", False) and not pad
 
     def persistent(bm, bn, st, **knobs):  # a persistent TMA tile, C staged or stored by TMA where that pays
         return with_store(wl, Candidate("persistent_gemm", PersistentConfig(
-            block_m=bm, block_n=bn, stages=st, pad_operands=pad, **knobs), "tma", f"tma {bm}x{bn}"),
+            block_m=bm, block_n=bn, stages=st, **padding, **knobs), "tma", f"tma {bm}x{bn}"),
             lambda c: _valid(c.step, wl, c.config, limits))
 
     for bm, bn, st in TMA_ONE_CONSUMER_TILES if few else TMA_TILES:
@@ -407,15 +409,15 @@ def tf32_candidates(wl, limits=None, sms: int | None = None):
     """tf32 tensor-core kernels (Hopper's alone: wgmma), and the fp32 SIMT and GEMV kernels, which
     are all there is where the GPU has no wgmma."""
     out = []
-    pad = _misaligned(wl)
+    padding = dict(pad_operands=True, pad_pitch=ALIGNED_PITCH) if _misaligned(wl) else {}
     sms = sms or current_gpu().sms
     for bm, bn, st in TF32_TMA_TILES:
         for s in _splits(wl.K, 32, 32):
             out.append(Candidate("tma_tf32_gemm", Tf32TmaConfig(block_m=bm, block_n=bn, stages=st, split_k=s,
-                                                                pad_operands=pad), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
+                                                                **padding), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
         if stream_k_offered(wl, bm, bn, sms, 32):
             out.append(Candidate("tma_tf32_gemm", Tf32TmaConfig(block_m=bm, block_n=bn, stages=st, stream_k=True,
-                                                                pad_operands=pad), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
+                                                                **padding), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
     for bm, bn, st in TF32_CP_TILES:
         out.append(Candidate("wgmma_tf32_gemm", Tf32WgmmaConfig(block_m=bm, block_n=bn, stages=st,
                                                                 mma_overlap=False), "cp_tf32", f"cp_tf32 {bm}x{bn}"))

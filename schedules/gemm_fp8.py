@@ -103,6 +103,9 @@ class Fp8TmaConfig(TmaConfig):
         if self.pad_operands:
             raise ScheduleParamError(f"{name}: pad_operands is for the 16-bit steps; 8-bit inputs need K a multiple "
                                      f"of 16, or pad_k=true")
+        if self.pad_pitch != 16:
+            raise ScheduleParamError(f"{name}: pad_pitch is for the 16-bit and tf32 steps' padded copies; pad_k pads "
+                                     f"8-bit rows to 16 bytes")
         if self.split_k != 1:
             raise ScheduleParamError(f"{name}: split_k must be 1 (the epilogue applies the scales to the whole sum), "
                                      f"got {self.split_k}")

@@ -55,6 +55,7 @@ class Tf32TmaConfig(StepConfig):
     tf32_round: bool = True
     l2_promotion: int = 2
     pad_operands: bool = False  # rows not a multiple of 16 bytes: copy A / B into padded workspaces first
+    pad_pitch: int = 16  # the padded copies' row pitch in bytes, as TmaConfig.pad_pitch
     split_k: int = 1  # K slices, as TmaConfig.split_k
     stream_k: bool = False  # K tiles shared out evenly over the blocks, as TmaConfig.stream_k
     warp_specialized = True
@@ -121,6 +122,7 @@ class Tf32TmaConfig(StepConfig):
         name = self.step_name
         if dtype != "float32":
             raise ScheduleParamError(f"{name} takes float32 inputs, not {dtype}")
+        TmaConfig.check_pad_pitch(self)
         # a tensor map's row pitch must be a multiple of 16 bytes (A stored K×M is transposed into a
         # padded workspace in any case)
         for what, dim, pitch, copied in (("A", "K", K, wl.trans_a),
@@ -199,8 +201,8 @@ def tf32_kernel(wl: Gemm, cfg: Tf32TmaConfig):
     if TA:
         copy_a, KP = transpose_kernel(K, M, 4, "float32")
     else:
-        copy_a, KP = pad_copy_kernel(M, K, 4, "float32") if COPY_A else (None, K)
-    pad_b, BP = pad_copy_kernel(b_rows, b_cols, 4, "float32") if PAD_B else (None, b_cols)
+        copy_a, KP = pad_copy_kernel(M, K, 4, "float32", cfg.pad_pitch) if COPY_A else (None, K)
+    pad_b, BP = pad_copy_kernel(b_rows, b_cols, 4, "float32", cfg.pad_pitch) if PAD_B else (None, b_cols)
     A_BYTES = BM * ROW_BYTES  # the A tile: BM rows of 32 fp32
     PANEL_BYTES = BK * ROW_BYTES  # one 32-column panel of B: 32 K rows of 128 bytes
     PANELS = BN // 32

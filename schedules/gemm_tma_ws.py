@@ -171,12 +171,12 @@ def ws_kernel(wl: Gemm, cfg):
         split_sum, _ = split_sum_epilogue(wl, SPLIT) if FUSED else split_sum_kernel(M, N, SPLIT)
     if CSUM:
         slice_sum, slice_sum_producer = cluster_slice_sum(SPLIT, NC * WARPGROUP, g.ACC)
-    # rows a tensor map cannot describe (pad_operands): copied first into 16-byte-pitched buffers
+    # rows a tensor map cannot describe (pad_operands): copied first into buffers of pad_pitch-byte rows
     # (every row of every product of a bmm; the rows of the operand as stored)
     (a_rows, a_cols), (b_rows, b_cols) = wl.a_shape[-2:], wl.b_shape[-2:]
     PAD_A, PAD_B = cfg.copied(wl)
-    pad_a, AP = pad_copy_kernel(wl.batches * a_rows, a_cols, g.item, DT) if PAD_A else (None, a_cols)
-    pad_b, BP = pad_copy_kernel(wl.batches * b_rows, b_cols, g.item, DT) if PAD_B else (None, b_cols)
+    pad_a, AP = pad_copy_kernel(wl.batches * a_rows, a_cols, g.item, DT, cfg.pad_pitch) if PAD_A else (None, a_cols)
+    pad_b, BP = pad_copy_kernel(wl.batches * b_rows, b_cols, g.item, DT, cfg.pad_pitch) if PAD_B else (None, b_cols)
     batch_dims = wl.a_shape[:-2]
 
     @T.macro

@@ -180,16 +180,16 @@ def split_sum_kernel(M: int, N: int, SPLIT: int):
 PAD_THREADS = 256
 
 
-def pad_copy_kernel(rows: int, cols: int, item: int, DT: str):
+def pad_copy_kernel(rows: int, cols: int, item: int, DT: str, pitch: int = 16):
     """(macro, padded columns): a kernel copying a ``rows × cols`` row-major matrix into a buffer
-    whose rows are a whole number of 16 bytes, the extra columns zero. A tensor map needs a row
+    whose rows are a whole number of ``pitch`` bytes (a multiple of 16), the extra columns zero. A tensor map needs a row
     pitch that is a multiple of 16 bytes; a matrix whose rows are not (K or N not a multiple of 8
     for 16-bit types, of 4 for fp32) is copied once into such a buffer (``pad_operands``), and the
     TMA kernel reads the copy. One thread per 16 bytes of the copy: element loads (the source rows
     start anywhere), one 16-byte store. ``rows`` counts every row of the array (a batch of
     matrices: batch × rows each), read through a flat view of ``src``."""
     V = 16 // item
-    cols_pad = ceil_div(cols, V) * V
+    cols_pad = ceil_div(cols, pitch // item) * (pitch // item)
     VECS = rows * cols_pad // V
     BLOCKS = ceil_div(VECS, PAD_THREADS)
 

@@ -25,6 +25,13 @@ from .wgmma_epilogue import kernel_entry, make_fused_store
 from .workloads import LAYOUTS, Gemm, epilogue_value
 
 
+# The row pitch the dispatcher's padded copies take (``pad_pitch``): the TMA unit reads rows that start 16 bytes off
+# a 32-byte boundary slowly (3000 x 3000 x 3000 bf16, K pitch 6000 bytes: 437 TFLOP/s where K = 3008 ran 672), and
+# rows of whole 128-byte lines best (4333 x 109 x 9958 fp16 padded: 121.2 us at 16 bytes, 118.6 at 32, 115.6 at
+# 128; H100, reports/results/NVIDIA_H100_80GB_HBM3/pad_pitch); a copy that runs anyway costs no more for it
+ALIGNED_PITCH = 128
+
+
 @dataclass(frozen=True)
 class TmaConfig(StepConfig):
     """``block_m × block_n`` output tile per block, split over ``consumers`` warpgroups along M (``block_m / consumers``
@@ -59,6 +66,7 @@ class TmaConfig(StepConfig):
     l2_promotion: int = 2  # CUtensorMapL2promotion: 0 none, 1 64B, 2 128B, 3 256B
     vector_store: bool = True  # float2 stores of adjacent accumulator pairs (needs N even)
     pad_operands: bool = False  # rows not a multiple of 16 bytes: copy A / B into padded workspaces first
+    pad_pitch: int = 16  # the padded copies' row pitch: a multiple of 16 bytes (16, 32, 64 or 128)
     split_k: int = 1  # K slices: (tile, slice) units, fp32 partials P[slices, M, N] summed by a 2nd kernel
     stream_k: bool = False  # K tiles shared out evenly over the persistent blocks; split tiles: a fix-up kernel
     staged_store: bool = False  # C through per-warp shared-memory areas, one 128-byte row segment per store
@@ -171,6 +179,7 @@ class TmaConfig(StepConfig):
         if wl.batched and self.split_k > 1:
             raise ScheduleParamError(f"{name}: a batch fills the GPU the way split-K does: split_k must be 1 "
                                      f"for a bmm, got {self.split_k}")
+        self.check_pad_pitch()
         if self.block_k * item != ROW_BYTES:
             raise ScheduleParamError(f"{name}: block_k must be {ROW_BYTES // item} (one 128-byte row), "
                                      f"got {self.block_k}")
@@ -238,9 +247,14 @@ class TmaConfig(StepConfig):
                                      f"per tile), got split_k={self.split_k}")
         check_cluster_sum(self, wl, item)
 
+    def check_pad_pitch(self):
+        if self.pad_pitch not in (16, 32, 64, 128):
+            raise ScheduleParamError(f"{self.step_name}: pad_pitch is the padded copies' row pitch in bytes: 16, 32, "
+                                     f"64 or 128, got {self.pad_pitch}")
+
     def copied(self, wl: Gemm) -> tuple[bool, bool]:
         """(A, B): whether a copy kernel runs first for the operand: ``pad_operands`` and rows
-        (of the operand as stored) that are not a whole number of 16 bytes."""
+        (of the operand as stored) that are not a whole number of 16 bytes (copied to rows of ``pad_pitch`` bytes)."""
         return wl.misaligned_rows() if self.pad_operands else (False, False)
 
     @property
