@@ -337,8 +337,8 @@ def _misaligned(wl) -> bool:
 
 def _pad_us(wl, cfg, gpu, cal) -> float:
     """The copy kernels a configuration runs first (its ``copied(wl)``): ``pad_operands`` giving
-    misaligned rows a 16-byte pitch, or the tf32 TMA kernel transposing A stored K×M; each reads
-    and writes its operand once."""
+    misaligned rows a pitch of whole 16 bytes (``pad_pitch``), or the tf32 TMA kernel transposing A
+    stored K×M; each reads and writes its operand once."""
     copied = getattr(cfg, "copied", None)
     if copied is None:
         return 0.0

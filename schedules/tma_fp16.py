@@ -26,9 +26,10 @@ from .workloads import LAYOUTS, Gemm, epilogue_value
 
 
 # The row pitch the dispatcher's padded copies take (``pad_pitch``): the TMA unit reads rows that start 16 bytes off
-# a 32-byte boundary slowly (3000 x 3000 x 3000 bf16, K pitch 6000 bytes: 437 TFLOP/s where K = 3008 ran 672), and
-# rows of whole 128-byte lines best (4333 x 109 x 9958 fp16 padded: 121.2 us at 16 bytes, 118.6 at 32, 115.6 at
-# 128; H100, reports/results/NVIDIA_H100_80GB_HBM3/pad_pitch); a copy that runs anyway costs no more for it
+# a 32-byte boundary slowly (3000 x 3000 x 3000 bf16, K pitch 6000 bytes: 437 TFLOP/s where K = 3008 ran 672), and a
+# copy that runs anyway costs no more for rows of whole 128-byte lines: 18 padded fp16 and tf32 products ran 1.11x
+# faster than with 16-byte rows, up to 1.45x (1773 x 3253 x 9745 fp16: 350.9 -> 241.3 us), slower on none (H100,
+# reports/results/NVIDIA_H100_80GB_HBM3/pad_pitch)
 ALIGNED_PITCH = 128
 
 
@@ -49,7 +50,8 @@ class TmaConfig(StepConfig):
     (:meth:`workspace_bytes`). ``staged_store`` (a float32 C without an epilogue, warp-specialized kernel): C
     leaves through a shared-memory area per consumer warp, a row segment of 128 bytes per store
     (:func:`schedules.staged_store.make_staged_epilogue`). ``cluster_sum``: split-K's slices of a tile added in
-    their cluster, with no second kernel (:mod:`schedules.cluster_sum`)."""
+    their cluster, with no second kernel (:mod:`schedules.cluster_sum`). ``pad_pitch``: the row pitch in bytes of
+    ``pad_operands``' copies (16: what a tensor map needs; the dispatcher asks for :data:`ALIGNED_PITCH`)."""
 
     block_m: int = 128
     block_n: int = 256
