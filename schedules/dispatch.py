@@ -77,7 +77,6 @@ from dataclasses import asdict, dataclass, field
 from .calibration import CALIBRATION, tile_efficiency
 from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
 from .dispatch_fitted import fitted_tiles
-from .dispatch_rows import SLOW_ROWS_FACTOR, TMA_FAMILIES, pad_us as _pad_us, padding, slow_row_twins, slow_rows
 from .dispatch_short_k import narrow_copy_share, short_k_configs, short_k_us
 from .dispatch_store import batches as _batches, epilogue_bytes as _epilogue_bytes, output_bytes as _out_bytes
 from .dispatch_store import simt_staged_body, simt_staged_twins, with_store
@@ -95,6 +94,7 @@ from .gemm_wgmma import Tf32WgmmaConfig, WgmmaConfig
 from .gemm_wmma import TensorCoreConfig
 from .gemv import ColumnGemvConfig, GemvDispatchConfig, row_form, vector_form
 from .registry import get
+from .tma_fp16 import ALIGNED_PITCH
 from .workloads import itemsize
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -335,6 +335,20 @@ def _misaligned(wl) -> bool:
     return any(wl.misaligned_rows())
 
 
+def _pad_us(wl, cfg, gpu, cal) -> float:
+    """The copy kernels a configuration runs first (its ``copied(wl)``): ``pad_operands`` giving
+    misaligned rows a pitch of whole 16 bytes (``pad_pitch``), or the tf32 TMA kernel transposing A
+    stored K×M; each reads and writes its operand once."""
+    copied = getattr(cfg, "copied", None)
+    if copied is None:
+        return 0.0
+    item, us = itemsize(wl.dtype), 0.0
+    for shape, copy in zip((wl.a_shape, wl.b_shape), copied(wl)):
+        if copy:
+            us += cal["launch_us"] + 2 * item * math.prod(shape) / (gpu.memory_gbps * 1e3)
+    return us
+
+
 def hopper_kernels(limits) -> bool:
     """Whether the GPU of ``limits`` builds the Hopper kernels (wgmma, TMA: sm_90a)."""
     return WgmmaConfig().arch_refusal(limits.arch) is None
@@ -361,14 +375,14 @@ def fp16_candidates(wl, limits=None, sms: int | None = None):
                 + thin_candidates(wl, limits))
     out = []
     pad = _misaligned(wl)  # rows a tensor map cannot take: the TMA kernel copies them into padded buffers
-    pad_knobs = padding(wl)  # copies of whole 128-byte lines (schedules.dispatch_rows)
+    padding = dict(pad_operands=True, pad_pitch=ALIGNED_PITCH) if pad else {}  # of whole 128-byte lines
     # 64-row tiles in place of 128-row ones, half padding or more (TMA_ONE_CONSUMER_TILES); not yet run on a
     # batch or on padded copies of misaligned rows, which keep the 128-row tiles measured there
     few = wl.M <= FEW_ROWS and not getattr(wl, "batched", False) and not pad
 
     def persistent(bm, bn, st, **knobs):  # a persistent TMA tile, C staged or stored by TMA where that pays
         return with_store(wl, Candidate("persistent_gemm", PersistentConfig(
-            block_m=bm, block_n=bn, stages=st, **pad_knobs, **knobs), "tma", f"tma {bm}x{bn}"),
+            block_m=bm, block_n=bn, stages=st, **padding, **knobs), "tma", f"tma {bm}x{bn}"),
             lambda c: _valid(c.step, wl, c.config, limits))
 
     for bm, bn, st in TMA_ONE_CONSUMER_TILES if few else TMA_TILES:
@@ -377,7 +391,6 @@ def fp16_candidates(wl, limits=None, sms: int | None = None):
             out.append(persistent(bm, bn, st, stream_k=True))
     if not few:  # widths fitted to whole rounds of the SMs (B stored N×K: schedules.dispatch_fitted)
         out += [persistent(bm, bn, st) for bm, bn, st in fitted_tiles(wl, sms, TMA_TILES)]
-    out += slow_row_twins(wl, out)  # rows a TMA read is slow on: each tile also on copies of whole lines
     for bm, bn, st in TMA_SMALL_TILES:
         out.append(Candidate("tma_gemm", TmaLoadConfig(block_m=bm, block_n=bn, stages=st, consumers=1), "tma_small",
                              f"tma1 {bm}x{bn}"))
@@ -396,16 +409,15 @@ def tf32_candidates(wl, limits=None, sms: int | None = None):
     """tf32 tensor-core kernels (Hopper's alone: wgmma), and the fp32 SIMT and GEMV kernels, which
     are all there is where the GPU has no wgmma."""
     out = []
-    pad_knobs = padding(wl)
+    padding = dict(pad_operands=True, pad_pitch=ALIGNED_PITCH) if _misaligned(wl) else {}
     sms = sms or current_gpu().sms
     for bm, bn, st in TF32_TMA_TILES:
         for s in _splits(wl.K, 32, 32):
             out.append(Candidate("tma_tf32_gemm", Tf32TmaConfig(block_m=bm, block_n=bn, stages=st, split_k=s,
-                                                                **pad_knobs), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
+                                                                **padding), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
         if stream_k_offered(wl, bm, bn, sms, 32):
             out.append(Candidate("tma_tf32_gemm", Tf32TmaConfig(block_m=bm, block_n=bn, stages=st, stream_k=True,
-                                                                **pad_knobs), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
-    out += slow_row_twins(wl, out)
+                                                                **padding), "tma_tf32", f"tma_tf32 {bm}x{bn}"))
     for bm, bn, st in TF32_CP_TILES:
         out.append(Candidate("wgmma_tf32_gemm", Tf32WgmmaConfig(block_m=bm, block_n=bn, stages=st,
                                                                 mma_overlap=False), "cp_tf32", f"cp_tf32 {bm}x{bn}"))
@@ -557,8 +569,6 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     else:
         eff = tile_efficiency(cal, cand.key) or (wmma_efficiency(cfg, cal) if fam == "wmma"
                                                   else cal["default_efficiency"][fam])
-    if fam in TMA_FAMILIES and slow_rows(wl, cfg):  # rows read in place 16 bytes off a 32-byte boundary
-        eff *= SLOW_ROWS_FACTOR
     M, N, K = wl.M, wl.N, wl.K
     terms = {"family": fam, "efficiency": eff}
     if fam == "gemv":

@@ -53,7 +53,6 @@ from . import dispatch
 from .calibration import CALIBRATION
 from .common import GpuSpec, ceil_div, current_gpu, limits_of
 from .dispatch import Candidate, Estimate
-from .dispatch_rows import pad_us
 from .dispatch_store import epilogue_bytes, output_bytes, store_bytes, store_factor
 from .errors import ScheduleParamError
 from .gemm_fp8 import Fp8BlockConfig, Fp8TmaConfig
@@ -241,7 +240,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
     dram = (a_item * M * K + b_item * N * K + output_bytes(wl) * M * N / share
             + epilogue_bytes(wl) + scale_bytes(wl)) / bw
     l2 = (a_item * M * K * tn + b_item * N * K * cluster_rows) / (bw * cal["l2_factor"])  # B multicast per cluster
-    pad = pad_us(wl, cfg, gpu, cal)
+    pad = dispatch._pad_us(wl, cfg, gpu, cal)
     terms = {"family": cand.family, "efficiency": eff, "blocks": grid * cl, "per_sm": 1, "waves": per_block,
              "compute_us": comp, "dram_us": dram, "l2_us": l2, "reduce_us": pad, "splits": 1, "pad_us": pad,
              "peak_sm_tflops": peak, "pingpong": pp, "epilogue_us": store, "epilogue_hidden_us": hidden,

@@ -255,13 +255,9 @@ class TmaConfig(StepConfig):
                                      f"64 or 128, got {self.pad_pitch}")
 
     def copied(self, wl: Gemm) -> tuple[bool, bool]:
-        """(A, B): whether a copy kernel runs first for the operand: ``pad_operands`` and rows (of the operand as
-        stored) that are not a whole number of 16 bytes, which no tensor map can describe, and with a ``pad_pitch``
-        of 32 or more also those that are not whole 32, which the TMA unit reads slowly (schedules.dispatch_rows);
-        copied to rows of ``pad_pitch`` bytes."""
-        if not self.pad_operands:
-            return False, False
-        return wl.misaligned_rows(32 if self.pad_pitch >= 32 else 16)
+        """(A, B): whether a copy kernel runs first for the operand: ``pad_operands`` and rows
+        (of the operand as stored) that are not a whole number of 16 bytes (copied to rows of ``pad_pitch`` bytes)."""
+        return wl.misaligned_rows() if self.pad_operands else (False, False)
 
     @property
     def pass_config(self) -> dict:

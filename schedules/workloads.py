@@ -372,12 +372,12 @@ class Gemm:
         shapes += [(self.bias_shape, self.out_dtype)] * self.bias + [(self.c_shape, self.out_dtype)] * self.residual
         return shapes + [(self.c_shape, self.out_dtype)]
 
-    def misaligned_rows(self, pitch: int = 16) -> tuple[bool, bool]:
-        """(A, B): whether the operand's stored rows are not a whole number of ``pitch`` bytes. At 16: no tensor
-        map can describe them and no load from them can be 16 bytes wide (the kernels that need either copy
-        such an operand into a padded buffer first, ``pad_operands``)."""
-        return ((self.a_shape[-1] * itemsize(self.dtype)) % pitch != 0,
-                (self.b_shape[-1] * itemsize(self.dtype_b)) % pitch != 0)
+    def misaligned_rows(self) -> tuple[bool, bool]:
+        """(A, B): whether the operand's stored rows are not a whole number of 16 bytes: no tensor
+        map can describe them and no load from them can be 16 bytes wide (the kernels that need
+        either copy such an operand into a padded buffer first, ``pad_operands``)."""
+        return ((self.a_shape[-1] * itemsize(self.dtype)) % 16 != 0,
+                (self.b_shape[-1] * itemsize(self.dtype_b)) % 16 != 0)
 
     def operands(self, a, b):
         """op(A), op(B) of stored operands ``a``, ``b`` (numpy arrays or torch tensors): views with
