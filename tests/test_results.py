@@ -213,7 +213,7 @@ NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder
                "tma_store_choices": "no results here", "tma_store_16bit": "no results here",
                "floor_candidates_seed30_31": "no results here", "floor_candidates_seed32_33": "no results here",
                "choices_wgmma_w_sat": "no results here", "pingpong_16bit": "no results here",
-               "pad_pitch": "no results here"}
+               "pad_pitch": "no results here", "slow_rows": "no results here"}
 
 
 @pytest.fixture(scope="module")
