@@ -213,7 +213,8 @@ NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder
                "tma_store_choices": "no results here", "tma_store_16bit": "no results here",
                "floor_candidates_seed30_31": "no results here", "floor_candidates_seed32_33": "no results here",
                "choices_wgmma_w_sat": "no results here", "pingpong_16bit": "no results here",
-               "pad_pitch": "no results here", "slow_rows": "no results here"}
+               "pad_pitch": "no results here", "slow_rows": "no results here",
+               "bench_random_seed35": "no results here"}
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +241,7 @@ def test_every_published_folder_loads_or_says_what_it_is(published):
     loaded = {k for k, v in published.items() if not isinstance(v, Exception)}
     assert {os.path.join("NVIDIA_H200", n) for n in ("default", "bench_gemm", "bench_gemv", "gemv_sweep",
                                                       "bench_layouts", "bench_random", "calibration/sweep8")} <= loaded
-    assert os.path.join("NVIDIA_H100_80GB_HBM3", "bench_gemm") in loaded and len(loaded) == 78
+    assert os.path.join("NVIDIA_H100_80GB_HBM3", "bench_gemm") in loaded and len(loaded) == 79
 
 
 def test_published_results_are_tidy_with_unique_ids_and_no_dangling_files(published):
