@@ -45,7 +45,7 @@ from .fp8_block_scales import (SCALE_TMA_ARRIVALS, encode_scale_maps, make_pipel
                                make_scale_reader, make_scale_sum, make_scale_tma_load, scale_group, scale_ring_bytes,
                                scales_by_tma)
 from .fp8_pingpong import make_pingpong_promotion
-from .pingpong import check_pingpong, pass_turn, wait_turn
+from .pingpong import check_pingpong, make_mainloop, wait_turn
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
                          pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done)
@@ -335,6 +335,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     promote = make_promotion(g, wl, mma) if BLOCK else None
     load_scales = make_scale_loader(g) if BLOCK else None
     promote_unit = make_pingpong_promotion(g, mma) if BLOCK and PP else None
+    pp_mainloop = make_mainloop(S, CL, mma, unit_done) if PP and not BLOCK else None
     PIPE = BLOCK and getattr(cfg, "pipelined", False)  # two partial sets, promoted behind the next wgmmas
     pipe_unit = make_pipelined_unit(g, mma) if PIPE else None
     # K not a multiple of 16 (pad_k): A and B copied first into rows of KP = K rounded up to 16 bytes,
@@ -422,16 +423,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                             promote_unit(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, i, tile_m, tile_n, lane, w,
                                          n_tiles)
                         else:
-                            for kt in T.serial(KT):
-                                it: T.let[T.int32] = i * KT + kt
-                                T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
-                                mma(acc, ring, it % S, 0, kt)
-                                T.ptx.wgmma.wait_group.sync.aligned(1)
-                                if T.And(kt > 0, lane == 0):
-                                    release_slot(bars, S + (it - 1) % S, CL)
-                            if i + 1 < n_tiles:
-                                pass_turn(w)  # every wgmma of unit i issued: the other consumer's may follow
-                            unit_done(acc, bars, i, KT, lane)
+                            pp_mainloop(acc, ring, bars, i, KT, lane, w, n_tiles)
                         # the epilogue runs while the other consumer's wgmmas keep the tensor cores busy
                         if STAGED:
                             staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, 0, w, lane, 0)

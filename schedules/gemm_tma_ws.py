@@ -62,9 +62,9 @@ from tvm import s_tir
 from tvm.script import tirx as T
 
 from .cluster_sum import ClusterSliceUnits, cluster_slice_sum
-from .errors import ScheduleParamError
-from .pingpong import check_pingpong, pass_turn, wait_turn
 from .common import ceil_div
+from .errors import ScheduleParamError
+from .pingpong import check_pingpong, make_mainloop, wait_turn
 from .registry import register
 from .tma_common import (WARPGROUP, StreamUnits, WorkUnits, grouped_tile, pad_copy_kernel, release_slot, ring_barriers,
                          ring_producer, ring_unit_done, split_sum_kernel, stream_fixup_kernel, stream_producer,
@@ -130,6 +130,7 @@ def ws_kernel(wl: Gemm, cfg):
     else:
         produce = ring_producer(units, S, cfg.producer_regs, load)
         unit_done = ring_unit_done(units, S, CL, g.ACC)
+    pp_mainloop = make_mainloop(S, CL, mma, unit_done) if PP else None  # stream-K is refused with ping-pong
     FUSED = wl.has_epilogue  # the epilogue on the accumulators (with split-K partials: in the sum kernel)
     fused = make_fused_epilogue(g, wl) if FUSED and not PARTIALS else None
     staged_fused = make_staged_fused_epilogue(g, wl) if STAGED and FUSED and not PARTIALS else None
@@ -309,16 +310,7 @@ def ws_kernel(wl: Gemm, cfg):
                         prefetch_r(R, tile_m, tile_n, 0, lane, part if BATCH > 0 else 0)
                     if i > 0:
                         wait_turn(w)  # the other consumer has issued unit i - 1's last wgmmas
-                    for kt in T.serial(KTS):
-                        it: T.let[T.int32] = i * KTS + kt
-                        T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
-                        mma(acc, ring, it % S, 0, kt)  # the whole tile's rows
-                        T.ptx.wgmma.wait_group.sync.aligned(1)
-                        if T.And(kt > 0, lane == 0):
-                            release_slot(bars, S + (it - 1) % S, CL)
-                    if i + 1 < n_tiles:
-                        pass_turn(w)  # every wgmma of unit i issued: the other consumer's may follow
-                    unit_done(acc, bars, i, KTS, lane)
+                    pp_mainloop(acc, ring, bars, i, KTS, lane, w, n_tiles)  # passes the turn after its last wgmmas
                     # the epilogue runs while the other consumer's wgmmas keep the tensor cores busy
                     store_tile(C, bias, R, acc, vals, pair, stage, tile_m, tile_n, w, lane, part if BATCH > 0 else 0,
                                D_map, i)

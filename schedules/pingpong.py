@@ -27,7 +27,7 @@ from __future__ import annotations
 from tvm.script import tirx as T
 
 from .errors import ScheduleParamError
-from .tma_common import b_box_rows
+from .tma_common import b_box_rows, release_slot
 
 ORDER_BARRIER = 1  # named barrier 1 + w: consumer w may issue (0 is __syncthreads')
 ORDER_THREADS = 256  # the two consumer warpgroups: one arrives, the other waits
@@ -41,6 +41,29 @@ def wait_turn(w):
 def pass_turn(w):
     """Consumer warpgroup ``w`` hands the tensor cores (and the ring) to the other one."""
     T.evaluate(T.ptx.bar.arrive(T.uint32(ORDER_BARRIER + 1) - T.cast(w, "uint32"), T.uint32(ORDER_THREADS)))
+
+
+
+def make_mainloop(S: int, CL: int, mma, unit_done):
+    """A macro: consumer ``w``'s mainloop of its unit ``i``, ``KT`` K tiles at ring positions i·KT + kt, the whole
+    tile's rows each (``mma``'s rows from 0), the previous slot released once a K tile's wgmmas are issued; the turn
+    passes as soon as the last are (not after the block's last unit of ``n_tiles``), then ``unit_done`` waits for
+    them, so that the other consumer's wgmmas follow at once."""
+
+    @T.macro
+    def mainloop(acc, ring, bars, i, KT, lane, w, n_tiles):
+        for kt in T.serial(KT):
+            it: T.let[T.int32] = i * KT + kt
+            T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
+            mma(acc, ring, it % S, 0, kt)
+            T.ptx.wgmma.wait_group.sync.aligned(1)
+            if T.And(kt > 0, lane == 0):
+                release_slot(bars, S + (it - 1) % S, CL)
+        if i + 1 < n_tiles:
+            pass_turn(w)  # every wgmma of unit i issued: the other consumer's may follow
+        unit_done(acc, bars, i, KT, lane)
+
+    return mainloop
 
 
 def check_pingpong(cfg, wl, item: int):
@@ -61,11 +84,8 @@ def check_pingpong(cfg, wl, item: int):
     if not cfg.persistent:
         raise ScheduleParamError(f"{name}: pingpong needs persistent=true (one tile per block leaves the second "
                                  f"consumer without work)")
-    p, c, r = cfg.producer_regs, cfg.consumer_budget, cfg.launch_regs
-    if p % 8 or c % 8 or not 24 <= p <= r <= c <= 256 or cfg.consumers * (c - r) > r - p:
-        raise ScheduleParamError(
-            f"{name}: setmaxnreg budgets (multiples of 8, 24 ≤ producer ≤ {r} ≤ consumer ≤ 256, "
-            f"consumers·(consumer - {r}) ≤ {r} - producer) do not hold: producer {p}, consumer {c}")
+    cfg.check_budgets()
+    c = cfg.consumer_budget
     if cfg.acc_regs > min(128, c - 40):
         raise ScheduleParamError(f"{name}: with pingpong a consumer holds the whole {cfg.block_m}x{cfg.block_n} "
                                  f"tile's {cfg.acc_regs} accumulators per thread alone (at most "

@@ -225,11 +225,8 @@ class TmaConfig(StepConfig):
             if self.consumers not in (1, 2, 3):
                 raise ScheduleParamError(f"{name}: warp_specialized takes 1 to 3 consumer warpgroups (their "
                                          f"setmaxnreg budget is what the producer frees), got {self.consumers}")
-            p, c, r = self.producer_regs, self.consumer_budget, self.launch_regs
-            if p % 8 or c % 8 or not 24 <= p <= r <= c <= 256 or self.consumers * (c - r) > r - p:
-                raise ScheduleParamError(
-                    f"{name}: setmaxnreg budgets (multiples of 8, 24 ≤ producer ≤ {r} ≤ consumer ≤ 256, "
-                    f"consumers·(consumer - {r}) ≤ {r} - producer) do not hold: producer {p}, consumer {c}")
+            self.check_budgets()
+            c = self.consumer_budget
             if self.acc_regs > c - 40:
                 raise ScheduleParamError(f"{name}: {self.acc_regs} accumulators per thread leave too few of the "
                                          f"{c} registers a consumer gets: lower block_n or block_m")
@@ -248,6 +245,15 @@ class TmaConfig(StepConfig):
             raise ScheduleParamError(f"{name}: split_k needs warp_specialized (the simple kernel is one block "
                                      f"per tile), got split_k={self.split_k}")
         check_cluster_sum(self, wl, item)
+
+    def check_budgets(self):
+        """The ``setmaxnreg`` budgets: multiples of 8, producer ≤ the launch count ≤ consumer ≤ 256, and what the
+        consumers take beyond the launch count no more than the producer gives back."""
+        p, c, r = self.producer_regs, self.consumer_budget, self.launch_regs
+        if p % 8 or c % 8 or not 24 <= p <= r <= c <= 256 or self.consumers * (c - r) > r - p:
+            raise ScheduleParamError(
+                f"{self.step_name}: setmaxnreg budgets (multiples of 8, 24 ≤ producer ≤ {r} ≤ consumer ≤ 256, "
+                f"consumers·(consumer - {r}) ≤ {r} - producer) do not hold: producer {p}, consumer {c}")
 
     def check_pad_pitch(self):
         if self.pad_pitch not in (16, 32, 64, 128):

@@ -37,7 +37,8 @@ FP8_WORKLOADS = ("gemm:4096x4096x4096:float8_e4m3fn:nt:out=bfloat16",
 
 # Knobs that no default configuration turns on, each at a workload it takes: their kernels are built
 # from code paths of their own (stream-K's producer and fix-up, split-K's sum, the FP8 block-scaled
-# variants, one consumer warpgroup, split-K summed in the cluster), which the defaults above never reach.
+# variants, one consumer warpgroup, split-K summed in the cluster, ping-pong consumers, padded rows of whole
+# lines), which the defaults above never reach.
 # Each job: step @ workload {params}.
 KNOB_JOBS = (("persistent_gemm", "gemm:1024x512x2048:bfloat16", {"stream_k": True}),
              ("persistent_gemm", "gemm:1000x500x2000:float16", {"split_k": 3}),
@@ -49,7 +50,12 @@ KNOB_JOBS = (("persistent_gemm", "gemm:1024x512x2048:bfloat16", {"stream_k": Tru
              ("persistent_gemm", "gemm:61x4096x4096:bfloat16:nt:out=bfloat16:residual",
               {"block_m": 64, "consumers": 1, "block_n": 128, "stages": 8, "split_k": 3}),
              ("persistent_gemm", "gemm:61x2560x2560:bfloat16:nt:out=bfloat16:bias",
-              {"block_n": 128, "stages": 6, "split_k": 4, "cluster_sum": True}))
+              {"block_n": 128, "stages": 6, "split_k": 4, "cluster_sum": True}),
+             ("persistent_gemm", "gemm:1000x520x2000:bfloat16:nt:out=bfloat16:bias:gelu_tanh",
+              {"pingpong": True, "block_m": 128, "block_n": 128, "stages": 6, "staged_store": True, "sms": 5}),
+             ("persistent_gemm", "bmm:3x500x704x256:float16", {"pingpong": True, "block_n": 128, "stages": 6,
+                                                              "staged_store": True}),
+             ("tma_tf32_gemm", "gemm:1001x777x2999", {"pad_operands": True, "pad_pitch": 128}))
 
 
 def jobs() -> list[tuple[str, str]]:
