@@ -90,11 +90,7 @@ def check_pingpong(cfg, wl, item: int):
         raise ScheduleParamError(f"{name}: with pingpong a consumer holds the whole {cfg.block_m}x{cfg.block_n} "
                                  f"tile's {cfg.acc_regs} accumulators per thread alone (at most "
                                  f"{min(128, c - 40)} of its {c} registers): lower block_n or block_m")
-    if cfg.stages < 2:
-        raise ScheduleParamError(f"{name}: stages must be ≥ 2, got {cfg.stages}")
-    if cfg.shared_bytes(item) > 227 * 1024:
-        raise ScheduleParamError(f"{name}: the ring needs {cfg.shared_bytes(item)} bytes of shared memory "
-                                 f"(> 227 KiB): fewer stages or a smaller tile")
+    cfg.check_ring(item)
     if cfg.cluster_m not in (1, 2):
         raise ScheduleParamError(f"{name}: cluster_m must be 1 or 2, got {cfg.cluster_m}")
     pieces = cfg.block_n // b_box_rows(cfg.block_n)  # B's TMA boxes per K tile, shared out over the cluster

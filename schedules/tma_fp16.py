@@ -216,11 +216,7 @@ class TmaConfig(StepConfig):
         if not self.warp_specialized and self.persistent:
             raise ScheduleParamError(f"{name}: persistent needs warp_specialized (the simple kernel is one "
                                      f"block per tile)")
-        if self.stages < 2:
-            raise ScheduleParamError(f"{name}: stages must be ≥ 2, got {self.stages}")
-        if self.shared_bytes(item) > 227 * 1024:
-            raise ScheduleParamError(f"{name}: the ring needs {self.shared_bytes(item)} bytes of shared "
-                                     f"memory (> 227 KiB): fewer stages or a smaller tile")
+        self.check_ring(item)
         if self.warp_specialized:
             if self.consumers not in (1, 2, 3):
                 raise ScheduleParamError(f"{name}: warp_specialized takes 1 to 3 consumer warpgroups (their "
@@ -245,6 +241,15 @@ class TmaConfig(StepConfig):
             raise ScheduleParamError(f"{name}: split_k needs warp_specialized (the simple kernel is one block "
                                      f"per tile), got split_k={self.split_k}")
         check_cluster_sum(self, wl, item)
+
+    def check_ring(self, item: int):
+        """The ring: two stages or more, and (with the staging areas) within the 227 KiB of shared memory a
+        block may take, for elements of ``item`` bytes."""
+        if self.stages < 2:
+            raise ScheduleParamError(f"{self.step_name}: stages must be ≥ 2, got {self.stages}")
+        if self.shared_bytes(item) > 227 * 1024:
+            raise ScheduleParamError(f"{self.step_name}: the ring needs {self.shared_bytes(item)} bytes of shared "
+                                     f"memory (> 227 KiB): fewer stages or a smaller tile")
 
     def check_budgets(self):
         """The ``setmaxnreg`` budgets: multiples of 8, producer ≤ the launch count ≤ consumer ≤ 256, and what the
