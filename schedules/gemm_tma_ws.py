@@ -161,10 +161,8 @@ def ws_kernel(wl: Gemm, cfg):
                          part)
         elif FUSED:
             fused(C, bias, R, acc, tile_m, tile_n, w * ROW_STEP, lane, part)
-        elif STAGED and PP:  # both consumers store rows from 0: each in its own warps' areas
-            staged(C, acc, vals, stage, tile_m, tile_n, 0, lane, part, w)
         elif STAGED:
-            staged(C, acc, vals, stage, tile_m, tile_n, w * ROW_STEP, lane, part)
+            staged(C, acc, vals, stage, tile_m, tile_n, w * ROW_STEP, w, lane, part)
         else:
             epilogue(C, acc, tile_m, tile_n, w * ROW_STEP, lane, part)
 
@@ -288,7 +286,7 @@ def ws_kernel(wl: Gemm, cfg):
                             staged_fused(C, bias, R, None, None, None, acc, vals, pair, stage, tile_m, tile_n, w * ROW0,
                                          w, lane, 0)
                         elif STAGED:
-                            staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, lane)
+                            staged(C, acc, vals, stage, tile_m, tile_n, w * ROW0, w, lane)
                         else:
                             finish(C, bias, R, acc, tile_m, tile_n, w * WARPGROUP + lane)
                     else:  # a part of a split tile: fp32 sums to the block's piece, the fix-up adds them
@@ -346,7 +344,7 @@ def ws_kernel(wl: Gemm, cfg):
                     if CSUM:  # the other slices' sums added into slice 0's accumulators
                         slice_sum(acc, smem, part, w * WARPGROUP + lane)
                     if PARTIALS and STAGED:
-                        staged(P, acc, vals, stage, tile_m, tile_n, w * ROW0, lane, part)
+                        staged(P, acc, vals, stage, tile_m, tile_n, w * ROW0, w, lane, part)
                     elif PARTIALS:  # fp32 partials: the sum kernel below applies the epilogue
                         epilogue(P, acc, tile_m, tile_n, w * ROW0, lane, part)
                     elif CSUM:  # slice 0 stores the tile as the unsplit kernel does

@@ -168,11 +168,11 @@ def make_staged_epilogue(g: "Geometry"):
     the pairs cannot go out as one 8-byte store (half the rows would be misaligned), and each
     4-byte store fills half of each sector it touches. Only the warp's own threads meet in its
     area, so ``__syncwarp`` orders the writes and the reads, and the producer warpgroup never
-    waits. The macro takes the area's shared address (``stage``) beside make_epilogue's arguments."""
+    waits. The macro takes the area's shared address (``stage``) and the consumer warpgroup ``w`` whose
+    warps' areas these are beside make_epilogue's arguments."""
     M, N, NACC = g.M, g.N, g.NACC
     PARTIAL = g.PARTIALS or g.BATCH > 0
     MT, CHUNKS = g.cfg.m_subtiles, g.BN // 32
-    ROW0 = g.cfg.wg_rows
     ROW_CHECK = M % g.BM != 0 or g.rows_padded
     COL_CHECK = N % g.BN != 0
 
@@ -182,10 +182,9 @@ def make_staged_epilogue(g: "Geometry"):
     stage_chunk = make_stage_chunk(NACC)
 
     @T.macro
-    def epilogue(C, acc, vals, stage, tile_m, tile_n, row0, lane, part=None, wg=None):
-        # warp lane // 32 of consumer warpgroup wg (by default the one whose rows start at row0) owns its area
-        area: T.let[T.uint32] = stage + T.cast(((row0 // ROW0 if wg is None else wg) * 4 + lane // 32)
-                                               * STAGE_WARP_BYTES, "uint32")
+    def epilogue(C, acc, vals, stage, tile_m, tile_n, row0, w, lane, part=None):
+        # warp lane // 32 of consumer warpgroup w owns its area (rows row0.. of the tile, whichever they are)
+        area: T.let[T.uint32] = stage + T.cast((w * 4 + lane // 32) * STAGE_WARP_BYTES, "uint32")
         for mt in T.unroll(MT):
             for c in T.unroll(CHUNKS):
                 stage_chunk(acc, area, mt, c, lane)
