@@ -82,7 +82,7 @@ from .dispatch_store import batches as _batches, epilogue_bytes as _epilogue_byt
 from .dispatch_store import simt_staged_body, simt_staged_twins, with_store
 from .dispatch_store import store_bytes as _store_bytes, store_factor as _store_factor
 from .dispatch_stream_k import stream_k_offered, stream_k_us
-from .dispatch_thin import thin_configs, thin_us
+from .dispatch_thin import THIN_SIMT_EFFICIENCY, simt_vector, thin_configs, thin_simt_tiles, thin_us
 from .errors import ScheduleParamError
 from .decode_plan import decode_form, sm_share
 from .gemm_decode import DecodeConfig
@@ -209,13 +209,14 @@ def simt_candidates(wl, general: bool = True, limits=None):
     # rows that are not whole 16 bytes: also each configuration with padded copies of A and B
     pads = (False, True) if _misaligned(wl) else (False,)
     pipelines = SIMT_PIPELINES if itemsize(wl.dtype) == 4 else SIMT_PIPELINES[:1]
-    for tiles, skinny in ((SIMT_TILES if general else [], False), (SKINNY_TILES, True)):
+    # fp32 products 17-48 wide: also tiles as wide as that side (schedules.dispatch_thin)
+    for tiles, skinny in ((SIMT_TILES if general else [], False), (SKINNY_TILES, True), (thin_simt_tiles(wl), False)):
         for bm, bn, tm, tn, wm, wn in tiles:
             for bk in simt_depths(tm, tn):
                 for s, pad, (stages, ring) in itertools.product(_splits(wl.K, bk, SIMT_MOST_SPLITS), pads, pipelines):
                     fields = dict(block_m=bm, block_n=bn, block_k=bk, thread_m=tm, thread_n=tn, warps_m=wm,
                                   warps_n=wn, stages=stages, async_copy=ring, split_k=s, group_m=8,
-                                  vector=min(4, tm, tn), pad_operands=pad)
+                                  vector=simt_vector(tm, tn), pad_operands=pad)
                     if skinny or itemsize(wl.dtype) != 4:  # 16-bit inputs: the SIMT body that widens them
                         step, cfg = "skinny_gemm", SkinnyConfig(**fields)
                     else:
@@ -567,8 +568,8 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         eff = ONE_CONSUMER_FACTOR * (tile_efficiency(cal, f"tma {2 * cfg.block_m}x{cfg.block_n}")
                                      or cal["default_efficiency"][fam])
     else:
-        eff = tile_efficiency(cal, cand.key) or (wmma_efficiency(cfg, cal) if fam == "wmma"
-                                                  else cal["default_efficiency"][fam])
+        eff = tile_efficiency(cal, cand.key) or THIN_SIMT_EFFICIENCY.get(cand.key) or (
+            wmma_efficiency(cfg, cal) if fam == "wmma" else cal["default_efficiency"][fam])
     M, N, K = wl.M, wl.N, wl.K
     terms = {"family": fam, "efficiency": eff}
     if fam == "gemv":

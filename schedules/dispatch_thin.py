@@ -136,3 +136,45 @@ def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) 
              "per_sm": per_sm,
              "copy_bytes": (access.w_bytes, x_width), "weight_transposed": access.w_trans}
     return cal["launch_us"] + max(dram, l2, latency) + reduce, terms
+
+
+# --- thin fp32 products on SIMT tiles fitted to the narrow side ---------------------------------------
+# The SIMT tiles of the table (dispatch.SIMT_TILES, SKINNY_TILES) are 8, 16, 64, 128 or 256 wide: an output 17-48
+# columns wide (or rows high) computes on a 64-wide tile (up to 73% of its FMAs on padding) or on a 16-wide one
+# (4 x 4 thread tiles, a quarter of an 8 x 8's FMAs per shared load). These tiles are as wide as the narrow side
+# rounded up to 24, 32 or 48, with 8 x 6, 8 x 8 or 8 x 4 thread tiles: (block_m, block_n, thread_m, thread_n,
+# warps_m, warps_n) of the few-columns form; the few-rows form is their mirror.
+THIN_SIMT_WIDTHS = (24, 32, 48)
+THIN_SIMT_TILES = {24: [(256, 24, 8, 6, 4, 1), (128, 24, 8, 6, 2, 1)],
+                   32: [(256, 32, 8, 8, 4, 1), (128, 32, 8, 4, 4, 1)],
+                   48: [(128, 48, 8, 6, 4, 1), (64, 48, 8, 6, 2, 1)]}
+# Their rate, as the calibration's SIMT efficiencies (a share of fp32_sm_tflops), where no calibration sweep has
+# timed them: fitted on 19 thin fp32 and tf32 products of the random draws (17-48 wide, K 450-15731, three split
+# factors per tile), each point the efficiency at which the model's time meets the measured one, the median per
+# tile (H100, reports/results/NVIDIA_H100_80GB_HBM3/thin_simt_tiles; points the model cannot meet at any rate,
+# its fixed terms above the measured time, left out). The few-rows tiles 32 high, which no drawn product timed,
+# take their mirrors' rates.
+THIN_SIMT_EFFICIENCY = {"simt 256x24 t8x6": 0.54, "simt 128x24 t8x6": 0.55, "simt 256x32 t8x8": 0.52,
+                        "simt 128x32 t8x4": 0.75, "simt 128x48 t8x6": 0.76, "simt 64x48 t8x6": 0.70,
+                        "simt 24x256 t6x8": 0.97, "simt 24x128 t6x8": 0.80, "simt 32x256 t8x8": 0.52,
+                        "simt 32x128 t4x8": 0.75, "simt 48x128 t6x8": 0.78, "simt 48x64 t6x8": 0.79}
+
+
+def thin_simt_tiles(wl) -> list[tuple[int, int, int, int, int, int]]:
+    """The fitted SIMT tiles of a thin fp32 product (:data:`THIN_SIMT_TILES`): an output 17-48 columns
+    wide (N) or rows high (M) takes the tiles of the narrowest width that covers it, mirrored for the
+    few-rows form; none for other shapes or 16-bit inputs (thin_tc_gemm serves those)."""
+    if itemsize(wl.dtype) != 4:
+        return []
+    out = []
+    for narrow, mirror in ((wl.N, False), (wl.M, True)):
+        if 16 < narrow <= THIN_SIMT_WIDTHS[-1]:
+            width = min(w for w in THIN_SIMT_WIDTHS if w >= narrow)
+            out += [(bn, bm, tn, tm, wn, wm) if mirror else (bm, bn, tm, tn, wm, wn)
+                    for bm, bn, tm, tn, wm, wn in THIN_SIMT_TILES[width]]
+    return out
+
+
+def simt_vector(thread_m: int, thread_n: int) -> int:
+    """The widest load (4, 2 or 1 floats) that divides both sides of a thread tile."""
+    return next(v for v in (4, 2, 1) if thread_m % v == 0 and thread_n % v == 0)

@@ -214,6 +214,7 @@ NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder
                "floor_candidates_seed30_31": "no results here", "floor_candidates_seed32_33": "no results here",
                "choices_wgmma_w_sat": "no results here", "pingpong_16bit": "no results here",
                "pad_pitch": "no results here", "slow_rows": "no results here",
+               "thin_simt_tiles": "no results here",
                "bench_random_seed35": "no results here"}
 
 
