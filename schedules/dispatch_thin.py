@@ -143,11 +143,13 @@ def thin_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, reduce_us) 
 # columns wide (or rows high) computes on a 64-wide tile (up to 73% of its FMAs on padding) or on a 16-wide one
 # (4 x 4 thread tiles, a quarter of an 8 x 8's FMAs per shared load). These tiles are as wide as the narrow side
 # rounded up to 24, 32 or 48, with 8 x 6, 8 x 8 or 8 x 4 thread tiles: (block_m, block_n, thread_m, thread_n,
-# warps_m, warps_n) of the few-columns form; the few-rows form is their mirror.
+# warps_m, warps_n) of the few-columns form; the few-rows form is their mirror. Not 64 x 48 (two warps a block): a
+# few points faster than 128 x 48 on an H100, but its mirror took 36 x 9245 x 15731 in 765 µs at split-K 8 (and
+# 686 at 9) against 380-388 at 7, on an H100 and an H200 alike (reports/results/NVIDIA_H100_80GB_HBM3/thin_simt_tiles)
 THIN_SIMT_WIDTHS = (24, 32, 48)
 THIN_SIMT_TILES = {24: [(256, 24, 8, 6, 4, 1), (128, 24, 8, 6, 2, 1)],
                    32: [(256, 32, 8, 8, 4, 1), (128, 32, 8, 4, 4, 1)],
-                   48: [(128, 48, 8, 6, 4, 1), (64, 48, 8, 6, 2, 1)]}
+                   48: [(128, 48, 8, 6, 4, 1)]}
 # Their rate, as the calibration's SIMT efficiencies (a share of fp32_sm_tflops), where no calibration sweep has
 # timed them: fitted on 19 thin fp32 and tf32 products of the random draws (17-48 wide, K 450-15731, three split
 # factors per tile), each point the efficiency at which the model's time meets the measured one, the median per
@@ -155,9 +157,9 @@ THIN_SIMT_TILES = {24: [(256, 24, 8, 6, 4, 1), (128, 24, 8, 6, 2, 1)],
 # its fixed terms above the measured time, left out). The few-rows tiles 32 high, which no drawn product timed,
 # take their mirrors' rates.
 THIN_SIMT_EFFICIENCY = {"simt 256x24 t8x6": 0.54, "simt 128x24 t8x6": 0.55, "simt 256x32 t8x8": 0.52,
-                        "simt 128x32 t8x4": 0.75, "simt 128x48 t8x6": 0.76, "simt 64x48 t8x6": 0.70,
+                        "simt 128x32 t8x4": 0.75, "simt 128x48 t8x6": 0.76,
                         "simt 24x256 t6x8": 0.97, "simt 24x128 t6x8": 0.80, "simt 32x256 t8x8": 0.52,
-                        "simt 32x128 t4x8": 0.75, "simt 48x128 t6x8": 0.78, "simt 48x64 t6x8": 0.79}
+                        "simt 32x128 t4x8": 0.75, "simt 48x128 t6x8": 0.78}
 
 
 def thin_simt_tiles(wl) -> list[tuple[int, int, int, int, int, int]]:
