@@ -430,6 +430,11 @@ def test_reselection_takes_each_runs_fastest_distinct_valid_configurations():
     seeded = [row("dispatch", f"s{n}", 2.0 + n, seed=True, trial=n) for n in range(1, 9)] + [row("dispatch", "t", 1.0,
                                                                                                  trial=9)]
     assert [(r["key"], r["seed"]) for r in reselect_candidates(seeded, 1, seeds=1)] == [("t", False), ("s1", True)]
+    # one configuration at three unroll depths counts once (its fastest depth): the next one is timed too
+    knobs = {"block": "64x64", "split_k": "16"}
+    twins = [row("dispatch", f"u{u}", 1.0 + u / 1e4, knobs=dict(knobs, unroll=u)) for u in (16, 256, 1024)]
+    other = row("dispatch", "o", 1.5, knobs={"block": "64x64", "split_k": "32", "unroll": 256})
+    assert [r["key"] for r in reselect_candidates(twins + [other], 2)] == ["u16", "o"]
 
 
 def test_the_final_choice_table_compares_every_run_in_the_harness(tmp_path):

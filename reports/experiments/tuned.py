@@ -58,8 +58,20 @@ def seed_keys(rows: list[dict]) -> set:
             and r.get("status") == "ok"}
 
 
+def structure(row: dict):
+    """What makes a trial's configuration another kernel for the reselection: its knobs without the
+    sampled unroll depth (the same tiles, split and ring at another unroll are near-twins: a dispatch
+    run on 121 × 206 × 4260 had its three fastest trials one configuration at three depths, all three
+    slower in the harness than the dispatcher's own choice); its key where it records no knobs."""
+    knobs = row.get("knobs")
+    if not knobs:
+        return row["key"]
+    return tuple(sorted((name, str(value)) for name, value in knobs.items() if name != "unroll"))
+
+
 def reselect_candidates(rows: list[dict], k: int, seeds: int | None = None) -> list[dict]:
-    """Each run's ``k`` fastest distinct valid configurations, fastest first within a run, then the
+    """Each run's ``k`` fastest distinct valid configurations (distinct in :func:`structure`: the
+    fastest unroll depth of each), fastest first within a run, then the
     runs' seeds (the hand-written configurations the search started from, timed again whatever the
     tuner's timer said: the final choice is then never slower in the harness than the hand schedule
     the search started from; ``seeds``: only each run's first so many, the first being the
@@ -75,11 +87,12 @@ def reselect_candidates(rows: list[dict], k: int, seeds: int | None = None) -> l
             if r["key"] in seed_set and r["key"] not in first.setdefault(r["run"], []):
                 first[r["run"]].append(r["key"])
         seed_set = {key for keys in first.values() for key in keys[:seeds]}
-    picked, seen, per_run = [], set(), {}
+    picked, seen, shapes, per_run = [], set(), set(), {}
     for r in ok:
-        if r["key"] in seen or per_run.get(r["run"], 0) >= k:
+        if r["key"] in seen or (r["run"], structure(r)) in shapes or per_run.get(r["run"], 0) >= k:
             continue
         seen.add(r["key"])
+        shapes.add((r["run"], structure(r)))
         per_run[r["run"]] = per_run.get(r["run"], 0) + 1
         picked.append(dict(r, seed=r["key"] in seed_set))
     for r in ok:
