@@ -214,7 +214,8 @@ NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder
                "floor_candidates_seed30_31": "no results here", "floor_candidates_seed32_33": "no results here",
                "choices_wgmma_w_sat": "no results here", "pingpong_16bit": "no results here",
                "pad_pitch": "no results here", "slow_rows": "no results here",
-               "thin_simt_tiles": "no results here",
+               "thin_simt_tiles": "no results here", "floor_candidates_seed36_37": "no results here",
+               "tune_random_seed36": "a tune-random report",
                "bench_random_seed35": "no results here"}
 
 
