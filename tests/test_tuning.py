@@ -431,9 +431,8 @@ def test_reselection_takes_each_runs_fastest_distinct_valid_configurations():
                                                                                                  trial=9)]
     assert [(r["key"], r["seed"]) for r in reselect_candidates(seeded, 1, seeds=1)] == [("t", False), ("s1", True)]
     # one configuration at three unroll depths counts once (its fastest depth): the next one is timed too
-    knobs = {"block": "64x64", "split_k": "16"}
-    twins = [row("dispatch", f"u{u}", 1.0 + u / 1e4, knobs=dict(knobs, unroll=u)) for u in (16, 256, 1024)]
-    other = row("dispatch", "o", 1.5, knobs={"block": "64x64", "split_k": "32", "unroll": 256})
+    twins = [row("dispatch", f"u{u}", 1.0 + u / 1e4, knobs={"split_k": "16", "unroll": u}) for u in (16, 256, 1024)]
+    other = row("dispatch", "o", 1.5, knobs={"split_k": "32", "unroll": 256})
     assert [r["key"] for r in reselect_candidates(twins + [other], 2)] == ["u16", "o"]
 
 
