@@ -45,7 +45,7 @@ from .fp8_block_scales import (SCALE_TMA_ARRIVALS, encode_scale_maps, make_pipel
                                make_scale_reader, make_scale_sum, make_scale_tma_load, scale_group, scale_ring_bytes,
                                scales_by_tma)
 from .fp8_pingpong import make_pingpong_promotion
-from .pingpong import check_pingpong, make_mainloop, wait_turn
+from .pingpong import check_pingpong, make_mainloop, turns, wait_turn
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
                          pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done)
@@ -410,9 +410,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                     sab[0] = SA[0] * SB[0]
                 if PP:
                     # units w, w + 2, ...: whole tiles, in turn with the other consumer (pingpong.py)
-                    # (two quotients of non-negative numerators: the simplifier turns the single quotient
-                    # (n_tiles + 1 - w) / 2 into (n_tiles - w - 1) / 2 + 1, which C rounds wrongly at -1)
-                    for j in T.serial(T.if_then_else(w == 0, T.truncdiv(n_tiles + 1, 2), T.truncdiv(n_tiles, 2))):
+                    for j in T.serial(turns(w, n_tiles)):
                         i: T.let[T.int32] = j * 2 + w
                         tm_, tn_ = T.meta_var(units.tile(cid, i, rank))
                         tile_m: T.let[T.int32] = tm_

@@ -64,7 +64,7 @@ from tvm.script import tirx as T
 from .cluster_sum import ClusterSliceUnits, cluster_slice_sum
 from .common import ceil_div
 from .errors import ScheduleParamError
-from .pingpong import check_pingpong, make_mainloop, wait_turn
+from .pingpong import check_pingpong, make_mainloop, turns, wait_turn
 from .registry import register
 from .tma_common import (WARPGROUP, StreamUnits, WorkUnits, grouped_tile, pad_copy_kernel, release_slot, ring_barriers,
                          ring_producer, ring_unit_done, split_sum_kernel, stream_fixup_kernel, stream_producer,
@@ -295,9 +295,7 @@ def ws_kernel(wl: Gemm, cfg):
                 # ---- consumer warpgroups in turn: units w, w + 2, ..., each a whole tile (schedules/pingpong.py) ----
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
                 w = T.meta_var(wg - 1)
-                # (two quotients of non-negative numerators: the simplifier turns the single quotient
-                # (n_tiles + 1 - w) / 2 into (n_tiles - w - 1) / 2 + 1, which C rounds wrongly at -1)
-                for j in T.serial(T.if_then_else(w == 0, T.truncdiv(n_tiles + 1, 2), T.truncdiv(n_tiles, 2))):
+                for j in T.serial(turns(w, n_tiles)):
                     i: T.let[T.int32] = j * 2 + w
                     if BATCH > 0:
                         part: T.let[T.int32] = units.outer(cid, i, BATCH)  # the unit's product

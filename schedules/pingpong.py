@@ -43,6 +43,12 @@ def pass_turn(w):
     T.evaluate(T.ptx.bar.arrive(T.uint32(ORDER_BARRIER + 1) - T.cast(w, "uint32"), T.uint32(ORDER_THREADS)))
 
 
+def turns(w, n_tiles):
+    """How many of the block's ``n_tiles`` units consumer ``w`` takes (units w, w + 2, ...): ⌈(n_tiles - w) / 2⌉,
+    written as two quotients of non-negative numerators (the simplifier turns the single quotient
+    (n_tiles + 1 - w) / 2 into (n_tiles - w - 1) / 2 + 1, which C rounds wrongly at -1)."""
+    return T.if_then_else(w == 0, T.truncdiv(n_tiles + 1, 2), T.truncdiv(n_tiles, 2))
+
 
 def make_mainloop(S: int, CL: int, mma, unit_done):
     """A macro: consumer ``w``'s mainloop of its unit ``i``, ``KT`` K tiles at ring positions i·KT + kt, the whole
