@@ -10,9 +10,13 @@ an importable module and import what they need themselves.
   unwritten output raises (the trial is recorded as failed, with the reason). Then time it warm:
   MetaSchedule's runner, back-to-back runs, inputs resident in L2.
 - :func:`cold_evaluator_local` / :func:`cold_evaluator_rpc`: the same check, then time it cold, as
-  ``schedlab run``'s harness does: one run per timing with L2 flushed before each
-  (``time_evaluator``'s ``cache_flush_bytes``), fewer repeats for slow candidates. At 1024×512×2048
-  the two timers rank close configurations differently (L2 holds the whole problem there).
+  ``schedlab run``'s harness does: one run per timing with L2 emptied before each, fewer repeats for
+  slow candidates. At 1024×512×2048 the two timers rank close configurations differently (L2 holds
+  the whole problem there). Where torch reaches the GPU the local runner times with the harness's
+  own timer (:func:`event_times_ms`: CUDA events, L2 emptied by *reading* 256 MiB,
+  :func:`l2_reader`); over RPC, or without torch, with ``time_evaluator``'s ``cache_flush_bytes``, a
+  device copy whose dirty lines are written back while the timed run reads (on products of ~20 µs
+  that copy moved the tuner's times up to 25% from the harness's, either way).
 - :func:`verify_evaluator_local` / :func:`verify_evaluator_rpc`: the full float64 check of the best
   candidate; returns the relative error in place of run times.
 
@@ -24,6 +28,7 @@ against its own float64 reference (:func:`schedules.reference.reference`).
 from __future__ import annotations
 
 import concurrent.futures
+import math
 
 import numpy as np
 
@@ -34,6 +39,7 @@ L2_FLUSH_BYTES = 256 << 20  # each flush copies 256 MiB between two buffers: mor
 COLD_BUDGET_S = 0.25  # cold timing: repeats capped so one candidate's timed runs take about this long
 WARMUP_MS = 30  # cold timing: back-to-back runs before the timed ones, so the clocks are up
 TIMERS = ("cold", "warm")
+CUDA_DEVICE_TYPE = 2  # DLPack's kCUDA
 
 
 class WrongResult(RuntimeError):
@@ -187,6 +193,69 @@ def cold_costs(rt_mod, device, evaluator_config, repeated_args, flush_bytes: int
     return costs
 
 
+def cuda_torch():
+    """torch where it reaches a CUDA GPU from this process (events, device buffers), else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def l2_reader(torch, nbytes: int = L2_FLUSH_BYTES):
+    """A function that empties the L2 cache by reading ``nbytes`` (a sum on the GPU): the next run's
+    inputs come from DRAM, and L2 holds no dirty lines to write back while it runs."""
+    cache = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda")
+    return lambda: cache.sum(dtype=torch.int64)
+
+
+def event_times_ms(torch, fn, reps: int, before_run=None) -> list[float]:
+    """Milliseconds of each of ``reps`` runs of ``fn``, each between a pair of CUDA events and
+    ``before_run`` (the L2 flush) before it, all enqueued before one wait: the harness's timer, and
+    the tuner's cold one where torch reaches the GPU."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        if before_run is not None:
+            before_run()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+_READERS: list = []  # a runner worker's L2 reader, made on its first cold trial (256 MiB of device memory)
+
+
+def event_cold_costs(torch, rt_mod, evaluator_config, repeated_args, budget_s: float = COLD_BUDGET_S,
+                     warmup_ms: int = WARMUP_MS, flush=None) -> list[float]:
+    """:func:`cold_costs` with the harness's timer (:func:`event_times_ms`, L2 emptied before each
+    timed run by ``flush``, default the worker's :func:`l2_reader`): one probe; for a kernel faster
+    than ``budget_s``, ``warmup_ms`` of back-to-back untimed runs, then up to
+    ``evaluator_config.repeat`` timed runs, as many as fit in ``budget_s``; a slow kernel, the probe
+    and one more. Seconds per run."""
+    if flush is None:
+        if not _READERS:
+            _READERS.append(l2_reader(torch))
+        flush = _READERS[0]
+    f = rt_mod[rt_mod.entry_name]
+    costs = []
+    for args in repeated_args:
+        def run(args=args):
+            f(*args)
+        torch.cuda.synchronize()
+        probe_ms = event_times_ms(torch, run, 1, flush)[0]
+        if probe_ms >= budget_s * 1e3:
+            costs += [probe_ms / 1e3, event_times_ms(torch, run, 1, flush)[0] / 1e3]
+            continue
+        for _ in range(min(1000, math.ceil(warmup_ms / max(probe_ms, 1e-3)))):
+            run()
+        n = max(2, min(int(evaluator_config.repeat), int(budget_s * 1e3 / max(probe_ms, 1e-4))))
+        costs += [t / 1e3 for t in event_times_ms(torch, run, n, flush)]
+    return costs
+
+
 def _check_then_time(time_runs, rt_mod, device, evaluator_config, repeated_args, workload=None):
     """Uniform inputs, the sampled float64 check (raises on a wrong result), then ``time_runs``."""
     _uniform_inputs(repeated_args[0])
@@ -205,11 +274,18 @@ def checked_evaluator_rpc(session, rt_mod, device, evaluator_config, repeated_ar
 
 
 def cold_evaluator_local(rt_mod, device, evaluator_config, repeated_args, workload=None):
-    return _check_then_time(cold_costs, rt_mod, device, evaluator_config, repeated_args, workload)
+    torch = cuda_torch() if device.dlpack_device_type() == CUDA_DEVICE_TYPE else None
+    if torch is None:
+        return _check_then_time(cold_costs, rt_mod, device, evaluator_config, repeated_args, workload)
+
+    def events(m, _device, config, args):
+        return event_cold_costs(torch, m, config, args)
+    return _check_then_time(events, rt_mod, device, evaluator_config, repeated_args, workload)
 
 
 def cold_evaluator_rpc(session, rt_mod, device, evaluator_config, repeated_args, workload=None):
-    return cold_evaluator_local(rt_mod, device, evaluator_config, repeated_args, workload)
+    """A remote module: timed by time_evaluator on its host (this process's torch cannot reach it)."""
+    return _check_then_time(cold_costs, rt_mod, device, evaluator_config, repeated_args, workload)
 
 
 def verify_evaluator_local(rt_mod, device, evaluator_config, repeated_args, workload=None):

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import tvm
 
-from tuning.measure import L2_FLUSH_BYTES
+from tuning.measure import L2_FLUSH_BYTES, event_times_ms, l2_reader
 
 from schedules.reference import LONG_SUM, count_not_finite, product_error, reference  # noqa: F401  (the check)
 
@@ -84,9 +84,10 @@ class CudaHarness:
             torch.backends.cudnn.allow_tf32 = False
             self.torch = torch
             if self.flush:
-                cache = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-                self.before_run = cache.zero_ if self.flush == "write" else (
-                    lambda: cache.sum(dtype=torch.int64))
+                if self.flush == "write":
+                    self.before_run = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda").zero_
+                else:
+                    self.before_run = l2_reader(torch)
 
     # buffers ----------------------------------------------------------------------------------
     def empty(self, shape, dtype):
@@ -148,16 +149,7 @@ class CudaHarness:
         for _ in range(min(25, max(1, int(20 / estimate_ms)))):  # warm-up: ~20 ms of runs
             fn()
         reps = int(min(max_reps, max(min_reps, budget_s * 1e3 / (estimate_ms + 0.05))))
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        for s, e in zip(starts, ends):
-            if self.before_run is not None:
-                self.before_run()
-            s.record()
-            fn()
-            e.record()
-        self.sync()
-        times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        times = event_times_ms(torch, fn, reps, self.before_run)
         method = f"cuda events, {self.FLUSH_TEXT[self.flush]}"
         return Timing(statistics.median(times), min(times), max(times), reps, method)
 
