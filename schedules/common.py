@@ -89,12 +89,15 @@ def limits_of(gpu: GpuSpec) -> GpuLimits:
     return GpuLimits(max_dynamic_shared_bytes=gpu.smem_per_block, arch=gpu.arch, gpu_name=gpu.name)
 
 
-def pass_config_of(cfg) -> dict:
+def pass_config_of(cfg, wl=None) -> dict:
     """The PassContext options a schedule's config needs when it is compiled: a config with
     ``async_copy`` has its global → shared copies injected as cp.async (``tirx.use_async_copy``),
-    plus whatever its ``pass_config`` asks for (:class:`schedules.step_config.StepConfig`)."""
+    plus whatever its ``pass_config`` asks for (:class:`schedules.step_config.StepConfig`), and for
+    a workload ``wl`` its ``pass_config_for(wl)``."""
     config = {"tirx.use_async_copy": True} if cfg.async_copy else {}
     config.update(cfg.pass_config)
+    if wl is not None and hasattr(cfg, "pass_config_for"):
+        config.update(cfg.pass_config_for(wl))
     return config
 
 

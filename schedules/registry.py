@@ -246,12 +246,12 @@ class ScheduleSpec:
         :meth:`validate` refuses it."""
         cfg = cfg if cfg is not None else self.config()
         if type(cfg).choose is StepConfig.choose:  # a step that builds itself
-            return Resolved(self, cfg, self, cfg, None)
+            return Resolved(self, cfg, self, cfg, None, workload=workload)
         self._check_config(workload, cfg)
         choice = cfg.choose(workload)
         if choice is None:
-            return Resolved(self, cfg, self, cfg, None)
-        return Resolved(self, cfg, get(choice.step), choice.config, choice.text, choice.calibrated_on)
+            return Resolved(self, cfg, self, cfg, None, workload=workload)
+        return Resolved(self, cfg, get(choice.step), choice.config, choice.text, choice.calibrated_on, workload)
 
     def _check_config(self, workload, cfg):
         """The checks that need no launch: the workload's kind and layout, the parameters' types
@@ -346,6 +346,7 @@ class Resolved:
     step_config: object
     chosen: str | None = None
     calibrated_on: str | None = None
+    workload: object = None  # the workload it was resolved for
 
     def schedule(self, workload):
         """The scheduled ``tvm.s_tir.Schedule`` (built by the step that builds it)."""
@@ -353,8 +354,8 @@ class Resolved:
 
     @property
     def pass_config(self) -> dict:
-        """The build options of the step that builds it (:func:`schedules.common.pass_config_of`)."""
-        return pass_config_of(self.step_config)
+        """The build options of the step that builds it for its workload (:func:`schedules.common.pass_config_of`)."""
+        return pass_config_of(self.step_config, self.workload)
 
 
 _REGISTRY: dict[str, ScheduleSpec] = {}

@@ -112,6 +112,11 @@ class StepConfig:
         """Extra PassContext options the build needs (beside ``async_copy``'s); none by default."""
         return {}
 
+    def pass_config_for(self, wl) -> dict:
+        """Options the build of ``wl`` needs that the configuration alone does not say (a tuned
+        trace's, read with the workload); none by default."""
+        return {}
+
     def launch(self, wl) -> Launch:
         """The grid, block and shared memory this configuration launches for ``wl`` (required: the
         registry checks it against the GPU's limits before anything is built)."""

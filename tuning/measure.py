@@ -50,12 +50,9 @@ def module_pass_config(mod) -> dict:
     """The PassContext options a scheduled module needs beyond the defaults: a K loop pipelined
     with async stages (a cp.async ring, FastTileConfig.async_copy) needs the async copies injected
     and the shared tiles kept float-typed (FastTileConfig.pass_config), as the harness builds it."""
-    from schedules.common import pass_config_of
-    from schedules.gemm_fast import FastTileConfig
+    from schedules.tuned import ring_options
 
-    if "software_pipeline_async_stages" not in mod.script():
-        return {}
-    return pass_config_of(FastTileConfig(stages=3, async_copy=True))
+    return ring_options(mod.script())
 
 
 def build_in_target_scope(mod, target, _params):

@@ -179,7 +179,7 @@ def built_config(cfg, wl=None):
 def build_config(sch, cfg, target: tvm.target.Target | None = None, wl=None) -> Built:
     """:func:`build` with the async-copy switch and pass options that ``cfg`` carries (for a
     ``best_*`` step: those of its choice for ``wl``)."""
-    return build(sch, target, pass_config=pass_config_of(built_config(cfg, wl)))
+    return build(sch, target, pass_config=pass_config_of(built_config(cfg, wl), wl))
 
 
 def build_resolved(resolved, wl, target: tvm.target.Target | None = None) -> Built:

@@ -1,7 +1,8 @@
-"""The tuner's cold timer is the harness's timer: CUDA events around single runs, L2 emptied by
+"""The tuner measures the kernel the lab runs. Its cold timer is the harness's timer: CUDA events around single runs, L2 emptied by
 reading before each (``tuning.measure.event_cold_costs``), so that a search ranks configurations as
 ``schedlab run`` will time them; over RPC (a module this process's torch cannot reach) it stays
-with ``time_evaluator``."""
+with ``time_evaluator``. And a saved trace is replayed (``tuned_gemm``) with the build options the
+tuner built it with."""
 
 from __future__ import annotations
 
@@ -139,3 +140,46 @@ def test_the_tuners_cold_timer_agrees_with_the_harness_on_a_small_product():
     tuner = statistics.median(measure.event_cold_costs(torch, Module(), SimpleNamespace(repeat=50), [views]))
     harness = CudaHarness(flush="read").bench(lambda: func(*views)).median_ms / 1e3
     assert 0.92 < tuner / harness < 1.08, (tuner, harness)
+
+
+def _ring_trace(wl):
+    """A trace of the tuner's dispatch space with a cp.async ring (as the search saves it)."""
+    import json
+
+    from tvm import s_tir
+
+    from tuning import records as R
+    from tuning.spaces import dispatch_template
+
+    for sch in dispatch_template(s_tir.Schedule(wl.prim_func())):
+        trace = R.plain(sch.trace.as_json())
+        if "async_copy=true" in json.dumps(trace):
+            return trace, sch
+    pytest.fail(f"no configuration with a cp.async ring offered for {wl}")
+
+
+def test_a_tuned_ring_is_replayed_with_the_build_options_the_tuner_timed_it_with(tmp_path):
+    """tuned_gemm replays a saved trace with a cp.async ring built as the tuner built it (cp.async
+    injected into the ring's copies, the module's own options): without them the ring's loads
+    were built as ordinary loads, and the harness timed another kernel (121x206x4260 on an H200:
+    17.8 us in the tuner, 24.4 replayed)."""
+    import json
+
+    from reports.engine.build import build_resolved, cuda_target
+    from schedules import parse_workload
+    from schedules.common import pass_config_of
+    from schedules.registry import get
+    from schedules.tuned import TunedConfig, ring_options
+    from tuning.measure import module_pass_config
+
+    wl = parse_workload("gemm:121x206x4260")
+    trace, sch = _ring_trace(wl)
+    best = tmp_path / "best.json"
+    best.write_text(json.dumps({"workload": str(wl), "trace": trace, "target": '{"kind":"cuda"}'}))
+    resolved = get("tuned_gemm").resolve(wl, TunedConfig(source=str(best)))
+    tuner_options = module_pass_config(sch.mod)
+    assert tuner_options and tuner_options["tirx.use_async_copy"]
+    assert resolved.pass_config == tuner_options == pass_config_of(TunedConfig(source=str(best)), wl)
+    assert ring_options("a module without a ring") == {}
+    built = build_resolved(resolved, wl, cuda_target("sm_90"))
+    assert "cp.async.ca.shared.global" in built.device.cuda  # the ring's copies are asynchronous
