@@ -215,7 +215,8 @@ NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder
                "choices_wgmma_w_sat": "no results here", "pingpong_16bit": "no results here",
                "pad_pitch": "no results here", "slow_rows": "no results here",
                "thin_simt_tiles": "no results here", "floor_candidates_seed36_37": "no results here",
-               "tune_random_seed36": "a tune-random report",
+               "tune_random_seed36": "a tune-random report", "tune_random_seed37": "a tune-random report",
+               "tuned_ring_replay": "no results here",
                "bench_random_seed35": "no results here"}
 
 
