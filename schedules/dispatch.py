@@ -82,11 +82,11 @@ from .dispatch_store import batches as _batches, epilogue_bytes as _epilogue_byt
 from .dispatch_store import simt_staged_body, simt_staged_twins, with_store
 from .dispatch_store import store_bytes as _store_bytes, store_factor as _store_factor
 from .dispatch_stream_k import stream_k_offered, stream_k_us
-from .dispatch_thin import THIN_SIMT_EFFICIENCY, simt_vector, thin_configs, thin_simt_tiles, thin_us
+from .dispatch_thin import THIN_SIMT_EFFICIENCY, thin_configs, thin_simt_tiles, thin_us
 from .errors import ScheduleParamError
 from .decode_plan import decode_form, sm_share
 from .gemm_decode import DecodeConfig
-from .gemm_fast import SkinnyConfig, WarpTileConfig
+from .gemm_fast import SkinnyConfig, WarpTileConfig, simt_vector
 from .gemm_tma import TmaLoadConfig
 from .gemm_tma_tf32 import Tf32TmaConfig
 from .gemm_tma_ws import PersistentConfig
@@ -94,7 +94,7 @@ from .gemm_wgmma import Tf32WgmmaConfig, WgmmaConfig
 from .gemm_wmma import TensorCoreConfig
 from .gemv import ColumnGemvConfig, GemvDispatchConfig, row_form, vector_form
 from .registry import get
-from .tma_fp16 import ALIGNED_PITCH
+from .tma_fp16 import padded_copies
 from .workloads import itemsize
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -376,7 +376,7 @@ def fp16_candidates(wl, limits=None, sms: int | None = None):
                 + thin_candidates(wl, limits))
     out = []
     pad = _misaligned(wl)  # rows a tensor map cannot take: the TMA kernel copies them into padded buffers
-    padding = dict(pad_operands=True, pad_pitch=ALIGNED_PITCH) if pad else {}  # of whole 128-byte lines
+    padding = padded_copies(pad)
     # 64-row tiles in place of 128-row ones, half padding or more (TMA_ONE_CONSUMER_TILES); not yet run on a
     # batch or on padded copies of misaligned rows, which keep the 128-row tiles measured there
     few = wl.M <= FEW_ROWS and not getattr(wl, "batched", False) and not pad
@@ -410,7 +410,7 @@ def tf32_candidates(wl, limits=None, sms: int | None = None):
     """tf32 tensor-core kernels (Hopper's alone: wgmma), and the fp32 SIMT and GEMV kernels, which
     are all there is where the GPU has no wgmma."""
     out = []
-    padding = dict(pad_operands=True, pad_pitch=ALIGNED_PITCH) if _misaligned(wl) else {}
+    padding = padded_copies(_misaligned(wl))
     sms = sms or current_gpu().sms
     for bm, bn, st in TF32_TMA_TILES:
         for s in _splits(wl.K, 32, 32):

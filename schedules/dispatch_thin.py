@@ -175,8 +175,3 @@ def thin_simt_tiles(wl) -> list[tuple[int, int, int, int, int, int]]:
             out += [(bn, bm, tn, tm, wn, wm) if mirror else (bm, bn, tm, tn, wm, wn)
                     for bm, bn, tm, tn, wm, wn in THIN_SIMT_TILES[width]]
     return out
-
-
-def simt_vector(thread_m: int, thread_n: int) -> int:
-    """The widest load (4, 2 or 1 floats) that divides both sides of a thread tile."""
-    return next(v for v in (4, 2, 1) if thread_m % v == 0 and thread_n % v == 0)

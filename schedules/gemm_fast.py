@@ -170,6 +170,12 @@ class FastTileConfig(StepConfig):
                       + (" + block_m × block_n floats of C" if self.staged_store else ""))
 
 
+def simt_vector(thread_m: int, thread_n: int) -> int:
+    """The widest load (4, 2 or 1 floats) that divides both sides of a thread tile: a configuration's
+    ``vector`` for that thread tile (the dispatcher's SIMT candidates)."""
+    return next(v for v in (4, 2, 1) if thread_m % v == 0 and thread_n % v == 0)
+
+
 def fast_tiled(wl: Gemm, cfg: FastTileConfig, fuse: bool = True):
     """The fp32 body of vectorized_shared_gemm ... rasterized_gemm. Returns the schedule. ``fuse``:
     compute an epilogue in the write-back (False leaves its block "D" to the caller)."""

@@ -33,6 +33,13 @@ from .workloads import LAYOUTS, Gemm, epilogue_value
 ALIGNED_PITCH = 128
 
 
+def padded_copies(misaligned: bool) -> dict:
+    """The knobs of a TMA configuration for rows a tensor map cannot take (``misaligned``): A and B
+    copied into buffers whose rows are whole 128-byte lines (``pad_operands``, ``pad_pitch`` =
+    :data:`ALIGNED_PITCH`); none for aligned rows."""
+    return dict(pad_operands=True, pad_pitch=ALIGNED_PITCH) if misaligned else {}
+
+
 @dataclass(frozen=True)
 class TmaConfig(StepConfig):
     """``block_m × block_n`` output tile per block, split over ``consumers`` warpgroups along M (``block_m / consumers``

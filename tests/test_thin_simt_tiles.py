@@ -7,7 +7,8 @@ tiles and split-K right."""
 import pytest
 
 from schedules import dispatch, get, gpus, parse_workload
-from schedules.dispatch_thin import THIN_SIMT_EFFICIENCY, THIN_SIMT_TILES, simt_vector, thin_simt_tiles
+from schedules.dispatch_thin import THIN_SIMT_EFFICIENCY, THIN_SIMT_TILES, thin_simt_tiles
+from schedules.gemm_fast import simt_vector
 from tests.helpers import cached_build, run_on_gpu
 
 H100 = gpus.profile("NVIDIA H100 80GB HBM3")
