@@ -89,26 +89,39 @@ def test_event_cold_costs_spends_two_runs_on_a_slow_kernel():
     assert clock.log.count("run") == 2 and clock.log.count("flush") == 2
 
 
-def test_a_remote_module_is_timed_by_time_evaluator_not_by_local_events(monkeypatch):
+@pytest.fixture
+def timers(monkeypatch):
+    """Which timer the evaluators reach for (the check before it stubbed out): a list of names."""
+    calls = []
+    monkeypatch.setattr(measure, "event_cold_costs", lambda *a, **k: calls.append("events") or [1.0])
+    monkeypatch.setattr(measure, "cold_costs", lambda *a, **k: calls.append("time_evaluator") or [1.0])
+    monkeypatch.setattr(measure, "_uniform_inputs", lambda args: None)
+    monkeypatch.setattr(measure, "sampled_check", lambda *a, **k: None)
+    return calls
+
+
+def _device(dlpack_type):
+    return SimpleNamespace(dlpack_device_type=lambda: dlpack_type)
+
+
+def test_a_remote_module_is_timed_by_time_evaluator_not_by_local_events(timers):
     """Over RPC this process's torch cannot see the module's GPU: the copy-flushed time_evaluator stays."""
-    calls = []
-    monkeypatch.setattr(measure, "event_cold_costs", lambda *a, **k: calls.append("events") or [1.0])
-    monkeypatch.setattr(measure, "cold_costs", lambda *a, **k: calls.append("time_evaluator") or [1.0])
-    monkeypatch.setattr(measure, "_uniform_inputs", lambda args: None)
-    monkeypatch.setattr(measure, "sampled_check", lambda *a, **k: None)
-    measure.cold_evaluator_rpc(None, object(), SimpleNamespace(dlpack_device_type=lambda: 2), None, [()])
-    assert calls == ["time_evaluator"]
+    measure.cold_evaluator_rpc(None, object(), _device(measure.CUDA_DEVICE_TYPE), None, [()])
+    assert timers == ["time_evaluator"]
 
 
-def test_a_local_cpu_device_never_reaches_for_cuda_events(monkeypatch):
-    calls = []
-    monkeypatch.setattr(measure, "event_cold_costs", lambda *a, **k: calls.append("events") or [1.0])
-    monkeypatch.setattr(measure, "cold_costs", lambda *a, **k: calls.append("time_evaluator") or [1.0])
-    monkeypatch.setattr(measure, "_uniform_inputs", lambda args: None)
-    monkeypatch.setattr(measure, "sampled_check", lambda *a, **k: None)
+def test_a_local_gpu_is_timed_by_events_where_torch_reaches_it(timers, monkeypatch):
+    monkeypatch.setattr(measure, "cuda_torch", lambda: object())
+    measure.cold_evaluator_local(object(), _device(measure.CUDA_DEVICE_TYPE), None, [()])
+    monkeypatch.setattr(measure, "cuda_torch", lambda: None)  # torch missing, or no CUDA in it
+    measure.cold_evaluator_local(object(), _device(measure.CUDA_DEVICE_TYPE), None, [()])
+    assert timers == ["events", "time_evaluator"]
+
+
+def test_a_local_cpu_device_never_reaches_for_cuda_events(timers, monkeypatch):
     monkeypatch.setattr(measure, "cuda_torch", lambda: pytest.fail("asked for torch on a CPU device"))
-    measure.cold_evaluator_local(object(), SimpleNamespace(dlpack_device_type=lambda: 1), None, [()])
-    assert calls == ["time_evaluator"]
+    measure.cold_evaluator_local(object(), _device(1), None, [()])
+    assert timers == ["time_evaluator"]
 
 
 @pytest.mark.gpu
