@@ -35,7 +35,7 @@ import numpy as np
 SAMPLES = 512
 SAMPLE_TOLERANCE = 1e-4
 FULL_TOLERANCE = 1e-5
-L2_FLUSH_BYTES = 256 << 20  # each flush copies 256 MiB between two buffers: more than any GPU's L2
+L2_FLUSH_BYTES = 256 << 20  # what each flush reads (l2_reader) or copies (time_evaluator): more than any GPU's L2
 COLD_BUDGET_S = 0.25  # cold timing: repeats capped so one candidate's timed runs take about this long
 WARMUP_MS = 30  # cold timing: back-to-back runs before the timed ones, so the clocks are up
 TIMERS = ("cold", "warm")
