@@ -506,7 +506,22 @@ class ColumnGemvConfig(StepConfig):
     narrow_max_n: int = 64      # N ≤ this: scalar loads, one thread per column, rows reduced inside the block
     target_blocks: int = 0      # narrow A: aim for about this many blocks (0: 2 per SM of the GPU, 264 on H100/H200)
     single_pass: bool = True    # one kernel where a block's threads cover the rows with SINGLE_PASS_ROWS each or fewer
+    serial_columns: bool = True  # one kernel with no sum across threads where the rows are at most serial_rows
+    serial_rows: int = 64       # rows each thread adds itself in _serial_columns (its loads all in flight)
     zero_means_auto = ("target_blocks",)
+
+    def serial(self, wl) -> bool:
+        """Whether one kernel sums the rows with no sum across threads (:func:`_serial_columns`): at most
+        ``serial_rows`` of them, each thread's loads all in flight at once."""
+        return self.serial_columns and gemv_shape(wl).M <= self.serial_rows
+
+    def serial_threads(self, wl) -> int:
+        """The serial kernel's threads per block, all along the columns: enough blocks for every SM
+        where the columns allow (a warp at least, 256 at most)."""
+        lanes = ceil_div(gemv_shape(wl).N, self.vector_for(wl))
+        if lanes <= 32:
+            return _pow2_at_least(lanes)
+        return max(32, min(self.threads, _pow2_at_least(ceil_div(lanes, current_gpu().sms))))
 
     def single_pass_threads(self, wl) -> tuple[int, int]:
         """One kernel's threads (along the columns, along the rows): the columns in groups of the
@@ -522,7 +537,7 @@ class ColumnGemvConfig(StepConfig):
         one), and the sectors its narrow column groups waste cost less than the second kernel's
         launch (:meth:`sector_waste_bytes`)."""
         ty = self.single_pass_threads(wl)[1]
-        return (self.single_pass and ceil_div(gemv_shape(wl).M, ty) <= SINGLE_PASS_ROWS
+        return self.serial(wl) or (self.single_pass and ceil_div(gemv_shape(wl).M, ty) <= SINGLE_PASS_ROWS
                 and self.sector_waste_bytes(wl) <= second_launch_bytes())
 
     def sector_waste_bytes(self, wl) -> float:
@@ -580,6 +595,10 @@ class ColumnGemvConfig(StepConfig):
         _check_vector(gemv_shape(wl), self.vector_for(wl))
 
     def launch(self, wl: GemvT) -> Launch:
+        if self.serial(wl):
+            tx = self.serial_threads(wl)
+            return Launch(grid=(ceil_div(gemv_shape(wl).N, tx * self.vector_for(wl)), 1, 1), block=(tx, 1, 1),
+                          threads_from="the columns' vectors over the SMs, 32-256")
         if self.one_kernel(wl):
             tx, ty = self.single_pass_threads(wl)
             return Launch(grid=(gemv_shape(wl).N // tx, 1, 1), block=(tx, ty, 1),
@@ -607,6 +626,8 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     Where a block's threads along the rows cover them with ``SINGLE_PASS_ROWS`` rows each or fewer
     (a small matrix), one kernel does it all (:func:`_single_pass`): no partials, one launch.
     """
+    if cfg.serial(wl):
+        return _serial_columns(wl, cfg)
     if cfg.one_kernel(wl):
         return _single_pass(wl, cfg)
     vector = cfg.vector_for(wl)
@@ -651,6 +672,28 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     sch.bind(fb, "blockIdx.x")
     sch.bind(ft, "threadIdx.x")
     sch.bind(sy, "threadIdx.y")
+    return sch
+
+
+def _serial_columns(wl, cfg: ColumnGemvConfig):
+    """One kernel and no sum across threads, for a few rows: threadIdx.x on consecutive columns (a
+    vector of them per thread where N allows), each thread adding every row of its columns in a
+    register, the rows unrolled so that all its loads are in flight at once. The single pass splits
+    so few rows over the threads of a block whose columns are N's largest divisor up to 64: for N
+    prime, a block of 256 threads a column, thousands of them for a few rows. Here the columns take
+    a predicate (there is no cross-thread sum for it to be lost on), and the blocks are few."""
+    vector, tx_n = cfg.vector_for(wl), cfg.serial_threads(wl)
+    sch, block, j, i, matrix, pads = _start(wl)
+    bx, tx, v = sch.split(j, [None, tx_n, vector])
+    sch.reorder(bx, tx, i, v)
+    write_back = register_accumulator(sch, block, tx)  # the column sums stay in registers
+    if vector > 1:
+        sch.vectorize(sch.get_loops(write_back)[-1])
+        register_fragments(sch, block, i, indices=(matrix,))
+        sch.unroll(v)
+    sch.unroll(i)
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
     return sch
 
 

@@ -87,7 +87,7 @@ def test_split_k_partials_are_reduced_across_threads(shape):
 
 @pytest.mark.parametrize("shape", [(1, 17), (1000, 17), (16385, 64), (3, 1), (16384, 16), (60, 13)])
 def test_narrow_transposed_reduces_rows_across_threads(shape):
-    built = _build("column_gemv_t", GemvT(*shape), single_pass=False)  # the two kernels, however few rows
+    built = _build("column_gemv_t", GemvT(*shape), single_pass=False, serial_columns=False)  # two kernels, however few rows
     first = next(b for b in _bodies(built.device.cuda) if "A_ptr" in b)
     assert "red_buf" in first
     # one thread per column: no column predicate, whose loss on the reduction's store once wrote
@@ -99,7 +99,7 @@ def test_narrow_transposed_reduces_rows_across_threads(shape):
 @pytest.mark.parametrize("shape", [(16384, 16), (16384, 4096), (8192, 8192), (1, 17), (1000, 4097), (3, 1)])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_transposed_builds(shape, dtype):
-    built = _build("column_gemv_t", GemvT(*shape, dtype=dtype), single_pass=False)
+    built = _build("column_gemv_t", GemvT(*shape, dtype=dtype), single_pass=False, serial_columns=False)
     assert len(built.device.kernels) == 2 and all(k.spills == 0 for k in built.device.kernels)
     cu = built.device.cuda
     if shape[1] % 4 == 0 and shape[1] > 64 and dtype == "float32":   # wide A: 128-bit loads
@@ -115,24 +115,52 @@ def test_a_small_transposed_gemv_is_one_kernel(shape, threads):
     the columns in groups of N's largest divisor up to 64 (no column predicate before the rows'
     cross-thread sum), the rows padded to whole blocks and read as zeros."""
     wl = GemvT(*shape)
-    cfg = get("column_gemv_t").config()
+    cfg = get("column_gemv_t").config(serial_columns=False)  # few rows take the serial kernel by default (below)
     assert cfg.one_kernel(wl) and cfg.single_pass_threads(wl) == threads and cfg.kernels(wl) == 1
-    built = _build("column_gemv_t", wl)
+    built = _build("column_gemv_t", wl, serial_columns=False)
     assert len(built.device.kernels) == 1 and built.device.kernels[0].spills == 0
     body = _bodies(built.device.cuda)[0]
     assert "red_buf" in body and "threadIdx.x) <" not in body
-    launch = get("column_gemv_t").validate(wl)
+    launch = get("column_gemv_t").validate(wl, cfg)
     assert launch.grid == (shape[1] // threads[0], 1, 1) and launch.block == (*threads, 1)
     assert (built.launch["blockIdx.x"], built.launch["threadIdx.x"], built.launch["threadIdx.y"]) == \
         (launch.grid[0], *threads)
     # more rows than that: the two kernels, and the model counts both launches
     big = GemvT(16 * threads[1] + 1, shape[1])
-    assert not cfg.one_kernel(big) and len(_build("column_gemv_t", big).device.kernels) == 2
+    assert not cfg.one_kernel(big) and len(_build("column_gemv_t", big, serial_columns=False).device.kernels) == 2
     from schedules import dispatch
     for rows, kernels in ((wl.M, 1), (big.M, 2)):  # as the GEMM c = a·B (B stored rows × columns)
         gemm = parse_workload(f"gemm:1x{shape[1]}x{rows}")
         est = dispatch.estimate(gemm, dispatch.Candidate("column_gemv_t", cfg, "gemv", "gemv column"))
         assert est.terms["kernels"] == kernels
+
+
+@pytest.mark.parametrize("shape, dtype, vector", [((33, 9466), "float32", 2), ((9, 4013), "float32", 1),
+                                                  ((64, 4096), "float32", 4), ((2, 8570), "float16", 2),
+                                                  ((60, 13), "float32", 1), ((5, 65536), "float16", 8)])
+def test_few_rows_are_summed_by_each_thread_with_no_sum_across_threads(shape, dtype, vector):
+    """At most serial_rows rows: one kernel whose threads each add every row of their columns (no
+    cross-thread sum, so no shared memory, and a column predicate where N is not whole blocks), a
+    block of threads along the columns only, blocks enough for the SMs; the single pass it replaces
+    put 256 threads on each column of a prime N (1x4013x9: 4013 blocks for 36 thousand products)."""
+    wl = GemvT(*shape, dtype=dtype)
+    cfg = get("column_gemv_t").config()
+    assert cfg.serial(wl) and cfg.kernels(wl) == 1 and cfg.vector_for(wl) == vector
+    built = _build("column_gemv_t", wl)
+    assert len(built.device.kernels) == 1 and built.device.kernels[0].spills == 0
+    body = _bodies(built.device.cuda)[0]
+    assert "red_buf" not in body and "__shared__" not in body and "threadIdx.y" not in body
+    launch = get("column_gemv_t").validate(wl)
+    tx = launch.block[0]
+    assert launch.block[1:] == (1, 1) and launch.grid == (-(-shape[1] // (tx * vector)), 1, 1)
+    assert (built.launch["blockIdx.x"], built.launch["threadIdx.x"]) == (launch.grid[0], tx)
+    lanes = -(-shape[1] // vector)
+    if lanes <= 32:  # narrow: one block, a thread a column vector (a power of two of them)
+        assert tx == 1 << (lanes - 1).bit_length() and launch.grid[0] == 1
+    else:  # a warp or more a block, and about a block per SM or more where the columns allow
+        assert 32 <= tx <= 256 and (launch.grid[0] >= 132 // 2 or tx == 32)
+    more = GemvT(cfg.serial_rows + 1, shape[1], dtype=dtype)  # one row more: the forms before it
+    assert not cfg.serial(more) and "red_buf" in _build("column_gemv_t", more).device.cuda
 
 
 @pytest.mark.parametrize("shape, dtype, warps", [((167, 1010), "float32", 8), ((466, 526), "float16", 8),
@@ -245,10 +273,12 @@ def test_gemv_matches_float64(name, shape):
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(1, 1), (1, 17), (16384, 16), (1000, 4097), (8192, 8192), (37, 130), (60, 13),
-                                   (1000, 17), (999, 50), (92, 148), (92, 149), (97, 64), (64, 65536), (8, 7)])
-@pytest.mark.parametrize("single_pass", [True, False])  # one kernel where the rows are few (the default), or two
-def test_transposed_matches_float64(shape, single_pass):
-    assert _run_on_gpu("column_gemv_t", GemvT(*shape), single_pass=single_pass) < 1e-6
+                                   (1000, 17), (999, 50), (92, 148), (92, 149), (97, 64), (64, 65536), (8, 7),
+                                   (33, 9466), (9, 4013), (64, 4100)])
+@pytest.mark.parametrize("form", [{}, {"serial_columns": False}, {"serial_columns": False, "single_pass": False}],
+                         ids=["default", "single_pass", "two_kernels"])  # few rows: serial (the default), or not
+def test_transposed_matches_float64(shape, form):
+    assert _run_on_gpu("column_gemv_t", GemvT(*shape), **form) < 1e-6
 
 
 @gpu
