@@ -506,14 +506,32 @@ class ColumnGemvConfig(StepConfig):
     narrow_max_n: int = 64      # N ≤ this: scalar loads, one thread per column, rows reduced inside the block
     target_blocks: int = 0      # narrow A: aim for about this many blocks (0: 2 per SM of the GPU, 264 on H100/H200)
     single_pass: bool = True    # one kernel where a block's threads cover the rows with SINGLE_PASS_ROWS each or fewer
-    serial_columns: bool = True  # one kernel with no sum across threads where the rows are at most serial_rows
-    serial_rows: int = 64       # rows each thread adds itself in _serial_columns (its loads all in flight)
+    # _serial_columns (each thread adds every row of its columns): at most serial_rows rows, or at most
+    # serial_wave_rows where the single pass would launch more than one wave of blocks. On an H200, 32 shapes
+    # 1 x 64-16384 x 2-128 (reports/results/NVIDIA_H200/gemv_column_serial): at 2-12 rows it beat the single
+    # pass on all 21 (1.01-1.32x), at 14-43 it lost by 1-11% on 6 of 7; the 7th, 1x11071x28 (3-column groups,
+    # 3690 blocks), it ran in 5.6 us against 14.8
+    serial_columns: bool = True
+    serial_rows: int = 12
+    serial_wave_rows: int = 64
     zero_means_auto = ("target_blocks",)
 
     def serial(self, wl) -> bool:
         """Whether one kernel sums the rows with no sum across threads (:func:`_serial_columns`): at most
-        ``serial_rows`` of them, each thread's loads all in flight at once."""
-        return self.serial_columns and gemv_shape(wl).M <= self.serial_rows
+        ``serial_rows`` of them (a thread's loads all in flight at once), or at most ``serial_wave_rows``
+        where the single pass's blocks (N over its column groups) are more than the GPU holds at once:
+        narrow groups (N prime, or a small multiple of one) give it thousands of blocks of mostly
+        padded rows, which run wave after wave."""
+        rows = gemv_shape(wl).M
+        return self.serial_columns and (rows <= self.serial_rows or
+                                        (rows <= self.serial_wave_rows and self.single_pass_waves(wl) > 1))
+
+    def single_pass_waves(self, wl) -> float:
+        """The single pass's blocks over the blocks of its size the GPU holds at once."""
+        tx, ty = self.single_pass_threads(wl)
+        gpu = current_gpu()
+        resident = gpu.sms * max(1, min(gpu.blocks_per_sm, gpu.threads_per_sm // (tx * ty)))
+        return gemv_shape(wl).N // tx / resident
 
     def serial_threads(self, wl) -> int:
         """The serial kernel's threads per block, all along the columns: enough blocks for every SM

@@ -136,8 +136,9 @@ def test_a_small_transposed_gemv_is_one_kernel(shape, threads):
 
 
 @pytest.mark.parametrize("shape, dtype, vector", [((33, 9466), "float32", 2), ((9, 4013), "float32", 1),
-                                                  ((64, 4096), "float32", 4), ((2, 8570), "float16", 2),
-                                                  ((60, 13), "float32", 1), ((5, 65536), "float16", 8)])
+                                                  ((12, 4096), "float32", 4), ((2, 8570), "float16", 2),
+                                                  ((12, 13), "float32", 1), ((5, 65536), "float16", 8),
+                                                  ((64, 16381), "float32", 1)])
 def test_few_rows_are_summed_by_each_thread_with_no_sum_across_threads(shape, dtype, vector):
     """At most serial_rows rows: one kernel whose threads each add every row of their columns (no
     cross-thread sum, so no shared memory, and a column predicate where N is not whole blocks), a
@@ -159,8 +160,23 @@ def test_few_rows_are_summed_by_each_thread_with_no_sum_across_threads(shape, dt
         assert tx == 1 << (lanes - 1).bit_length() and launch.grid[0] == 1
     else:  # a warp or more a block, and about a block per SM or more where the columns allow
         assert 32 <= tx <= 256 and (launch.grid[0] >= 132 // 2 or tx == 32)
-    more = GemvT(cfg.serial_rows + 1, shape[1], dtype=dtype)  # one row more: the forms before it
+    more = GemvT(cfg.serial_wave_rows + 1, shape[1], dtype=dtype)  # more rows: the forms before it
     assert not cfg.serial(more) and "red_buf" in _build("column_gemv_t", more).device.cuda
+
+
+@pytest.mark.parametrize("shape, serial", [((12, 8344), True), ((14, 152), False), ((16, 8344), False),
+                                           ((28, 11071), True), ((33, 9466), True), ((43, 4265), False),
+                                           ((64, 4096), False), ((65, 4013), False)])
+def test_more_than_a_few_rows_go_serial_only_where_the_single_pass_takes_waves_of_blocks(shape, serial):
+    """Past serial_rows (12) the single pass was faster on an H200 (14-43 rows: by 1-11%) except where
+    its column groups are so narrow that its blocks run in waves: 11071 = 3 x 3691 gave it 3690 blocks
+    of 3 x 85 threads (14.8 us; serial 5.6), 8344 = 8 x 1043 gave 1043 blocks, one wave (4.7; 5.0)."""
+    wl = GemvT(*shape)
+    cfg = get("column_gemv_t").config()
+    waves = cfg.single_pass_waves(wl)
+    assert cfg.serial(wl) == serial
+    if shape[0] > cfg.serial_rows:
+        assert (waves > 1) == serial or shape[0] > cfg.serial_wave_rows
 
 
 @pytest.mark.parametrize("shape, dtype, warps", [((167, 1010), "float32", 8), ((466, 526), "float16", 8),
