@@ -506,6 +506,7 @@ class ColumnGemvConfig(StepConfig):
     narrow_max_n: int = 64      # N ≤ this: scalar loads, one thread per column, rows reduced inside the block
     target_blocks: int = 0      # narrow A: aim for about this many blocks (0: 2 per SM of the GPU, 264 on H100/H200)
     single_pass: bool = True    # one kernel where a block's threads cover the rows with SINGLE_PASS_ROWS each or fewer
+    single_pass_max_threads: int = 1024  # the single pass's threads a block where ``threads`` leave more rows each
     # _serial_columns (each thread adds every row of its columns): at most serial_rows rows, or at most
     # serial_wave_rows where the single pass would launch more than one wave of blocks. On an H200, 32 shapes
     # 1 x 64-16384 x 2-128 (reports/results/NVIDIA_H200/gemv_column_serial): at 2-12 rows it beat the single
@@ -544,10 +545,15 @@ class ColumnGemvConfig(StepConfig):
     def single_pass_threads(self, wl) -> tuple[int, int]:
         """One kernel's threads (along the columns, along the rows): the columns in groups of the
         largest divisor of N up to 64 (no column predicate may reach the rows' cross-thread sum),
-        the rest of the block's threads along the rows."""
-        n = gemv_shape(wl).N
-        tx = max(d for d in range(1, min(n, 64) + 1) if n % d == 0)
-        return tx, max(1, self.threads // tx)
+        the rest of the block's threads along the rows, and where those would add more than
+        ``SINGLE_PASS_ROWS`` rows each, as many more as that takes, up to ``single_pass_max_threads``
+        threads a block (a second kernel's launch costs more than a block's sum across 1024 threads)."""
+        shape = gemv_shape(wl)
+        tx = max(d for d in range(1, min(shape.N, 64) + 1) if shape.N % d == 0)
+        ty = max(1, self.threads // tx)
+        if ceil_div(shape.M, ty) > SINGLE_PASS_ROWS:  # more rows: more threads along them, up to the block's most
+            ty = max(ty, min(self.single_pass_max_threads // tx, ceil_div(shape.M, SINGLE_PASS_ROWS)))
+        return tx, ty
 
     def one_kernel(self, wl) -> bool:
         """Whether one kernel sums every row: ``single_pass``, a block's threads along the rows

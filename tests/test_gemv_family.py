@@ -126,7 +126,7 @@ def test_a_small_transposed_gemv_is_one_kernel(shape, threads):
     assert (built.launch["blockIdx.x"], built.launch["threadIdx.x"], built.launch["threadIdx.y"]) == \
         (launch.grid[0], *threads)
     # more rows than that: the two kernels, and the model counts both launches
-    big = GemvT(16 * threads[1] + 1, shape[1])
+    big = GemvT(16 * max(threads[1], 1024 // threads[0]) + 1, shape[1])  # past the single pass's 1024 threads
     assert not cfg.one_kernel(big) and len(_build("column_gemv_t", big, serial_columns=False).device.kernels) == 2
     from schedules import dispatch
     for rows, kernels in ((wl.M, 1), (big.M, 2)):  # as the GEMM c = a·B (B stored rows × columns)
@@ -196,6 +196,23 @@ def test_a_few_rows_of_256_bytes_to_4_kib_take_several_warps_each(shape, dtype, 
     assert 32 * warps <= lanes < 2 * 32 * warps or warps == 8  # no lane idle, and no fewer warps than fit
     built = _build("gemv_dispatch", Gemv(*shape, dtype=dtype))
     assert built.kernel.spills == 0 and built.launch["blockIdx.x"] == shape[0]
+
+
+@pytest.mark.parametrize("shape", [(372, 130), (330, 13), (446, 2567), (2076, 334), (738, 289)])
+def test_the_single_pass_takes_up_to_1024_threads_before_a_second_kernel(shape):
+    """Rows that 256 threads would cover with more than 16 each: as many more threads along them as
+    16 rows each takes, up to 1024 a block, in one kernel (before, two: 1x130x372 took 9.6-11.4 us
+    against cuBLAS's 7.3 on an H200); more rows than 1024 threads cover: the two kernels still."""
+    wl = GemvT(*shape)
+    cfg = get("column_gemv_t").config()
+    tx, ty = cfg.single_pass_threads(wl)
+    assert ty == max(256 // tx, -(-shape[0] // 16)) and tx * ty <= 1024 and -(-shape[0] // ty) <= 16
+    assert cfg.one_kernel(wl) and not get("column_gemv_t").config(single_pass_max_threads=256).one_kernel(wl)
+    built = _build("column_gemv_t", wl)
+    assert len(built.device.kernels) == 1 and built.device.kernels[0].spills == 0
+    assert (built.launch["threadIdx.x"], built.launch["threadIdx.y"]) == (tx, ty)
+    deep = GemvT(16 * (1024 // tx) + 1, shape[1])
+    assert not cfg.one_kernel(deep) and len(_build("column_gemv_t", deep).device.kernels) == 2
 
 
 @pytest.mark.parametrize("shape, dtype, one", [((1512, 5333), "float32", False), ((1512, 5333), "float16", False),
@@ -290,7 +307,7 @@ def test_gemv_matches_float64(name, shape):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(1, 1), (1, 17), (16384, 16), (1000, 4097), (8192, 8192), (37, 130), (60, 13),
                                    (1000, 17), (999, 50), (92, 148), (92, 149), (97, 64), (64, 65536), (8, 7),
-                                   (33, 9466), (9, 4013), (64, 4100)])
+                                   (33, 9466), (9, 4013), (64, 4100), (372, 130), (330, 13), (2076, 334)])
 @pytest.mark.parametrize("form", [{}, {"serial_columns": False}, {"serial_columns": False, "single_pass": False}],
                          ids=["default", "single_pass", "two_kernels"])  # few rows: serial (the default), or not
 def test_transposed_matches_float64(shape, form):
