@@ -510,8 +510,8 @@ class ColumnGemvConfig(StepConfig):
     # _serial_columns (each thread adds every row of its columns): at most serial_rows rows, or at most
     # serial_wave_rows where the single pass would launch more than one wave of blocks. On an H200, 32 shapes
     # 1 x 64-16384 x 2-128 (reports/results/NVIDIA_H200/gemv_column_serial): at 2-12 rows it beat the single
-    # pass on all 21 (1.01-1.32x), at 14-43 it lost by 1-11% on 6 of 7; the 7th, 1x11071x28 (3-column groups,
-    # 3690 blocks), it ran in 5.6 us against 14.8
+    # pass on all 16 (1.01-1.32x), at 14-43 it lost by 1-11% on 7 of 9; of the other two, 1x11071x28 (3-column
+    # groups, 3690 blocks) it ran in 5.6 us against 14.8 (1x67x24, 1.07x, one wave: left to the single pass)
     serial_columns: bool = True
     serial_rows: int = 12
     serial_wave_rows: int = 64
@@ -647,8 +647,11 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     warp covers several rows at once, and the threadIdx.y rows of a block are reduced inside the
     block (cross-thread reduction through shared memory), so there is one partial row per block.
     The second kernel reduces the partials of 8–16 column groups per block across threadIdx.y.
-    Where a block's threads along the rows cover them with ``SINGLE_PASS_ROWS`` rows each or fewer
-    (a small matrix), one kernel does it all (:func:`_single_pass`): no partials, one launch.
+    Where a block's threads along the rows (up to 1024 threads a block) cover them with
+    ``SINGLE_PASS_ROWS`` rows each or fewer (a small matrix), one kernel does it all
+    (:func:`_single_pass`): no partials, one launch. A few rows (``serial_rows``, or up to
+    ``serial_wave_rows`` where the single pass would run in waves of blocks): one kernel whose threads
+    each add every row of their columns (:func:`_serial_columns`), no sum across threads.
     """
     if cfg.serial(wl):
         return _serial_columns(wl, cfg)

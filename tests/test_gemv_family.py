@@ -168,7 +168,7 @@ def test_few_rows_are_summed_by_each_thread_with_no_sum_across_threads(shape, dt
                                            ((28, 11071), True), ((33, 9466), True), ((43, 4265), False),
                                            ((64, 4096), False), ((65, 4013), False)])
 def test_more_than_a_few_rows_go_serial_only_where_the_single_pass_takes_waves_of_blocks(shape, serial):
-    """Past serial_rows (12) the single pass was faster on an H200 (14-43 rows: by 1-11%) except where
+    """Past serial_rows (12) the single pass was faster on an H200 (14-43 rows: by 1-11%, 7 of 9) except where
     its column groups are so narrow that its blocks run in waves: 11071 = 3 x 3691 gave it 3690 blocks
     of 3 x 85 threads (14.8 us; serial 5.6), 8344 = 8 x 1043 gave 1043 blocks, one wave (4.7; 5.0)."""
     wl = GemvT(*shape)
