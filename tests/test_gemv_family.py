@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from reports.engine.build import build, cuda_available, cuda_target
-from schedules import Gemv, GemvT, dispatch, get, parse_workload
+from schedules import Gemv, GemvT, ScheduleParamError, dispatch, get, parse_workload
 from schedules.gemv import GEMV_FAMILY, GemvDispatchConfig, aligned_vector, split_k_gemv
 from tests.helpers import build_spec, rounded_output_bound, run_on_gpu
 
@@ -408,3 +408,15 @@ if __name__ == "__main__":  # the GPU tests without pytest (the device may lack 
     print(f"{len(cases) - failures} passed, {failures} failed")
     sys.exit(1 if failures else 0)
 
+
+
+@pytest.mark.parametrize("params, says", [({"single_pass_max_threads": 4096}, "exceeds the limit of 1024"),
+                                          ({"serial_rows": -3}, "serial_rows must be positive"),
+                                          ({"serial_wave_rows": 0}, "serial_wave_rows must be positive")])
+def test_the_few_row_forms_refuse_nonsense_in_one_line(params, says):
+    """A single pass asked for more threads than a block holds (13 columns x 188 rows' worth), or a
+    row limit that is not a positive count: refused before anything is built, in one line."""
+    spec = get("column_gemv_t")
+    with pytest.raises(ScheduleParamError, match=says) as err:
+        spec.validate(parse_workload("gemm:1x13x3000"), spec.config(**params))
+    assert "\n" not in str(err.value)
