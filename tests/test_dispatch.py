@@ -3,6 +3,7 @@ follows the GPU's properties, every choice is a valid configuration that compile
 the model's figures, the fit recovers known constants, and the random-shape drawer is reproducible."""
 
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -485,6 +486,25 @@ def test_a_calibration_sweep_can_take_one_class_and_measures_another_split():
     best = simt[0]["extra"]["key"]
     splits = {j["params"].get("split_k", 1) for j in simt if j["extra"]["key"] == best}
     assert 1 in splits and len(splits - {1}) >= 2, splits
+
+
+def test_the_calibration_sweep_times_the_one_column_skinny_tile_beside_the_16_by_128_tile_split():
+    """``--part "skinny against split"``: misaligned products a few hundred rows or columns wide over a K of
+    hundreds, where the model ranks the 32 x 64 one-column tile within a few percent of the 16 x 128 4 x 4
+    tile with split-K and they measured up to 1.5x apart: every shape's jobs time both tiles."""
+    from reports.experiments.calibrate import calibration_jobs, calibration_shapes
+
+    shapes = calibration_shapes("skinny against split")
+    assert shapes and set(shapes) < set(calibration_shapes("classes"))
+    assert all(any(parse_workload(f"gemm:{m}x{n}x{k}").misaligned_rows()) for m, n, k in shapes)
+    jobs = calibration_jobs(shapes=shapes, precisions=("fp32",), gpu=gpus.profile("NVIDIA H200"))
+    for m, n, k in shapes:
+        tiles = {(p.get("block_m"), p.get("block_n"), p.get("thread_n"))
+                 for j in jobs if j["workload"] == f"gemm:{m}x{n}x{k}" and j.get("name") == "skinny_gemm"
+                 for p in [{**dataclasses.asdict(get("skinny_gemm").config()), **j["params"]}]}
+        assert (32, 64, 1) in tiles and (16, 128, 4) in tiles, (m, n, k, tiles)
+    assert any(j["name"] == "skinny_gemm" and j["params"].get("split_k", 1) > 1 and j["params"].get("block_n") == 128
+               and j["params"].get("thread_n", 4) == 4 for j in jobs)  # and the 16 x 128 tile split somewhere
 
 
 def test_the_calibration_sweep_measures_the_fitted_widths_on_weights_stored_n_by_k():

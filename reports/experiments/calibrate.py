@@ -96,6 +96,11 @@ CLASSES = {
     # costs a larger share of it than over a long K
     "misaligned rows, mid-size K (narrow loads against padded copies)": (
         (2000, 3001, 150), (700, 15001, 115), (3001, 1500, 333), (1200, 7001, 250), (100, 90, 601)),
+    # a few hundred rows or columns against thousands, K of hundreds, rows not 16-byte aligned: the skinny tiles
+    # (one column a thread) against the 16 x 128 and 64 x 64 tiles with split-K, which the model ranks within a
+    # few percent of each other and which measured up to 1.5x apart on such products
+    "skinny against split, misaligned (a few hundred rows, K of hundreds)": (
+        (210, 1701, 310), (75, 5003, 90), (330, 2901, 170), (1301, 190, 450), (95, 9001, 130), (150, 3001, 777)),
     "few outputs, long K (deep split-K)": ((9, 7, 15000), (40, 70, 16000), (120, 100, 4000), (300, 30, 12000)),
     "thin outputs": ((7, 3000, 3000), (3000, 7, 3000), (20, 9000, 700),
                      # rows not 16-byte aligned (thin_tc_gemm's narrower copies; an odd K or N: 2-byte ones)
