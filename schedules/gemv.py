@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .calibration import CALIBRATION
-from .common import (SECTOR_BYTES, aligned_vector, ceil_div, current_gpu, epilogue_block, inline_padding,
-                     new_schedule, register_accumulator, register_fragments)
+from .common import (SECTOR_BYTES, aligned_vector, blocks_per_sm, ceil_div, current_gpu, epilogue_block,
+                     inline_padding, new_schedule, register_accumulator, register_fragments)
 from .errors import ScheduleParamError
 from .registry import Launch, register
 from .step_config import StepConfig
@@ -531,8 +531,7 @@ class ColumnGemvConfig(StepConfig):
         """The single pass's blocks over the blocks of its size the GPU holds at once."""
         tx, ty = self.single_pass_threads(wl)
         gpu = current_gpu()
-        resident = gpu.sms * max(1, min(gpu.blocks_per_sm, gpu.threads_per_sm // (tx * ty)))
-        return gemv_shape(wl).N // tx / resident
+        return gemv_shape(wl).N // tx / (gpu.sms * blocks_per_sm(tx * ty, 0, 0, gpu))
 
     def serial_threads(self, wl) -> int:
         """The serial kernel's threads per block, all along the columns: enough blocks for every SM
@@ -678,11 +677,7 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
         by, ty = sch.split(s, [None, ty_n])
         bx, tx, v = sch.split(j, [None, tx_n, vector])
         sch.reorder(by, bx, ty, tx, r, v)
-        write_back = register_accumulator(sch, rf, tx)    # the slice's sums stay in registers
-        if vector > 1:
-            sch.vectorize(sch.get_loops(write_back)[-1])
-            register_fragments(sch, rf, r, indices=(matrix,))
-            sch.unroll(v)
+        _column_sums_in_registers(sch, rf, tx, r, v, vector, matrix)  # the slice's sums
         sch.bind(by, "blockIdx.y")
     sch.bind(bx, "blockIdx.x")
     sch.bind(ty, "threadIdx.y")
@@ -702,6 +697,17 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     return sch
 
 
+def _column_sums_in_registers(sch, block, tx, rows, v, vector: int, matrix: int):
+    """A thread's sums of its ``vector`` columns (loop ``v``) kept in registers and written once, at
+    ``tx``; with ``vector`` > 1, each row's columns read as one vector load (at the rows' loop ``rows``)
+    and written back as one."""
+    write_back = register_accumulator(sch, block, tx)
+    if vector > 1:
+        sch.vectorize(sch.get_loops(write_back)[-1])
+        register_fragments(sch, block, rows, indices=(matrix,))
+        sch.unroll(v)
+
+
 def _serial_columns(wl, cfg: ColumnGemvConfig):
     """One kernel and no sum across threads, for a few rows: threadIdx.x on consecutive columns (a
     vector of them per thread where N allows), each thread adding every row of its columns in a
@@ -713,11 +719,7 @@ def _serial_columns(wl, cfg: ColumnGemvConfig):
     sch, block, j, i, matrix, pads = _start(wl)
     bx, tx, v = sch.split(j, [None, tx_n, vector])
     sch.reorder(bx, tx, i, v)
-    write_back = register_accumulator(sch, block, tx)  # the column sums stay in registers
-    if vector > 1:
-        sch.vectorize(sch.get_loops(write_back)[-1])
-        register_fragments(sch, block, i, indices=(matrix,))
-        sch.unroll(v)
+    _column_sums_in_registers(sch, block, tx, i, v, vector, matrix)
     sch.unroll(i)
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
