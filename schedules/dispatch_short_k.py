@@ -8,13 +8,9 @@ small blocks that fill the SMs with warps, so its stores, its loads and its FMAs
 
 * **store**: the output (in its type; R read beside it) and the inputs once from DRAM, at the
   measured DRAM bandwidth (``memory_gbps``) times ``short_k_store_efficiency``, the share of it
-  a stream of 16-byte stores from every SM reaches; on rows of C that are not a whole number of
-  32-byte sectors, times ``short_k_unaligned_store``: a warp's store is still 32 consecutive
-  outputs, but a row's piece of a tile then starts and ends mid-sector, and the sector at each side
-  of a tile is written half by one block and half by the next, which costs the store path about a
-  third of its rate (the lab's timer, H200: tiles of 32 consecutive floats a warp wrote 57-199 MB of C
-  on such rows at 0.69-0.83 of the rate of the same tiles on whole-sector rows, and at 0.88-0.94 of it
-  with the rows shifted so that every sector had one writer: reports/results/NVIDIA_H200/store_skew);
+  a stream of 16-byte stores from every SM reaches (stores narrower than 16 bytes, on rows of C
+  that are not a whole number of vectors, are charged nothing more: a warp's store is still 32
+  consecutive outputs, whole sectors);
 * **compute**: 2·M·N·K flops (K rounded up to the kernel's K step) at the SIMT rate of every SM
   (``fp32_sm_tflops``) times the tile's efficiency (``efficiency["short_k ..."]``, else
   ``default_efficiency["short_k"]``, else :data:`SHORT_K_EFFICIENCY`);
@@ -41,7 +37,7 @@ measured the kernel, the defaults below stand.
 
 from __future__ import annotations
 
-from .common import SECTOR_BYTES, GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
+from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
 from .gemm_short_k import K_STEP, ShortKConfig
 from .errors import ScheduleParamError
 from .registry import get
@@ -56,9 +52,6 @@ SHORT_K_TILES = ((32, 128, 4, 4), (64, 128, 8, 4), (32, 256, 4, 8))
 # 0.9, the GEMV kernels' share of it on a stream of 16-byte loads (DECODE_EFFICIENCY, 0.92-1.05;
 # "gemv" 0.8 with its reduction), a little under a copy's since writes to DRAM turn the bus around
 SHORT_K_STORE_EFFICIENCY = 0.9
-# short_k_gemm's store rate on rows of C that are not whole sectors against whole-sector rows, until a sweep fits
-# it: 0.7, the probe's ratio for tiles 128 columns wide whose blocks share each boundary sector (store_skew)
-SHORT_K_UNALIGNED_STORE = 0.7
 # The 4 × 4 thread tile's share of the SIMT peak where its FMAs set the time, until a sweep fits
 # it: the calibrated efficiency of the tiled kernels' 4 × 4 thread tiles (simt 64x64 t4x4: 0.63;
 # 16x128 t4x4: 0.54), here with no shared-memory loads but two L1 loads per 4 k steps
@@ -70,11 +63,6 @@ SHORT_K_EFFICIENCY = 0.6
 # products (H100: 2767x5205x61 19.9 µs more, the term 25.7; 13273x9243x27 86 more, 96.8; 1663x2002x33 3.7,
 # 4.3; H200 6031x294x63 4.6, 4.4), where a K of at most 16 is as fast or faster in fp16 (fewer bytes)
 SHORT_K_CONVERT_FLOPS = 4
-
-
-def whole_sector_rows(wl) -> bool:
-    """Whether every row of C starts on a 32-byte sector (N × the output's bytes a multiple of 32)."""
-    return wl.N * itemsize(getattr(wl, "out_dtype", "float32")) % SECTOR_BYTES == 0
 
 
 def short_k_register_key(cfg: ShortKConfig, item: int, k: int) -> str:
@@ -140,8 +128,6 @@ def short_k_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, batches:
     eff = (cal["efficiency"].get(cand.key) or cal.get("default_efficiency", {}).get("short_k")
            or SHORT_K_EFFICIENCY)
     store_eff = cal.get("short_k_store_efficiency", SHORT_K_STORE_EFFICIENCY)
-    if not whole_sector_rows(wl):
-        store_eff *= cal.get("short_k_unaligned_store", SHORT_K_UNALIGNED_STORE)
     bw = gpu.memory_gbps * 1e3  # bytes per µs
     item = itemsize(wl.dtype)
     moved = out_bytes * M * N + item * (M * K + K * N) + epilogue_bytes

@@ -22,8 +22,7 @@ measurements and, with ``--write FILE``, writes the constants :mod:`schedules.ca
   (which is solved on whole-tile points alone);
 * ``copy_factor``: for cp.async copies narrower than 16 bytes, measured against predicted;
 * ``short_k_store_efficiency``: short_k_gemm's share of the DRAM bandwidth on its stores, on
-  the short-K shapes where its stores set the time (every short_k_gemm tile is measured there), and
-  ``short_k_unaligned_store``, its share of that on rows of C that are not whole sectors;
+  the short-K shapes where its stores set the time (every short_k_gemm tile is measured there);
 * ``thin_wait_step_us``, ``thin_trans_factor`` (per token group), ``thin_copy_factor``: thin_tc_gemm's
   waited-for block steps and weight reads, on the thin shapes (every thin_tc_gemm candidate is
   measured there).
@@ -61,7 +60,7 @@ import pandas as pd
 from schedules import ScheduleParamError, dispatch, dispatch_fp8, get, parse_workload
 from schedules.calibration import CALIBRATION, ENV, calibration_path
 from schedules.common import GpuSpec
-from schedules.dispatch_short_k import SHORT_K_STORE_EFFICIENCY, short_k_register_key, whole_sector_rows
+from schedules.dispatch_short_k import short_k_register_key
 from schedules.dispatch_thin import THIN_EFFICIENCY, token_group, trans_factor, waits_for_loads
 from schedules.gemm_thin import access_of
 from schedules.workloads import itemsize
@@ -92,7 +91,7 @@ CLASSES = {
                                                       # whole tiles, and K up to short_k_gemm's limit
                                                       (8192, 8192, 16), (4096, 4096, 32), (3000, 5000, 64)),
     # a large C whose rows are not whole 32-byte sectors (N odd, N % 4 = 2, N % 8 = 4 in fp32), K from 9 to 32: the
-    # store path's rate on such rows (short_k_unaligned_store) against the tensor-core kernels' staged stores
+    # store path's rate on such rows, short_k_gemm's and the tensor-core kernels' staged stores (swept, not in the fit)
     "rows of C not whole sectors, short K (large C)": ((5000, 7001, 20), (3000, 12002, 28), (8000, 5003, 14),
                                                        (2500, 9006, 9), (7000, 3001, 32), (1500, 15004, 24)),
     "misaligned rows, large (narrow loads or padded copies)": ((3001, 1999, 5003), (2500, 501, 9001),
@@ -437,12 +436,10 @@ def _fit_stream_k_factor(pts, cal, gpu):
 
 def _fit_short_k_store(pts, cal, gpu):
     """short_k_gemm's share of the DRAM bandwidth on its stores (``short_k_store_efficiency``): the
-    median, over its points on rows of C that are whole sectors where the store term is at least twice
-    the compute and L2 terms and the measured time (less the launch) a fifth over the latency path
-    (whose stores then set it), of (its bytes at the full bandwidth) / (measured time − launch − fill);
-    then ``short_k_unaligned_store``, the same median over the points on rows that are not whole
-    sectors, as a share of that efficiency."""
-    ratios: dict[bool, list[float]] = {True: [], False: []}
+    median, over its points where the store term is at least twice the compute and L2 terms and
+    the measured time (less the launch) a fifth over the latency path (whose stores then set it),
+    of (its bytes at the full bandwidth) / (measured time − launch − fill)."""
+    ratios = []
     for wl, _, c, t, g in _each(pts, gpu):
         if c.family != "short_k":
             continue
@@ -451,12 +448,9 @@ def _fit_short_k_store(pts, cal, gpu):
         busy = t - cal["launch_us"] - cal["fill_us"]
         if busy > 0 and terms["store_us"] >= 2 * max(terms["compute_us"], terms["l2_us"]) \
                 and t - cal["launch_us"] >= 1.2 * terms["latency_us"]:
-            ratios[whole_sector_rows(wl)].append(store / busy)
-    if ratios[True]:
-        cal["short_k_store_efficiency"] = round(float(np.clip(np.median(ratios[True]), 0.2, 1.2)), 3)
-    if ratios[False]:
-        share = np.median(ratios[False]) / cal.get("short_k_store_efficiency", SHORT_K_STORE_EFFICIENCY)
-        cal["short_k_unaligned_store"] = round(float(np.clip(share, 0.2, 1.0)), 3)
+            ratios.append(store / busy)
+    if ratios:
+        cal["short_k_store_efficiency"] = round(float(np.clip(np.median(ratios), 0.2, 1.2)), 3)
 
 
 def _fit_cp_copy_factor(pts, cal, gpu):
