@@ -127,6 +127,10 @@ CLASSES = {
     # transposed), rows aligned to 16 bytes and not, grids from a fraction of the SMs to several waves
     "thin over a long K (33-64 tokens)": ((40, 4000, 6000), (60, 1500, 12000), (36, 700, 3000), (50, 2001, 5000),
                                           (8000, 40, 6000), (3000, 60, 12000), (10000, 36, 2000), (5000, 50, 7001)),
+    # 9-32 tokens over a K of thousands on the GPU the fit is for (the class above is 33-64 tokens, on an H100): a few
+    # columns (X read transposed) and a few rows, grids from a fraction of the SMs to several waves
+    "few tokens over a long K (9-32, thin)": ((8000, 15, 6000), (12000, 24, 4000), (6000, 30, 9000), (3000, 12, 12000),
+                                             (20, 7000, 5000), (12, 9000, 8000)),
     "thin and wide (a few rows across thousands of columns: how far to split a skinny tile)": (
         (3, 12000, 1500), (12000, 3, 1500), (6, 5000, 600), (5000, 6, 600), (48, 8000, 400), (8000, 48, 400),
         (16, 16000, 2500)),
