@@ -131,8 +131,8 @@ CLASSES = {
     # columns (X read transposed) and a few rows, grids from a fraction of the SMs to several waves
     "few tokens over a long K (9-32, thin)": ((8000, 15, 6000), (12000, 24, 4000), (6000, 30, 9000), (3000, 12, 12000),
                                              (20, 7000, 5000), (12, 9000, 8000)),
-    # the same over an odd K: the few tokens' rows copied 2 bytes at a time (thin_copy_factor "2") over the whole K
-    "few tokens over a long odd K (2-byte copies)": ((8000, 15, 6001), (12000, 26, 3999), (3000, 12, 9001)),
+    # the same over an odd K: the weight's rows copied 4 bytes at a time (thin_copy_factor "4"; 16 where K is even)
+    "few tokens over a long odd K (4-byte copies)": ((8000, 15, 6001), (12000, 26, 3999), (3000, 12, 9001)),
     "thin and wide (a few rows across thousands of columns: how far to split a skinny tile)": (
         (3, 12000, 1500), (12000, 3, 1500), (6, 5000, 600), (5000, 6, 600), (48, 8000, 400), (8000, 48, 400),
         (16, 16000, 2500)),
