@@ -388,6 +388,18 @@ def test_the_gemv_dispatch_counts_split_ks_second_kernel(workload, kernels):
     assert est.time_us == pytest.approx(cal["launch_us"] * kernels + est.terms["memory_us"])
 
 
+@pytest.mark.parametrize("params, says", [({"single_pass_max_threads": 4096}, "exceeds the limit of 1024"),
+                                          ({"serial_rows": -3}, "serial_rows must be positive"),
+                                          ({"serial_wave_rows": 0}, "serial_wave_rows must be positive")])
+def test_the_few_row_forms_refuse_nonsense_in_one_line(params, says):
+    """A single pass asked for more threads than a block holds (13 columns x 188 rows' worth), or a
+    row limit that is not a positive count: refused before anything is built, in one line."""
+    spec = get("column_gemv_t")
+    with pytest.raises(ScheduleParamError, match=says) as err:
+        spec.validate(parse_workload("gemm:1x13x3000"), spec.config(**params))
+    assert "\n" not in str(err.value)
+
+
 if __name__ == "__main__":  # the GPU tests without pytest (the device may lack it)
     import itertools
     import sys
@@ -407,16 +419,3 @@ if __name__ == "__main__":  # the GPU tests without pytest (the device may lack 
             print("FAIL", fn.__name__, args, str(e).strip().splitlines()[-1][:200] if str(e).strip() else repr(e))
     print(f"{len(cases) - failures} passed, {failures} failed")
     sys.exit(1 if failures else 0)
-
-
-
-@pytest.mark.parametrize("params, says", [({"single_pass_max_threads": 4096}, "exceeds the limit of 1024"),
-                                          ({"serial_rows": -3}, "serial_rows must be positive"),
-                                          ({"serial_wave_rows": 0}, "serial_wave_rows must be positive")])
-def test_the_few_row_forms_refuse_nonsense_in_one_line(params, says):
-    """A single pass asked for more threads than a block holds (13 columns x 188 rows' worth), or a
-    row limit that is not a positive count: refused before anything is built, in one line."""
-    spec = get("column_gemv_t")
-    with pytest.raises(ScheduleParamError, match=says) as err:
-        spec.validate(parse_workload("gemm:1x13x3000"), spec.config(**params))
-    assert "\n" not in str(err.value)
