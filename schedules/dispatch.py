@@ -589,6 +589,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         store = _store_factor(wl, cal, cfg, runs=cfg.staged_store)
         eff *= factor * (cal.get("simt_async_factor", 1.0) if cfg.async_copy else 1.0)
         eff *= simt_staged_body(cfg, cand.key)
+        eff *= cal.get("simt_column_split_factor", 1.0) if splits > 1 and cfg.thread_n == 1 else 1.0  # one column a thread, K split
         waves, comp = _waves_compute(tiles * splits, per_sm, cfg.threads // 32, 2 * cfg.block_m * cfg.block_n * kt,
                                      cal["fp32_sm_tflops"], eff, gpu, cal, _store_bytes(wl) * cfg.block_m * cfg.block_n,
                                      store, k_steps=kt // cfg.block_k, in_flight=tiles_in_flight(cfg))

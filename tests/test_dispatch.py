@@ -507,6 +507,48 @@ def test_the_calibration_sweep_times_the_one_column_skinny_tile_beside_the_16_by
                and j["params"].get("thread_n", 4) == 4 for j in jobs)  # and the 16 x 128 tile split somewhere
 
 
+def test_one_column_tiles_split_over_k_carry_their_own_factor_and_the_fit_recovers_it():
+    """The one-column SIMT tiles (t8x1, t4x1) where they split K run at ``simt_column_split_factor`` of
+    their kind's efficiency (their efficiency solved where K is whole): the factor slows exactly those
+    candidates, and the fit, given times made with a factor, solves it back beside the efficiency."""
+    from reports.experiments import calibrate
+    from schedules.calibration import CALIBRATION
+
+    gpu = gpus.profile("NVIDIA H200")
+    wl = parse_workload("gemm:330x2901x170")
+    simt = [c for c in dispatch.candidates(wl, "fp32", gpu) if c.family == "simt"]
+    column_split = [c for c in simt if c.config.thread_n == 1 and c.config.splits(wl) > 1]
+    column_whole = [c for c in simt if c.config.thread_n == 1 and c.config.splits(wl) == 1]
+    others = [c for c in simt if c.config.thread_n > 1 and c.config.splits(wl) > 1]
+    assert column_split and column_whole and others
+    slow = copy.deepcopy(CALIBRATION)
+    slow["simt_column_split_factor"] = 0.5
+    for c in column_split:
+        assert dispatch.estimate(wl, c, gpu, slow).terms["efficiency"] == pytest.approx(
+            0.5 * dispatch.estimate(wl, c, gpu, CALIBRATION).terms["efficiency"])
+    for c in column_whole + others:  # whole-K one-column tiles and split tiles of several columns: untouched
+        assert dispatch.estimate(wl, c, gpu, slow).time_us == pytest.approx(dispatch.estimate(wl, c, gpu, CALIBRATION).time_us)
+    # made-up measurements with the factor 0.8; the efficiency of the 32 x 64 tile solved on its whole-K points
+    # (no K-loop latency floor: with it, the whole-K points are latency-bound and solve nothing)
+    truth = copy.deepcopy(CALIBRATION)
+    truth.update(simt_column_split_factor=0.8, k_step_us=0.0)
+    pts = []
+    for text in ("gemm:330x2901x170", "gemm:1301x190x450", "gemm:150x3001x777", "gemm:95x9001x130"):
+        w = parse_workload(text)
+        for c in dispatch.candidates(w, "fp32", gpu):
+            # the whole K at every K tile, split in two at one: the efficiency's median is the whole-K points'
+            if c.key == "simt 32x64 t8x1" and not c.config.async_copy and not c.config.pad_operands and (
+                    c.config.splits(w) == 1 or (c.config.split_k == 2 and c.config.block_k == 8)):
+                pts.append((w, "fp32", c, dispatch.estimate(w, c, gpu, truth).time_us))
+    assert {c.config.splits(w) > 1 for w, _, c, _ in pts} == {True, False}
+    cal = copy.deepcopy(CALIBRATION)
+    cal.update(simt_column_split_factor=1.0, k_step_us=0.0)
+    calibrate._fit_efficiencies(pts, cal, gpu)
+    calibrate._fit_column_split_factor(pts, cal, gpu)
+    assert cal["efficiency"]["simt 32x64 t8x1"] == pytest.approx(truth["efficiency"]["simt 32x64 t8x1"], rel=0.02)
+    assert cal["simt_column_split_factor"] == pytest.approx(0.8, rel=0.02)
+
+
 def test_the_calibration_sweep_measures_the_fitted_widths_on_weights_stored_n_by_k():
     """``--part "weights stored"``: nt products in fp16 alone (no fp32/tf32 rows: their kernels stay
     fitted on nn), whose jobs time TMA tiles of the widths fitted to whole rounds and 256-row tiles wider

@@ -19,7 +19,8 @@ measurements and, with ``--write FILE``, writes the constants :mod:`schedules.ca
 * ``simt_copy_factor``, ``simt_async_factor``: SIMT loads narrower than configured, and SIMT
   kernels with a cp.async ring, against their kind's efficiency;
 * ``stream_k_factor``: the stream-K kernels' shared-out K tiles against their tile's efficiency
-  (which is solved on whole-tile points alone);
+  (which is solved on whole-tile points alone); ``simt_column_split_factor``: the one-column SIMT
+  tiles where they split K, against their kind's;
 * ``copy_factor``: for cp.async copies narrower than 16 bytes, measured against predicted;
 * ``short_k_store_efficiency``: short_k_gemm's share of the DRAM bandwidth on its stores, on
   the short-K shapes where its stores set the time (every short_k_gemm tile is measured there);
@@ -440,6 +441,20 @@ def _fit_stream_k_factor(pts, cal, gpu):
         cal["stream_k_factor"] = value
 
 
+def _column_split(wl, c) -> bool:
+    """A one-column SIMT tile (thread tile t?x1) splitting K (``simt_column_split_factor``)."""
+    return c.family == "simt" and c.config.thread_n == 1 and c.config.splits(wl) > 1
+
+
+def _fit_column_split_factor(pts, cal, gpu):
+    """The one-column SIMT tiles where they split K against their kind's efficiency, solved on all its
+    points (``simt_column_split_factor``: what their split points run at beyond that median)."""
+    value = _solved_median(pts, cal, gpu, _column_split, lambda probe, x: probe.update(simt_column_split_factor=x),
+                           0.3, 1.5)
+    if value is not None:
+        cal["simt_column_split_factor"] = value
+
+
 def _fit_short_k_store(pts, cal, gpu):
     """short_k_gemm's share of the DRAM bandwidth on its stores (``short_k_store_efficiency``): the
     median, over its points where the store term is at least twice the compute and L2 terms and
@@ -610,6 +625,7 @@ def _fit_all(pts, df, gpu, what: str, on: dict) -> tuple[dict, dict]:
         _fit_simt_copy_factor(pts, trial, gpu)
         _fit_simt_async_factor(pts, trial, gpu)
         _fit_stream_k_factor(pts, trial, gpu)
+        _fit_column_split_factor(pts, trial, gpu)
         _fit_short_k_store(pts, trial, gpu)
         counts = _fit_efficiencies(pts, trial, gpu)
         return float(np.mean(_errors(pts, trial, gpu) ** 2)), regret(pts, trial, gpu)["geomean"], counts
