@@ -54,6 +54,8 @@ LADDERS = {
         "short_k_gemm",
         # thin 16-bit products (a few dozen rows or columns) on the tensor cores, every layout and row pitch
         "thin_tc_gemm",
+        # short K, 16-bit inputs: the whole K in one pass of mma.sync, C staged and stored by rows
+        "short_k_tc_gemm",
     ),
     "gemv": ("warp_gemv", "vectorized_gemv", "multi_row_gemv", "multi_warp_gemv", "split_k_gemv", "gemv_dispatch",
              "column_gemv_t"),

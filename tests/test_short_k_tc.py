@@ -1,0 +1,64 @@
+"""short_k_tc_gemm (gemm 36): short-K 16-bit products on the tensor cores in one pass. Its CUDA
+compiles for sm_80 and sm_90a without spills, its PTX holds exactly the mmas of one pass over the
+padded K (no K loop), it refuses what it does not take in one line, and it matches float64 on the GPU
+in every layout, both 16-bit types and with epilogues."""
+
+import re
+
+import pytest
+
+from schedules import get, parse_workload
+from schedules.errors import ScheduleParamError
+
+from tests.helpers import build_spec, cached_build, run_on_gpu
+
+
+@pytest.mark.parametrize("workload, params, mmas", [
+    ("gemm:6113x8145x27:float16", {}, 1 * 8 * 2),                                     # K 27 -> 32: two k16 steps
+    ("gemm:1000x777x40:bfloat16:tn", {"block_m": 128, "block_n": 128}, 2 * 8 * 3),    # 40 -> 48
+    ("gemm:300x500x16:float16:nt:out=bfloat16:bias:gelu", {"block_n": 256, "warps_m": 2, "warps_n": 4}, 2 * 8 * 1),
+])
+def test_the_ptx_is_one_pass_of_mmas_without_spills(workload, params, mmas):
+    built = cached_build("short_k_tc_gemm", workload, **params)
+    ptx = built.device.ptx
+    kinds = set(re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.(\w+)\.", ptx))
+    assert kinds == {"bf16" if parse_workload(workload).dtype == "bfloat16" else "f16"}
+    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16", ptx)) == mmas  # the whole K unrolled, once
+    (kernel,) = built.device.kernels
+    assert kernel.spill_store_bytes == 0 and kernel.spill_load_bytes == 0
+
+
+def test_it_compiles_for_ampere_too():
+    from reports.engine.build import build_named
+
+    built = build_named("short_k_tc_gemm", "gemm:999x1001x33:bfloat16:tt:out=float16:residual", {}, arch="sm_80")
+    assert "mma.sync.aligned.m16n8k16" in built[-1].device.ptx
+
+
+def test_what_it_does_not_take_is_refused_in_one_line():
+    spec = get("short_k_tc_gemm")
+    for workload, words in [("gemm:1024x1024x65:float16", "K ≤ 64"), ("gemm:1024x1024x32", "float16 or bfloat16"),
+                            ("bmm:4x256x256x32:float16", "batch")]:
+        with pytest.raises(ScheduleParamError) as e:
+            spec.validate(parse_workload(workload))
+        assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
+    with pytest.raises(ScheduleParamError, match="multiple of 16"):
+        build_spec(spec, "gemm:1000x1000x32:float16", block_m=48)
+
+
+GPU_CASES = [("gemm:6113x8145x27:float16", {}),            # rows of C not whole sectors, odd K
+             ("gemm:1000x777x40:bfloat16:tn", {"block_m": 128, "block_n": 128}),
+             ("gemm:777x1000x64:float16:nt", {"block_n": 256, "warps_m": 2, "warps_n": 4}),
+             ("gemm:333x555x1:float16:tt", {}),                # K of one
+             ("gemm:1x1x1:bfloat16", {}),
+             ("gemm:70x130x17:float16:out=bfloat16:bias:gelu", {}),
+             ("gemm:500x300x31:bfloat16:nt:out=bfloat16:bias:silu:residual", {}),
+             ("gemm:2047x129x48:float16:out=float16:alpha=0.5:beta=2:residual", {})]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload, params", GPU_CASES, ids=lambda c: str(c))
+def test_right_on_the_gpu(harness, workload, params):
+    err = run_on_gpu(harness, get("short_k_tc_gemm"), workload, **params)
+    tol = get("short_k_tc_gemm").tolerance_for(parse_workload(workload))
+    assert err < max(tol, 1e-5), f"{workload} {params}: relative error {err:.3g}"
