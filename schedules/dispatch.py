@@ -63,9 +63,8 @@ inputs at twice the 16-bit tensor-core rate, among the FP8 kernels alone.
 Degenerate shapes go to their own families: N = 1 or M = 1 is a matrix-vector product (the GEMV
 dispatcher, row form or transposed form); M or N of a few dozen get skinny block tiles (a few rows
 or columns per block, many K slices); few outputs with a long K get split-K; a short K gets no deep
-pipeline (one K tile or a few), and for K ≤ 64 short_k_gemm, whose time is storing C
-(:mod:`schedules.dispatch_short_k`); rows whose length is not a multiple of 16 bytes get the widest
-copies they allow.
+pipeline (one K tile or a few), and for K ≤ 64 short_k_gemm and (16-bit inputs) short_k_tc_gemm, whose time is
+storing C (:mod:`schedules.dispatch_short_k`); rows not a multiple of 16 bytes get the widest copies they allow.
 """
 
 from __future__ import annotations
@@ -77,7 +76,7 @@ from dataclasses import asdict, dataclass, field
 from .calibration import CALIBRATION, tile_efficiency
 from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
 from .dispatch_fitted import fitted_tiles
-from .dispatch_short_k import narrow_copy_share, short_k_configs, short_k_us
+from .dispatch_short_k import narrow_copy_share, short_k_configs, short_k_tc_configs, short_k_tc_us, short_k_us
 from .dispatch_store import batches as _batches, epilogue_bytes as _epilogue_bytes, output_bytes as _out_bytes
 from .dispatch_store import simt_staged_body, simt_staged_twins, with_store
 from .dispatch_store import store_bytes as _store_bytes, store_factor as _store_factor
@@ -110,9 +109,8 @@ SKINNY_TILES = [(128, 16, 4, 4, 4, 1), (256, 8, 4, 4, 4, 1), (16, 128, 4, 4, 1, 
                 (16, 128, 4, 1, 4, 4), (32, 128, 8, 1, 4, 4),
                 # the same, half as wide: an output a few dozen columns wide (33-64) wastes less of it
                 (32, 64, 8, 1, 4, 2)]
-# K tiles of a SIMT block: 8, the classic choice; deeper ones walk a short K in fewer steps, each a
-# round trip to memory that a block with little to compute cannot hide (an 8 × 8 thread tile,
-# made for long products, stays at 8 or 16: a deeper tile only stages more loads in registers)
+# K tiles of a SIMT block: 8, the classic choice; deeper ones walk a short K in fewer steps, each a round trip to memory
+# that a block with little to compute cannot hide (an 8 × 8 thread tile, made for long products, stays at 8 or 16)
 SIMT_BLOCK_K = (8, 16, 32)
 # K pipelines of a SIMT block, (stages, cp.async): step 9's register-staged double buffer keeps one K tile in flight
 # while one is computed; a cp.async ring of 3 or 4 shared buffers keeps 2 or 3 in flight, so a block with little
@@ -256,9 +254,9 @@ def tiles_in_flight(cfg) -> int:
 
 
 def short_k_candidates(wl, limits=None):
-    """A short K (≤ 64): short_k_gemm's tiles (:mod:`schedules.dispatch_short_k`), any input type
-    (16-bit inputs widened to fp32), where storing C is most of the work."""
-    return [Candidate("short_k_gemm", cfg, "short_k", key) for cfg, key in short_k_configs(wl, limits)]
+    """A short K (≤ 64), storing C most of the work: short_k_gemm's tiles, and short_k_tc_gemm's for 16-bit inputs."""
+    return ([Candidate("short_k_gemm", cfg, "short_k", key) for cfg, key in short_k_configs(wl, limits)]
+            + [Candidate("short_k_tc_gemm", cfg, "short_k_tc", key) for cfg, key in short_k_tc_configs(wl, limits)])
 
 
 def gemv_candidates(wl):
@@ -560,8 +558,9 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         time_us, terms = thin_us(wl, cand, gpu, cal, _out_bytes(wl), _epilogue_bytes(wl),
                                  lambda splits: _reduce_us(wl, splits, gpu, cal))
         return Estimate(cand, time_us, terms)
-    if fam == "short_k":
-        time_us, terms = short_k_us(wl, cand, gpu, cal, _store_bytes(wl), _epilogue_bytes(wl), _batches(wl))
+    if fam in ("short_k", "short_k_tc"):  # schedules.dispatch_short_k
+        time_us, terms = {"short_k": short_k_us, "short_k_tc": short_k_tc_us}[fam](
+            wl, cand, gpu, cal, _store_bytes(wl), _epilogue_bytes(wl), _batches(wl))
         return Estimate(cand, time_us, terms)
     cfg = cand.config
     if fam == "tma" and cfg.consumers == 1:  # a one-consumer tile: from the two-consumer tile of twice its rows

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
 from .gemm_short_k import K_STEP, ShortKConfig
+from .gemm_short_k_tc import ShortKTcConfig
 from .errors import ScheduleParamError
 from .registry import get
 from .workloads import itemsize
@@ -144,6 +145,54 @@ def short_k_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, batches:
              "compute_us": compute, "dram_us": store, "l2_us": l2, "latency_us": latency, "convert_us": convert,
              "reduce_us": 0.0, "blocks": blocks, "per_sm": 0, "waves": waves, "splits": 1}
     return cal["launch_us"] + max(cal["fill_us"] + max(store, compute, l2), latency) + convert, terms
+
+
+# short_k_tc_gemm (gemm 36, 16-bit inputs on the tensor cores): (block_m, block_n, warps_m, warps_n), 8 warps
+SHORT_K_TC_TILES = ((64, 128, 4, 2), (128, 128, 4, 2), (64, 256, 2, 4), (32, 128, 2, 4), (64, 64, 4, 2), (128, 64, 4, 2))
+# Its time is its phases one after the other (a block loads A and B element by element, runs its mmas, stages
+# and stores its tile; the blocks an SM holds overlap little of it): launch + fill + store + load, where store is
+# the output (R beside it) and the inputs at ``short_k_tc_store_efficiency`` of the DRAM bandwidth and load the
+# 2-byte loads of every block's A rows and B columns (A once per block-column, B once per block-row) at
+# ``short_k_tc_load_efficiency`` of it. Until a calibration sweep measures it, the values fitted (least squares
+# in log time, 98 points) to its six tiles on 17 products with K of 3-64 and a wave of blocks or more (H200,
+# reports/results/NVIDIA_H200/short_k_tc): median |log error| 0.078; stores at 1.14 of the profile's nominal
+# bandwidth (4000 GB/s; a stream of stores alone is not a copy's turned-around bus), loads at 0.78
+SHORT_K_TC_STORE_EFFICIENCY, SHORT_K_TC_LOAD_EFFICIENCY = 1.14, 0.78
+SHORT_K_TC_MMA_EFFICIENCY = 0.5  # mma.sync from shared memory, against the wgmma peak (tc16_sm_tflops): a bound only
+
+
+def short_k_tc_configs(wl, limits=None):
+    """``(configuration, calibration key)`` of short_k_tc_gemm's tiles for a 16-bit ``wl`` with K ≤ 64
+    and a wave of blocks or more (on fewer, its load-then-store phases are not overlapped by other blocks)."""
+    if wl.K > ShortKTcConfig.max_k or wl.dtype not in ShortKTcConfig.dtypes or getattr(wl, "batched", False):
+        return []
+    limits, out = limits or limits_of(current_gpu()), []
+    for bm, bn, wm, wn in SHORT_K_TC_TILES:
+        if ceil_div(wl.M, bm) * ceil_div(wl.N, bn) < current_gpu().sms:
+            continue
+        cfg = ShortKTcConfig(block_m=bm, block_n=bn, warps_m=wm, warps_n=wn)
+        try:
+            get("short_k_tc_gemm").validate(wl, cfg, limits)
+        except ScheduleParamError:
+            continue
+        out.append((cfg, f"short_k_tc {bm}x{bn}"))
+    return out
+
+
+def short_k_tc_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, batches: int = 1) -> tuple[float, dict]:
+    """(µs, terms) of a short_k_tc_gemm candidate: launch + fill + max(store + load, mma) (SHORT_K_TC_TILES' note)."""
+    cfg = cand.config
+    M, N, KP = wl.M, wl.N, cfg.k_padded(wl)
+    bw = gpu.memory_gbps * 1e3  # bytes per µs
+    store_eff = cal.get("short_k_tc_store_efficiency", SHORT_K_TC_STORE_EFFICIENCY)
+    load_eff = cal.get("short_k_tc_load_efficiency", SHORT_K_TC_LOAD_EFFICIENCY)
+    store = (out_bytes * M * N + 2 * (M * wl.K + wl.K * N) + epilogue_bytes) / (bw * store_eff)
+    load = 2 * (M * KP * ceil_div(N, cfg.block_n) + KP * N * ceil_div(M, cfg.block_m)) / (bw * load_eff)
+    compute = 2 * M * N * KP / (cal["tc16_sm_tflops"] * 1e6 * gpu.sms * SHORT_K_TC_MMA_EFFICIENCY)
+    terms = {"family": "short_k_tc", "store_efficiency": store_eff, "load_efficiency": load_eff, "store_us": store,
+             "l2_us": load, "compute_us": compute, "dram_us": store, "reduce_us": 0.0, "splits": 1,
+             "blocks": ceil_div(M, cfg.block_m) * ceil_div(N, cfg.block_n)}
+    return cal["launch_us"] + cal["fill_us"] + max(store + load, compute), terms
 
 
 def narrow_copy_share(k_tiles: int, stages: int) -> float:

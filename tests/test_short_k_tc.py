@@ -62,3 +62,32 @@ def test_right_on_the_gpu(harness, workload, params):
     err = run_on_gpu(harness, get("short_k_tc_gemm"), workload, **params)
     tol = get("short_k_tc_gemm").tolerance_for(parse_workload(workload))
     assert err < max(tol, 1e-5), f"{workload} {params}: relative error {err:.3g}"
+
+
+def test_the_dispatcher_takes_it_for_short_k_16_bit_products_whose_rows_are_not_whole_vectors():
+    """Its model (schedules.dispatch_short_k: launch + fill + store + load) against the others': chosen for
+    6113 × 8145 × 27 fp16 (cuBLAS 87.0 µs; it ran 59.9-62.4, the TMA kernel the model chose before 133.2), not
+    for 4096 × 4096 × 64 (rows of whole 16 bytes: the TMA kernel ran 22.3, it 33.3), nor for fp32 inputs, K over
+    64, or fewer blocks than SMs."""
+    from schedules import dispatch
+    from schedules.gpus import profile
+
+    h200 = profile("H200")
+
+    def chosen(text, precision="fp16"):
+        return dispatch.choose(parse_workload(text), precision, h200)[0]
+
+    assert chosen("gemm:6113x8145x27:float16") == "short_k_tc_gemm"
+    assert chosen("gemm:9677x8909x23:bfloat16:tn", "bf16") == "short_k_tc_gemm"
+    for text, precision in [("gemm:4096x4096x64:float16", "fp16"), ("gemm:6113x8145x27", "fp32"),
+                            ("gemm:6113x8145x65:float16", "fp16"), ("gemm:300x300x20:float16", "fp16")]:
+        assert chosen(text, precision) != "short_k_tc_gemm", text
+    est = next(e for e in dispatch.rank(parse_workload("gemm:6113x8145x27:float16"), "fp16", h200)
+               if e.candidate.step == "short_k_tc_gemm")
+    terms = est.terms
+    assert est.time_us == pytest.approx(dispatch.CALIBRATION["launch_us"] + dispatch.CALIBRATION["fill_us"]
+                                        + terms["store_us"] + terms["l2_us"])
+    # a 16-bit output halves the bytes stored
+    half = next(e for e in dispatch.rank(parse_workload("gemm:6113x8145x27:float16:out=float16"), "fp16", h200)
+                if e.candidate.key == est.candidate.key)
+    assert half.terms["store_us"] < 0.55 * terms["store_us"]
