@@ -205,7 +205,7 @@ NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder
                "bench_random_seed19": "no results here", "tune_random_seed20": "a tune-random report",
                "floor_candidates_h200": "no results here", "fp8_block_promotion_probes": "no results here",
                "cp_narrow_copies": "no results here", "column_split_choices": "no results here",
-               "short_k_tc": "no results here",
+               "short_k_tc": "no results here", "floor_candidates_seed42_43": "no results here",
                "gemv_column_single_pass": "no results here",
                "gemv_mid_rows": "no results here",
                "floor_candidates_seed22_23": "no results here", "split_factors": "no results here",
