@@ -150,14 +150,16 @@ def short_k_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, batches:
 # short_k_tc_gemm (gemm 36, 16-bit inputs on the tensor cores): (block_m, block_n, warps_m, warps_n), 8 warps
 SHORT_K_TC_TILES = ((64, 128, 4, 2), (128, 128, 4, 2), (64, 256, 2, 4), (32, 128, 2, 4), (64, 64, 4, 2), (128, 64, 4, 2))
 # Its time is its phases one after the other (a block loads A and B element by element, runs its mmas, stages
-# and stores its tile; the blocks an SM holds overlap little of it): launch + fill + store + load, where store is
-# the output (R beside it) and the inputs at ``short_k_tc_store_efficiency`` of the DRAM bandwidth and load the
-# 2-byte loads of every block's A rows and B columns (A once per block-column, B once per block-row) at
-# ``short_k_tc_load_efficiency`` of it. Until a calibration sweep measures it, the values fitted (least squares
-# in log time, 98 points) to its six tiles on 17 products with K of 3-64 and a wave of blocks or more (H200,
-# reports/results/NVIDIA_H200/short_k_tc): median |log error| 0.078; stores at 1.14 of the profile's nominal
-# bandwidth (4000 GB/s; a stream of stores alone is not a copy's turned-around bus), loads at 0.78
-SHORT_K_TC_STORE_EFFICIENCY, SHORT_K_TC_LOAD_EFFICIENCY = 1.14, 0.78
+# and stores its tile; the blocks an SM holds overlap little of it): launch + fill + pass + store + load, where pass
+# is one block's phases in series (the first wave's latency, SHORT_K_TC_PASS_US), store the output (R beside it) and
+# the inputs at ``short_k_tc_store_efficiency`` of the DRAM bandwidth, and load every block's 2-byte loads of its
+# whole A and B tiles (K padded to 16; past the edges the loads are clamped and masked, not skipped) at
+# ``short_k_tc_load_efficiency`` of it. Until a calibration sweep measures it, the values fitted (least squares in
+# log time) to 343 timings of its tiles on a wave of blocks or more: 18 products with K of 3-64 and the 245 drawn
+# fp16 products where the model first chose it (H200, reports/results/NVIDIA_H200/short_k_tc): median |log error|
+# 0.053; stores at 1.12 of the profile's nominal bandwidth (4000 GB/s; a stream of stores alone is not a copy's
+# turned-around bus), loads at 0.92, a block's pass 1.9 µs
+SHORT_K_TC_STORE_EFFICIENCY, SHORT_K_TC_LOAD_EFFICIENCY, SHORT_K_TC_PASS_US = 1.12, 0.92, 1.9
 SHORT_K_TC_MMA_EFFICIENCY = 0.5  # mma.sync from shared memory, against the wgmma peak (tc16_sm_tflops): a bound only
 
 
@@ -180,19 +182,21 @@ def short_k_tc_configs(wl, limits=None):
 
 
 def short_k_tc_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, batches: int = 1) -> tuple[float, dict]:
-    """(µs, terms) of a short_k_tc_gemm candidate: launch + fill + max(store + load, mma) (SHORT_K_TC_TILES' note)."""
+    """(µs, terms) of a short_k_tc_gemm candidate: launch + fill + pass + max(store + load, mma) (SHORT_K_TC_TILES' note)."""
     cfg = cand.config
     M, N, KP = wl.M, wl.N, cfg.k_padded(wl)
     bw = gpu.memory_gbps * 1e3  # bytes per µs
     store_eff = cal.get("short_k_tc_store_efficiency", SHORT_K_TC_STORE_EFFICIENCY)
     load_eff = cal.get("short_k_tc_load_efficiency", SHORT_K_TC_LOAD_EFFICIENCY)
     store = (out_bytes * M * N + 2 * (M * wl.K + wl.K * N) + epilogue_bytes) / (bw * store_eff)
-    load = 2 * (M * KP * ceil_div(N, cfg.block_n) + KP * N * ceil_div(M, cfg.block_m)) / (bw * load_eff)
+    blocks = ceil_div(M, cfg.block_m) * ceil_div(N, cfg.block_n)
+    load = 2 * KP * (cfg.block_m + cfg.block_n) * blocks / (bw * load_eff)
     compute = 2 * M * N * KP / (cal["tc16_sm_tflops"] * 1e6 * gpu.sms * SHORT_K_TC_MMA_EFFICIENCY)
-    terms = {"family": "short_k_tc", "store_efficiency": store_eff, "load_efficiency": load_eff, "store_us": store,
+    pass_us = cal.get("short_k_tc_pass_us", SHORT_K_TC_PASS_US)
+    terms = {"family": "short_k_tc", "efficiency": store_eff, "store_efficiency": store_eff, "load_efficiency": load_eff, "store_us": store,
              "l2_us": load, "compute_us": compute, "dram_us": store, "reduce_us": 0.0, "splits": 1,
-             "blocks": ceil_div(M, cfg.block_m) * ceil_div(N, cfg.block_n)}
-    return cal["launch_us"] + cal["fill_us"] + max(store + load, compute), terms
+             "pass_us": pass_us, "blocks": blocks}
+    return cal["launch_us"] + cal["fill_us"] + pass_us + max(store + load, compute), terms
 
 
 def narrow_copy_share(k_tiles: int, stages: int) -> float:

@@ -15,6 +15,7 @@ ODD_WORKLOADS = {"gemm": ["gemm:1000x500x2000", "gemm:3x5x7", "gemm:1x4097x1", "
 STEP_WORKLOADS = {"decode_gemm": "gemm:16x1024x2048:float16:nt",  # a step for one shape class: one of its own
                   "thin_tc_gemm": "gemm:16x1000x300:float16",  # a thin product: its weight B stored K × N
                   "short_k_gemm": "gemm:1024x512x16",  # K ≤ 64
+                  "short_k_tc_gemm": "gemm:1024x512x27:float16",  # K ≤ 64, 16-bit inputs
                   "fp8_tma_gemm": "gemm:1024x512x2048:float8_e4m3fn:nt:out=bfloat16",  # FP8: K-major operands (nt)
                   "fp8_block_scaled_gemm": "gemm:1024x512x2048:float8_e4m3fn:nt:scale=block:out=bfloat16",
                   "best_fp8_gemm": "gemm:1024x512x2048:float8_e4m3fn:nt:out=bfloat16"}

@@ -521,13 +521,13 @@ def test_one_column_tiles_split_over_k_carry_their_own_factor_and_the_fit_recove
     column_whole = [c for c in simt if c.config.thread_n == 1 and c.config.splits(wl) == 1]
     others = [c for c in simt if c.config.thread_n > 1 and c.config.splits(wl) > 1]
     assert column_split and column_whole and others
-    slow = copy.deepcopy(CALIBRATION)
-    slow["simt_column_split_factor"] = 0.5
+    base, slow = copy.deepcopy(CALIBRATION), copy.deepcopy(CALIBRATION)
+    base["simt_column_split_factor"], slow["simt_column_split_factor"] = 1.0, 0.5
     for c in column_split:
         assert dispatch.estimate(wl, c, gpu, slow).terms["efficiency"] == pytest.approx(
-            0.5 * dispatch.estimate(wl, c, gpu, CALIBRATION).terms["efficiency"])
+            0.5 * dispatch.estimate(wl, c, gpu, base).terms["efficiency"])
     for c in column_whole + others:  # whole-K one-column tiles and split tiles of several columns: untouched
-        assert dispatch.estimate(wl, c, gpu, slow).time_us == pytest.approx(dispatch.estimate(wl, c, gpu, CALIBRATION).time_us)
+        assert dispatch.estimate(wl, c, gpu, slow).time_us == pytest.approx(dispatch.estimate(wl, c, gpu, base).time_us)
     # made-up measurements with the factor 0.8; the efficiency of the 32 x 64 tile solved on its whole-K points
     # (no K-loop latency floor: with it, the whole-K points are latency-bound and solve nothing)
     truth = copy.deepcopy(CALIBRATION)
@@ -725,6 +725,11 @@ def test_runs_on_rows_that_are_not_whole_sectors_cost_two_sectors_a_sector():
         moved = {n: t["dram_us"] / t["spread"] * gpu.memory_gbps * 1e3 for n, t in terms.items()}  # bytes at full rate
         per_c = {n: (moved[n] - 2 * (5000 * 16 + 16 * n)) / (4 * 5000 * n) for n in moved}  # per byte of C
         assert per_c[11352] == pytest.approx(1.0) and per_c[11356] == pytest.approx(1 / runs), fam
-    # the model then leaves the fragments' stores for short_k_gemm's 16-byte vectors on the rows of half sectors
-    assert dispatch.choose(whole, "fp16")[0] == "persistent_gemm"
-    assert dispatch.choose(half, "fp16")[0] == "short_k_gemm"
+    # the model then leaves the fragments' stores for short_k_gemm's 16-byte vectors on the rows of half sectors;
+    # short_k_tc_gemm, which stores staged rows, takes both (on 16305x6904x3 fp16, rows of whole sectors, it ran
+    # 103.6 µs where the TMA kernel ran 172.8: reports/results/NVIDIA_H200/short_k_tc)
+    def first(wl, leave=()):
+        return next(e.step for e in dispatch.rank(wl, "fp16") if e.candidate.family not in leave)
+
+    assert first(whole, ("short_k_tc",)) == "persistent_gemm" and first(half, ("short_k_tc",)) == "short_k_gemm"
+    assert first(whole) == first(half) == "short_k_tc_gemm"

@@ -181,7 +181,7 @@ HOPPER = ("wgmma_gemm", "tma_gemm", "warp_specialized_gemm", "persistent_gemm", 
 TAKERS = ("vectorized_shared_gemm", "warp_tiled_gemm", "async_pipeline_gemm", "split_k_gemm", "rasterized_gemm",
           "skinny_gemm", "best_gemm", "tensor_core_gemm", "best_fp16_gemm", "best_tf32_gemm",
           "unfused_epilogue_gemm", "fused_epilogue_gemm", "tuned_gemm", "decode_gemm", "fp8_tma_gemm",
-          "fp8_block_scaled_gemm", "best_fp8_gemm", "wgmma_tf32_gemm", "short_k_gemm", "thin_tc_gemm",
+          "fp8_block_scaled_gemm", "best_fp8_gemm", "wgmma_tf32_gemm", "short_k_gemm", "thin_tc_gemm", "short_k_tc_gemm",
           # the row-form GEMV steps (a GEMM form read along its rows), on each row's sum; not split_k_gemv's partials
           "gemv_dispatch", "warp_gemv", "vectorized_gemv", "multi_row_gemv", "multi_warp_gemv") + HOPPER
 REFUSERS = ("naive_gemm", "double_buffer_gemm", "tma_tf32_gemm", "split_k_gemv", "column_gemv_t")

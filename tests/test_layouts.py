@@ -28,6 +28,8 @@ def odd_workload(spec, layout, batched=False):
         shape = "67x44x36"  # a tensor map's row pitch is a multiple of 16 bytes
     if spec.name in ("decode_gemm", "thin_tc_gemm"):
         shape = "13x264x72"  # a decode-sized product: a few rows (13) against a weight
+    if spec.name == "short_k_tc_gemm":
+        shape = "136x264x40"  # a short K (≤ 64)
     return str(parse_workload(f"{'bmm' if batched else 'gemm'}:{shape}:{dtype}:{layout}"))
 
 

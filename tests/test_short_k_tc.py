@@ -65,7 +65,7 @@ def test_right_on_the_gpu(harness, workload, params):
 
 
 def test_the_dispatcher_takes_it_for_short_k_16_bit_products_whose_rows_are_not_whole_vectors():
-    """Its model (schedules.dispatch_short_k: launch + fill + store + load) against the others': chosen for
+    """Its model (schedules.dispatch_short_k: launch + fill + pass + store + load) against the others': chosen for
     6113 × 8145 × 27 fp16 (cuBLAS 87.0 µs; it ran 59.9-62.4, the TMA kernel the model chose before 133.2), not
     for 4096 × 4096 × 64 (rows of whole 16 bytes: the TMA kernel ran 22.3, it 33.3), nor for fp32 inputs, K over
     64, or fewer blocks than SMs."""
@@ -78,6 +78,7 @@ def test_the_dispatcher_takes_it_for_short_k_16_bit_products_whose_rows_are_not_
         return dispatch.choose(parse_workload(text), precision, h200)[0]
 
     assert chosen("gemm:6113x8145x27:float16") == "short_k_tc_gemm"
+    assert "chosen: short_k_tc_gemm [short_k_tc " in dispatch.explain(parse_workload("gemm:6113x8145x27:float16"), "fp16")
     assert chosen("gemm:9677x8909x23:bfloat16:tn", "bf16") == "short_k_tc_gemm"
     for text, precision in [("gemm:4096x4096x64:float16", "fp16"), ("gemm:6113x8145x27", "fp32"),
                             ("gemm:6113x8145x65:float16", "fp16"), ("gemm:300x300x20:float16", "fp16")]:
@@ -86,7 +87,12 @@ def test_the_dispatcher_takes_it_for_short_k_16_bit_products_whose_rows_are_not_
                if e.candidate.step == "short_k_tc_gemm")
     terms = est.terms
     assert est.time_us == pytest.approx(dispatch.CALIBRATION["launch_us"] + dispatch.CALIBRATION["fill_us"]
-                                        + terms["store_us"] + terms["l2_us"])
+                                        + terms["pass_us"] + terms["store_us"] + terms["l2_us"])
+    # every block loads its whole tiles (K padded to 16): a 3-column output pays for 128 columns of B per block
+    thin = parse_workload("gemm:14693x3x38:float16")
+    cand = next(c for c in dispatch.candidates(thin, "fp16", h200) if c.key == "short_k_tc 64x128")
+    assert dispatch.estimate(thin, cand, h200).terms["l2_us"] == pytest.approx(
+        2 * 48 * (64 + 128) * 230 / (h200.memory_gbps * 1e3 * terms["load_efficiency"]))
     # a 16-bit output halves the bytes stored
     half = next(e for e in dispatch.rank(parse_workload("gemm:6113x8145x27:float16:out=float16"), "fp16", h200)
                 if e.candidate.key == est.candidate.key)
