@@ -104,19 +104,25 @@ def short_k_configs(wl, limits=None):
     ShortKConfig.max_k), those valid on the GPU of ``limits``."""
     if wl.K > ShortKConfig.max_k:
         return []
+    # a large output only (a wave of tiles at least): on a few tiles the store is not the cost, the latency is
+    # (6x87x33 and 30x35x57 ran at 39-61% of cuBLAS on an H200)
+    return _wave_configs(wl, "short_k_gemm", [(ShortKConfig(block_m=bm, block_n=bn, thread_m=tm, thread_n=tn),
+                                               f"short_k {bm}x{bn} t{tm}x{tn}") for bm, bn, tm, tn in SHORT_K_TILES], limits)
+
+
+def _wave_configs(wl, step: str, configs, limits=None):
+    """The ``(configuration, key)`` pairs of ``configs`` whose tiles make a wave of blocks or more on this GPU and
+    that ``step`` takes for ``wl`` on the GPU of ``limits``."""
     limits = limits or limits_of(current_gpu())
     out = []
-    for bm, bn, tm, tn in SHORT_K_TILES:
-        if ceil_div(wl.M, bm) * ceil_div(wl.N, bn) < current_gpu().sms:
-            # a large output only (a wave of tiles at least): on a few tiles the store is not the
-            # cost, the latency is (6x87x33 and 30x35x57 ran at 39-61% of cuBLAS on an H200)
+    for cfg, key in configs:
+        if ceil_div(wl.M, cfg.block_m) * ceil_div(wl.N, cfg.block_n) < current_gpu().sms:
             continue
-        cfg = ShortKConfig(block_m=bm, block_n=bn, thread_m=tm, thread_n=tn)
         try:
-            get("short_k_gemm").validate(wl, cfg, limits)
+            get(step).validate(wl, cfg, limits)
         except ScheduleParamError:
             continue
-        out.append((cfg, f"short_k {bm}x{bn} t{tm}x{tn}"))
+        out.append((cfg, key))
     return out
 
 
@@ -168,17 +174,8 @@ def short_k_tc_configs(wl, limits=None):
     and a wave of blocks or more (on fewer, its load-then-store phases are not overlapped by other blocks)."""
     if wl.K > ShortKTcConfig.max_k or wl.dtype not in ShortKTcConfig.dtypes or getattr(wl, "batched", False):
         return []
-    limits, out = limits or limits_of(current_gpu()), []
-    for bm, bn, wm, wn in SHORT_K_TC_TILES:
-        if ceil_div(wl.M, bm) * ceil_div(wl.N, bn) < current_gpu().sms:
-            continue
-        cfg = ShortKTcConfig(block_m=bm, block_n=bn, warps_m=wm, warps_n=wn)
-        try:
-            get("short_k_tc_gemm").validate(wl, cfg, limits)
-        except ScheduleParamError:
-            continue
-        out.append((cfg, f"short_k_tc {bm}x{bn}"))
-    return out
+    return _wave_configs(wl, "short_k_tc_gemm", [(ShortKTcConfig(block_m=bm, block_n=bn, warps_m=wm, warps_n=wn),
+                                                  f"short_k_tc {bm}x{bn}") for bm, bn, wm, wn in SHORT_K_TC_TILES], limits)
 
 
 def short_k_tc_us(wl, cand, gpu, cal, out_bytes: int, epilogue_bytes: int, batches: int = 1) -> tuple[float, dict]:
