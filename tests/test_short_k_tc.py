@@ -97,3 +97,34 @@ def test_the_dispatcher_takes_it_for_short_k_16_bit_products_whose_rows_are_not_
     half = next(e for e in dispatch.rank(parse_workload("gemm:6113x8145x27:float16:out=float16"), "fp16", h200)
                 if e.candidate.key == est.candidate.key)
     assert half.terms["store_us"] < 0.55 * terms["store_us"]
+
+
+def test_the_calibration_sweep_times_every_tile_and_the_fit_recovers_its_three_constants():
+    """The short-K class of the calibration sweep measures each short_k_tc_gemm tile on its 16-bit shapes, and
+    times made up from the model with known constants give them back (the store and load shares and a block's pass)."""
+    import copy
+
+    from reports.experiments.calibrate import calibration_jobs, calibration_shapes
+    from reports.experiments.fit_short_k_tc import fit_short_k_tc
+    from schedules import dispatch
+    from schedules.dispatch_short_k import SHORT_K_TC_TILES
+    from schedules.gpus import profile
+
+    h200 = profile("H200")
+    jobs = calibration_jobs(shapes=calibration_shapes("short K"), precisions=("fp16",), gpu=h200)
+    timed = {f"{j['params'].get('block_m', 64)}x{j['params'].get('block_n', 128)}"
+             for j in jobs if j["name"] == "short_k_tc_gemm"}
+    assert timed == {f"{bm}x{bn}" for bm, bn, _, _ in SHORT_K_TC_TILES}
+    truth = copy.deepcopy(dispatch.CALIBRATION)
+    truth.update(short_k_tc_store_efficiency=0.9, short_k_tc_load_efficiency=0.6, short_k_tc_pass_us=2.5)
+    points = []
+    for text in ("gemm:6113x8145x27:float16", "gemm:3001x2003x31:float16", "gemm:14693x3x38:float16",
+                 "gemm:4096x4096x64:bfloat16:nt", "gemm:2000x3000x4:float16:out=float16"):
+        wl = parse_workload(text)
+        for c in dispatch.candidates(wl, "fp16" if wl.dtype == "float16" else "bf16", h200):
+            if c.family == "short_k_tc":
+                points.append((wl, c, dispatch.estimate(wl, c, h200, truth).time_us, h200))
+    fitted = fit_short_k_tc(points, dispatch.CALIBRATION)
+    assert fitted == pytest.approx({"short_k_tc_store_efficiency": 0.9, "short_k_tc_load_efficiency": 0.6,
+                                    "short_k_tc_pass_us": 2.5})
+    assert fit_short_k_tc(points[:5], dispatch.CALIBRATION) == {}  # too few points: the defaults stand

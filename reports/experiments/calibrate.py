@@ -24,6 +24,8 @@ measurements and, with ``--write FILE``, writes the constants :mod:`schedules.ca
 * ``copy_factor``: for cp.async copies narrower than 16 bytes, measured against predicted;
 * ``short_k_store_efficiency``: short_k_gemm's share of the DRAM bandwidth on its stores, on
   the short-K shapes where its stores set the time (every short_k_gemm tile is measured there);
+* ``short_k_tc_store_efficiency``, ``short_k_tc_load_efficiency``, ``short_k_tc_pass_us``: short_k_tc_gemm's, chosen
+  together (:mod:`.fit_short_k_tc`) on its points (every tile of it is measured on the short-K 16-bit shapes);
 * ``thin_wait_step_us``, ``thin_trans_factor`` (per token group), ``thin_copy_factor``: thin_tc_gemm's
   waited-for block steps and weight reads, on the thin shapes (every thin_tc_gemm candidate is
   measured there).
@@ -69,6 +71,7 @@ from schedules.workloads import itemsize
 from ..engine.files import OutputError, atomic_write, ensure_out_dir
 from ..engine.harness import job_id
 from ..engine.results import load_results
+from .fit_short_k_tc import fit_short_k_tc
 
 SIZES = (128, 2048, 12288)
 K_SIZES = (128, 4096)
@@ -243,9 +246,9 @@ def calibration_jobs(shapes=None, precisions=PRECISIONS, per_shape: int = 6, min
                     other = next((c for c in of_key if test(c)), None)
                     if other is not None and other not in chosen:
                         chosen.append(other)
-            # a short K: each of short_k_gemm's tiles too (its store efficiency is fitted on them); a thin
-            # 16-bit product: thin_tc_gemm's candidates (its bandwidth shares are fitted on them)
-            chosen += [c for c in ranked if c.family in ("short_k", "thin") and c not in chosen]
+            # a short K: each of short_k_gemm's and short_k_tc_gemm's tiles too (their store shares are fitted on
+            # them); a thin 16-bit product: thin_tc_gemm's candidates (its bandwidth shares are fitted on them)
+            chosen += [c for c in ranked if c.family in ("short_k", "short_k_tc", "thin") and c not in chosen]
             picked[(str(wl), prec)] = chosen
     counts: dict[str, int] = {}
     for chosen in picked.values():
@@ -650,6 +653,7 @@ def _fit_all(pts, df, gpu, what: str, on: dict) -> tuple[dict, dict]:
             break
     _fit_cp_copy_factor(pts, cal, gpu)
     _fit_thin_factors(pts, cal, gpu)
+    cal.update(fit_short_k_tc([(wl, c, t, g) for wl, _, c, t, g in _each(pts, gpu) if c.family == "short_k_tc"], cal))
     after = _errors(pts, cal, gpu)
     cal["source"] = f"fitted by schedlab calibrate to {what}; {len(pts)} measured kernels)"
     # the GPU the constants describe: the dispatcher says so where it chooses for another one
