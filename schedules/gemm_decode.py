@@ -66,6 +66,19 @@ PTX_TYPE = {"float16": "fp16", "bfloat16": "bf16"}
 PIECE = 16               # bytes of one cp.async (8 elements)
 
 
+def pack_halves(lo, hi):
+    """Two 16-bit elements' bits (:func:`masked_half`) as one shared word (``lo`` at the lower address)."""
+    return T.bitwise_or(lo, T.shift_left(hi, T.uint32(16)))
+
+
+def masked_half(X, i0, i1, ok, e0, e1):
+    """The bits of the 16-bit X[i0, i1] where ``ok``, else 0 (+0.0). The address is clamped into X (``e0``,
+    ``e1`` its extents) and the load made whatever ``ok``, its bits masked after: no branch, so a
+    thread's loads issue back to back rather than one branch at a time."""
+    return T.bitwise_and(T.Cast("uint32", T.reinterpret("uint16", X[T.min(i0, e0 - 1), T.min(i1, e1 - 1)])),
+                         T.Select(ok, T.uint32(0xFFFF), T.uint32(0)))
+
+
 def check_knobs(step: str, cfg, wl):
     """The checks decode_gemm and thin_tc_gemm share (their kernel body's): power-of-two K warps,
     16- or 32-row warps, a ring of two slots at least, the K warps' sum within static shared memory,
@@ -267,20 +280,6 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
         return T.ptx["cp.async.cg.shared.global" if size == 16 else "cp.async.ca.shared.global"](
             T.address_of(dst), T.address_of(src), size, T.if_then_else(ok, T.uint32(size), T.uint32(0)))
 
-    def bits(v):
-        return T.Cast("uint32", T.reinterpret("uint16", v))
-
-    def pack(lo, hi):
-        """Two 16-bit elements' bits (:func:`element`) as one shared word (``lo`` at the lower address)."""
-        return T.bitwise_or(lo, T.shift_left(hi, T.uint32(16)))
-
-    def element(X, i0, i1, ok, e0, e1):
-        """The bits of X[i0, i1] where ``ok``, else 0 (+0.0). The address is clamped into X (``e0``,
-        ``e1`` its extents) and the load made whatever ``ok``, its bits masked after: no branch, so a
-        thread's loads of a block step issue back to back rather than one branch at a time."""
-        return T.bitwise_and(bits(X[T.min(i0, e0 - 1), T.min(i1, e1 - 1)]),
-                             T.Select(ok, T.uint32(0xFFFF), T.uint32(0)))
-
     def copy_odd(dst, W, e, ok, pitch, whole=True):
         """The 4-byte word of the weight (stored with ``pitch`` elements per row, odd) from its even
         element ``e``: zero-filled where ``ok`` is false, its second half left out (zero-filled) at
@@ -352,15 +351,15 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
                                   row0 + (j * 32 + lane) % W_CPR * 2 * WW < ROWS), access.w_bytes))
                     else:
                         ring[slot * SLOT + (warp * U + q) * WQ + trans_position((j * 32 + lane) // W_CPR) * WP
-                             + (j * 32 + lane) % W_CPR] = pack(
-                            element(W, bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR,
-                                    row0 + (j * 32 + lane) % W_CPR * 2,
-                                    T.And(bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR
-                                          < K, row0 + (j * 32 + lane) % W_CPR * 2 < ROWS), K, ROWS),
-                            element(W, bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR,
-                                    row0 + (j * 32 + lane) % W_CPR * 2 + 1,
-                                    T.And(bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR
-                                          < K, row0 + (j * 32 + lane) % W_CPR * 2 + 1 < ROWS), K, ROWS))
+                             + (j * 32 + lane) % W_CPR] = pack_halves(
+                            masked_half(W, bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR,
+                                        row0 + (j * 32 + lane) % W_CPR * 2,
+                                        T.And(bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR
+                                              < K, row0 + (j * 32 + lane) % W_CPR * 2 < ROWS), K, ROWS),
+                            masked_half(W, bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR,
+                                        row0 + (j * 32 + lane) % W_CPR * 2 + 1,
+                                        T.And(bstep * BSTEP + warp // WR * SUB + K_STEP * q + (j * 32 + lane) // W_CPR
+                                              < K, row0 + (j * 32 + lane) % W_CPR * 2 + 1 < ROWS), K, ROWS))
             else:
                 # the 128 words of a (piece, tile, row half) are its 8 rows' 32 elements in order (lane
                 # 4g + c reads row g's words 4c …): any thread may fill any word, so consecutive lanes
@@ -378,14 +377,16 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
                                     bstep * BSTEP + warp // WR * SUB + K_STEP * q + (c * 32 + lane) % WPR * 2 * WW < K,
                                     access.w_bytes))
                             else:
-                                ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + c * 32 + lane] = pack(
-                                    element(W, row0 + 16 * i + 8 * h + (c * 32 + lane) // 16,
-                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2,
-                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 < K, ROWS, K),
-                                    element(W, row0 + 16 * i + 8 * h + (c * 32 + lane) // 16,
-                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 + 1,
-                                            bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 + 1 < K,
-                                            ROWS, K))
+                                ring[slot * SLOT + (((warp * U + q) * MT + i) * 2 + h) * 128 + c * 32
+                                     + lane] = pack_halves(
+                                    masked_half(W, row0 + 16 * i + 8 * h + (c * 32 + lane) // 16,
+                                                bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2,
+                                                bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 < K,
+                                                ROWS, K),
+                                    masked_half(W, row0 + 16 * i + 8 * h + (c * 32 + lane) // 16,
+                                                bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 + 1,
+                                                bstep * BSTEP + warp // WR * SUB + K_STEP * q + lane % 16 * 2 + 1 < K,
+                                                ROWS, K))
 
     @T.macro
     def fetch_x(ring, X, slot, bstep, warp, lane):
@@ -397,15 +398,15 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
             if T.Or(not XC_EDGE, x * THREADS + warp * 32 + lane < X_COPIES):
                 if access.x_trans:
                     ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) % T8 * XPITCH
-                         + (x * THREADS + warp * 32 + lane) // T8] = pack(
-                        element(X, bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2,
-                                (x * THREADS + warp * 32 + lane) % T8,
-                                T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 < K,
-                                      (x * THREADS + warp * 32 + lane) % T8 < TOK), K, TOK),
-                        element(X, bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 + 1,
-                                (x * THREADS + warp * 32 + lane) % T8,
-                                T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 + 1 < K,
-                                      (x * THREADS + warp * 32 + lane) % T8 < TOK), K, TOK))
+                         + (x * THREADS + warp * 32 + lane) // T8] = pack_halves(
+                        masked_half(X, bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2,
+                                    (x * THREADS + warp * 32 + lane) % T8,
+                                    T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 < K,
+                                          (x * THREADS + warp * 32 + lane) % T8 < TOK), K, TOK),
+                        masked_half(X, bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 + 1,
+                                    (x * THREADS + warp * 32 + lane) % T8,
+                                    T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 + 1 < K,
+                                          (x * THREADS + warp * 32 + lane) % T8 < TOK), K, TOK))
                 elif access.x_bytes >= 4:
                     T.evaluate(copy_n(
                         ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) // XC * XPITCH
@@ -416,15 +417,15 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
                               (x * THREADS + warp * 32 + lane) // XC < TOK), access.x_bytes))
                 else:
                     ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) // XC * XPITCH
-                         + (x * THREADS + warp * 32 + lane) % XC] = pack(
-                        element(X, (x * THREADS + warp * 32 + lane) // XC,
-                                bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2,
-                                T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 < K,
-                                      (x * THREADS + warp * 32 + lane) // XC < TOK), TOK, K),
-                        element(X, (x * THREADS + warp * 32 + lane) // XC,
-                                bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 + 1,
-                                T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 + 1 < K,
-                                      (x * THREADS + warp * 32 + lane) // XC < TOK), TOK, K))
+                         + (x * THREADS + warp * 32 + lane) % XC] = pack_halves(
+                        masked_half(X, (x * THREADS + warp * 32 + lane) // XC,
+                                    bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2,
+                                    T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 < K,
+                                          (x * THREADS + warp * 32 + lane) // XC < TOK), TOK, K),
+                        masked_half(X, (x * THREADS + warp * 32 + lane) // XC,
+                                    bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 + 1,
+                                    T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 + 1 < K,
+                                          (x * THREADS + warp * 32 + lane) // XC < TOK), TOK, K))
 
     @T.macro
     def weight_fragments(ring, wf, slot, warp, lane, q):

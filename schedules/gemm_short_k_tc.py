@@ -37,6 +37,7 @@ from tvm.script import tirx as T
 
 from .common import ceil_div
 from .errors import ScheduleParamError
+from .gemm_decode import masked_half, pack_halves
 from .registry import Launch, register
 from .step_config import StepConfig
 from .wgmma_epilogue import kernel_entry
@@ -132,24 +133,14 @@ def short_k_tc_kernel(wl: Gemm, cfg: ShortKTcConfig):
     EPI, BIAS, RES = wl.has_epilogue, wl.bias, wl.residual
     ACC = MT * NT * 4
 
-    def bits(v):
-        return T.Cast("uint32", T.reinterpret("uint16", v))
-
     def a_bits(A, m, k):
-        """op(A)[m, k]'s bits, 0 outside (the address clamped into A, the load made whatever)."""
+        """op(A)[m, k]'s bits, 0 outside (:func:`~schedules.gemm_decode.masked_half`)."""
         ok = T.And(m < M, k < K)
-        mm, kk = T.min(m, M - 1), T.min(k, K - 1)
-        v = A[kk, mm] if TA else A[mm, kk]
-        return T.bitwise_and(bits(v), T.Select(ok, T.uint32(0xFFFF), T.uint32(0)))
+        return masked_half(A, k, m, ok, K, M) if TA else masked_half(A, m, k, ok, M, K)
 
     def b_bits(B, k, n):
         ok = T.And(k < K, n < N)
-        kk, nn = T.min(k, K - 1), T.min(n, N - 1)
-        v = B[nn, kk] if TB else B[kk, nn]
-        return T.bitwise_and(bits(v), T.Select(ok, T.uint32(0xFFFF), T.uint32(0)))
-
-    def pair(lo, hi):
-        return T.bitwise_or(lo, T.shift_left(hi, T.uint32(16)))
+        return masked_half(B, n, k, ok, N, K) if TB else masked_half(B, k, n, ok, K, N)
 
     @T.macro
     def load(S, A, B, row0, col0, tid):
@@ -161,13 +152,13 @@ def short_k_tc_kernel(wl: Gemm, cfg: ShortKTcConfig):
             if e < BM * KW:
                 r: T.let[T.int32] = e % BM if TA else e // KW
                 w: T.let[T.int32] = e // BM if TA else e % KW
-                S[r * RW + w] = pair(a_bits(A, row0 + r, 2 * w), a_bits(A, row0 + r, 2 * w + 1))
+                S[r * RW + w] = pack_halves(a_bits(A, row0 + r, 2 * w), a_bits(A, row0 + r, 2 * w + 1))
         for i in T.unroll(B_ROUNDS):
             e: T.let[T.int32] = i * THREADS + tid
             if e < BN * KW:
                 c: T.let[T.int32] = e // KW if TB else e % BN
                 w: T.let[T.int32] = e % KW if TB else e // BN
-                S[B_BASE + c * RW + w] = pair(b_bits(B, 2 * w, col0 + c), b_bits(B, 2 * w + 1, col0 + c))
+                S[B_BASE + c * RW + w] = pack_halves(b_bits(B, 2 * w, col0 + c), b_bits(B, 2 * w + 1, col0 + c))
 
     @T.macro
     def compute(S, acc, af, bf, wr, wc, lane):
