@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm import s_tir
+from tvm import s_tir, tirx
 
 MAX_CLUSTER = 8  # the portable thread-block cluster size (blocks per cluster without the non-portable opt-in)
 SECTOR_BYTES = 32  # the unit of memory traffic between L2 and the SMs, loads and stores alike
+MIN_BLOCKS_KEY = "tirx.launch_bounds_min_blocks_per_sm"  # the second figure of CUDA's __launch_bounds__
 
 
 @dataclass(frozen=True)
@@ -271,3 +272,34 @@ def fuse_epilogue(sch):
     block = epilogue_block(sch)
     if block is not None:
         sch.reverse_compute_inline(block)
+
+
+def fit_blocks_per_sm(sch, loop, blocks: int):
+    """Ask the compiler for ``blocks`` resident blocks an SM: CUDA's ``__launch_bounds__(threads,
+    blocks)``, with which ptxas keeps a thread's registers within 65536 / (threads × blocks). A tile
+    whose natural count lands a few registers over that line (134 where 128 lets two blocks of 256
+    threads share an SM) then keeps the occupancy its register budget was planned for. ``loop``: the
+    kernel's blockIdx loop, annotated (so the request is in the schedule's trace and survives a
+    replay); :func:`with_launch_bounds` turns the annotation into the attribute TVM's host/device
+    split reads, when the module is built."""
+    sch.annotate(loop, MIN_BLOCKS_KEY, blocks)
+
+
+def with_launch_bounds(mod):
+    """``mod`` with the body of every loop :func:`fit_blocks_per_sm` annotated wrapped in the
+    ``tirx.launch_bounds_min_blocks_per_sm`` attribute (a kernel's device code is where TVM looks for
+    it: on the function, or as a loop annotation, it is not read). ``mod`` itself where none is."""
+    if MIN_BLOCKS_KEY not in mod.script():
+        return mod
+    sch = s_tir.Schedule(mod)
+    while True:
+        found = next(((loop, sch.get(loop)) for block in sch.get_child_blocks(sch.get_sblock("root"))
+                      for loop in sch.get_loops(block) if MIN_BLOCKS_KEY in sch.get(loop).annotations), None)
+        if found is None:
+            return sch.mod
+        loop, node = found
+        blocks = node.annotations[MIN_BLOCKS_KEY]
+        body = tirx.AttrStmt(tirx.IntImm("int32", 0), MIN_BLOCKS_KEY, tirx.IntImm("int32", int(blocks)), node.body)
+        rest = {k: v for k, v in node.annotations.items() if k != MIN_BLOCKS_KEY}
+        sch.state.replace(sch.get_sref(loop), tirx.For(node.loop_var, node.min, node.extent, node.kind, body,
+                                                       node.thread_binding, rest))

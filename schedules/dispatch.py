@@ -78,6 +78,7 @@ from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
 from .dispatch_fitted import fitted_tiles
 from .dispatch_short_k import narrow_copy_share, short_k_configs, short_k_tc_configs, short_k_tc_us, short_k_us
 from .dispatch_store import batches as _batches, epilogue_bytes as _epilogue_bytes, output_bytes as _out_bytes
+from .dispatch_registers import simt_register_key, simt_registers, with_held_blocks  # noqa: F401 (the model's names)
 from .dispatch_store import simt_staged_body, simt_staged_twins, with_store
 from .dispatch_store import store_bytes as _store_bytes, store_factor as _store_factor
 from .dispatch_stream_k import stream_k_offered, stream_k_us
@@ -236,15 +237,6 @@ def simt_key(cfg) -> str:
     accumulators) is the same at any depth; what a deeper tile changes, the model counts apart
     (fewer K steps against the latency floor, more registers and shared memory per block)."""
     return f"simt {cfg.block_m}x{cfg.block_n} t{cfg.thread_m}x{cfg.thread_n}"
-
-
-def simt_register_key(cfg) -> str:
-    """The calibration's name for a SIMT configuration's registers per thread: its thread tile, its
-    K tile where it is not 8 (a deeper tile stages more loads in registers), and " async" for a
-    cp.async ring (whose copies stage nothing in registers)."""
-    deep = f" k{cfg.block_k}" if cfg.block_k != 8 else ""
-    ring = " async" if cfg.async_copy else ""
-    return f"t{cfg.thread_m}x{cfg.thread_n}{deep}{ring}"
 
 
 def tiles_in_flight(cfg) -> int:
@@ -506,19 +498,6 @@ def _reduce_us(wl, splits, gpu, cal) -> float:
     return cal["launch_us"] + moved * _batches(wl) / (gpu.memory_gbps * 1e3)
 
 
-def simt_registers(cfg, cal) -> int:
-    """Registers per thread of a SIMT configuration, which set how many of its blocks an SM
-    holds: the median of what ptxas reported for its thread tile and K tile in the calibration
-    sweep (``regs``, :func:`simt_register_key`), or for one the sweep did not build an estimate: the accumulators, one column of A and one row of B
-    per k, the K tile's loads a thread stages in registers, and 24 for addresses and loop counters,
-    in steps of 8."""
-    key = simt_register_key(cfg)
-    if key in cal["regs"]:
-        return cal["regs"][key]
-    staged = 0 if cfg.async_copy else cfg.block_k * (cfg.block_m + cfg.block_n) // cfg.threads
-    return ceil_div(cfg.thread_m * cfg.thread_n + cfg.thread_m + cfg.thread_n + staged + 24, 8) * 8
-
-
 def _simt_copy_factor(wl, cfg, cal) -> tuple[float, str]:
     """(factor, key): global loads narrower than the configuration's vector (rows whose length
     does not allow it, see FastTileConfig.load_vectors) issue more instructions per byte; the
@@ -584,6 +563,7 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         tiles = ceil_div(M, cfg.block_m) * ceil_div(N, cfg.block_n) * _batches(wl)
         regs = simt_registers(cfg, cal)
         per_sm = blocks_per_sm(cfg.threads, regs, 4 * cfg.shared_floats(), gpu)
+        cand = with_held_blocks(wl, cand, regs, gpu, cal["w_sat"])  # where a few registers more would cost a block an SM
         factor, width = _simt_copy_factor(wl, cfg, cal)
         store = _store_factor(wl, cal, cfg, runs=cfg.staged_store)
         eff *= factor * (cal.get("simt_async_factor", 1.0) if cfg.async_copy else 1.0)
@@ -733,6 +713,8 @@ def describe(cand: Candidate) -> str:
         extra += f", K tile {cfg.block_k}"
     if cand.family == "simt" and cfg.async_copy:
         extra += f", cp.async ring of {cfg.stages}"
+    if cand.family == "simt" and cfg.min_blocks:
+        extra += f", held to {cfg.min_blocks} blocks/SM"
     if cand.family in ("decode", "thin"):
         extra += f", {cfg.warp_rows} rows per warp, {cfg.row_warps}x{cfg.k_warps} warps, ring of {cfg.stages}"
     return f"{cand.step} [{cand.key}{extra}]"

@@ -33,8 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from .common import (aligned_vector, ceil_div, cooperative_fetch_axes, fuse_epilogue, inline_padding, new_schedule,
-                     padded_copy, register_fragments)
+from .common import (aligned_vector, ceil_div, cooperative_fetch_axes, fit_blocks_per_sm, fuse_epilogue,
+                     inline_padding, new_schedule, padded_copy, register_fragments)
 from .errors import ScheduleParamError
 from .gemm import check_thread_tiles, pipeline_double_buffer
 from .registry import Launch, register
@@ -53,6 +53,7 @@ class FastTileConfig(StepConfig):
     layouts = LAYOUTS  # operand layouts (class attributes): the shared tiles adapt, see apply_fast_tiled
     batched = True     # a bmm: the batch on blockIdx.z
     epilogues = True   # computed in the write-back from the accumulators (split-K: after the final sum)
+    zero_means_auto = ("min_blocks",)  # 0: ptxas chooses the registers, and with them the blocks an SM holds
 
     block_m: int = 128
     block_n: int = 128
@@ -72,6 +73,7 @@ class FastTileConfig(StepConfig):
     fragment_pipeline: bool = False  # with async_copy: also double-buffer the register fragments
     pad_operands: bool = False  # copy A / B whose rows are not whole 16 bytes into padded buffers first
     staged_store: bool = False  # C leaves through a shared tile, a warp's stores on 32 consecutive columns
+    min_blocks: int = 0      # blocks an SM must hold (__launch_bounds__): caps registers; 0 = ptxas's choice
 
     # derived ----------------------------------------------------------------------------------
     @property
@@ -294,6 +296,8 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool
     sch.decompose_reduction(block, ko)
     if fuse:
         fuse_epilogue(sch)  # into the write-back from the accumulators (split-K: that of the final sum)
+    if cfg.min_blocks:
+        fit_blocks_per_sm(sch, tile, cfg.min_blocks)
     return sch
 
 

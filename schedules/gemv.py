@@ -515,6 +515,9 @@ class ColumnGemvConfig(StepConfig):
     serial_columns: bool = True
     serial_rows: int = 12
     serial_wave_rows: int = 64
+    # wide A, two kernels: rows of a thread's slice loaded back to back (an unrolled inner loop), so that
+    # as many of its loads are in flight at once; 1: the slice's loop as it comes, a load at a time
+    rows_unroll: int = 1
     zero_means_auto = ("target_blocks",)
 
     def serial(self, wl) -> bool:
@@ -616,6 +619,9 @@ class ColumnGemvConfig(StepConfig):
 
     def check(self, wl):
         _check_vector(gemv_shape(wl), self.vector_for(wl))
+        if self.rows_unroll > 1 and not self.narrow(wl) and self.slice_rows(wl) % self.rows_unroll:
+            raise ScheduleParamError(f"rows_unroll={self.rows_unroll} must divide the {self.slice_rows(wl)} rows "
+                                     f"of a thread's slice (rows_per_slice)")
 
     def launch(self, wl: GemvT) -> Launch:
         if self.serial(wl):
@@ -677,7 +683,10 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
         by, ty = sch.split(s, [None, ty_n])
         bx, tx, v = sch.split(j, [None, tx_n, vector])
         sch.reorder(by, bx, ty, tx, r, v)
-        _column_sums_in_registers(sch, rf, tx, r, v, vector, matrix)  # the slice's sums
+        if cfg.rows_unroll > 1:  # the slice's rows in groups whose loads are issued together
+            _grouped_column_sums(sch, rf, tx, r, v, cfg.rows_unroll, matrix)
+        else:
+            _column_sums_in_registers(sch, rf, tx, r, v, vector, matrix)  # the slice's sums
         sch.bind(by, "blockIdx.y")
     sch.bind(bx, "blockIdx.x")
     sch.bind(ty, "threadIdx.y")
@@ -706,6 +715,18 @@ def _column_sums_in_registers(sch, block, tx, rows, v, vector: int, matrix: int)
         sch.vectorize(sch.get_loops(write_back)[-1])
         register_fragments(sch, block, rows, indices=(matrix,))
         sch.unroll(v)
+
+
+def _grouped_column_sums(sch, block, tx, rows, v, group: int, matrix: int):
+    """:func:`_column_sums_in_registers` with the rows taken ``group`` at a time: each group's vectors
+    loaded into registers together (one unrolled run of loads, all in flight at once), then added."""
+    write_back = register_accumulator(sch, block, tx)
+    sch.vectorize(sch.get_loops(write_back)[-1])
+    outer, inner = sch.split(rows, [None, group])
+    frag = register_fragments(sch, block, outer, indices=(matrix,))[0]
+    sch.unroll(sch.get_loops(frag)[-2])
+    sch.unroll(inner)
+    sch.unroll(v)
 
 
 def _serial_columns(wl, cfg: ColumnGemvConfig):

@@ -21,7 +21,7 @@ from tuning import cuda_compile
 from tuning.cuda_compile import (DEFAULT_ARCH, GPU_ENV, compile_to_cubin, cuda_available,  # noqa: F401
                                  device_arch, fold_half_constants, present_arch, setup_cuda_env)
 from schedules import ScheduleParamError, get, parse_workload
-from schedules.common import GpuSpec, current_gpu, pass_config_of, read_gpu_with, use_gpu
+from schedules.common import GpuSpec, current_gpu, pass_config_of, read_gpu_with, use_gpu, with_launch_bounds
 from schedules.gpus import base_arch, profile, profile_for_device
 
 
@@ -146,7 +146,7 @@ def build(sch, target: tvm.target.Target | None = None, pass_config: dict | None
     """Compile a schedule (or a scheduled IRModule) for CUDA, keeping every stage's text and the
     compiler's report. ``pass_config``: extra PassContext options a schedule needs (those of its
     config: :func:`schedules.common.pass_config_of`)."""
-    mod = getattr(sch, "mod", sch)
+    mod = with_launch_bounds(getattr(sch, "mod", sch))  # a schedule's requested blocks per SM, where TVM reads them
     setup_cuda_env()
     target = target or cuda_target()
     _HOOK.arch = str(target.arch)

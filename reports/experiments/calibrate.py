@@ -363,14 +363,18 @@ def _solve_unknown(wl, cand, t, gpu, cal, set_x):
 def _sweep_registers(df: pd.DataFrame) -> dict:
     """Registers per thread of each SIMT thread tile and K tile (``dispatch.simt_register_key``)
     and of each short_k_gemm thread tile, input width and K (``short_k_register_key``): the median of
-    what ptxas reported for its kernels in the sweep, in steps of 8 (the occupancy terms read them)."""
+    what ptxas reported for its kernels in the sweep, in steps of 8 (the occupancy terms read them);
+    not those built with ``min_blocks``, whose count is the one they were held to."""
     seen: dict[str, list[int]] = {}
     if "family" not in df or "registers" not in df:
         return {}
     for family, key_of in (("simt", lambda r, cfg: dispatch.simt_register_key(cfg)),
                            ("short_k", lambda r, cfg: short_k_register_key(cfg, itemsize(r["dtype"]), int(r["k"])))):
         for _, r in df[(df["family"] == family) & df["registers"].notna()].iterrows():
-            seen.setdefault(key_of(r, config_of(r)), []).append(int(r["registers"]))
+            cfg = config_of(r)
+            if getattr(cfg, "min_blocks", 0):  # held to a count: not the one ptxas would choose
+                continue
+            seen.setdefault(key_of(r, cfg), []).append(int(r["registers"]))
     return {key: int(-(-np.median(v) // 8) * 8) for key, v in seen.items()}
 
 
