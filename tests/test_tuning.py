@@ -473,7 +473,6 @@ def test_the_tuner_builds_cuda_with_the_labs_compiler(monkeypatch):
     calls = []
     real = C.compile_to_cubin
     monkeypatch.setattr(C, "compile_to_cubin", lambda code, arch: calls.append(arch) or real(code, arch))
-    monkeypatch.setattr(B, "compile_to_cubin", C.compile_to_cubin)
     wl = parse_workload("gemm:64x64x64")
     spec = get("shared_cache_gemm")
     mod = spec.build(wl, spec.config()).mod

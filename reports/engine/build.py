@@ -18,56 +18,11 @@ import tvm_ffi
 
 # the target and the compiler are shared with the tuner's build processes (one definition each)
 from tuning import cuda_compile
-from tuning.cuda_compile import (DEFAULT_ARCH, GPU_ENV, compile_to_cubin, cuda_available,  # noqa: F401
-                                 device_arch, fold_half_constants, present_arch, setup_cuda_env)
+from tuning.cuda_compile import (DEFAULT_ARCH, GPU_ENV, KernelReport, cuda_available, device_arch,  # noqa: F401
+                                 fold_half_constants, parse_ptxas, present_arch, settle_launch_bounds, setup_cuda_env)
 from schedules import ScheduleParamError, get, parse_workload
 from schedules.common import GpuSpec, current_gpu, pass_config_of, read_gpu_with, use_gpu, with_launch_bounds
 from schedules.gpus import base_arch, profile, profile_for_device
-
-
-@dataclass
-class KernelReport:
-    """ptxas's report for one kernel."""
-
-    name: str
-    registers: int = 0
-    shared_bytes: int = 0
-    stack_bytes: int = 0
-    spill_store_bytes: int = 0
-    spill_load_bytes: int = 0
-    barriers: int = 0
-
-    @property
-    def spills(self) -> int:
-        return self.spill_store_bytes + self.spill_load_bytes
-
-
-def parse_ptxas(text: str) -> list[KernelReport]:
-    kernels: list[KernelReport] = []
-    cur = None
-    for line in text.splitlines():
-        m = re.search(r"Compiling entry function '([^']+)'", line) or \
-            re.search(r"Function properties for (\S+)", line)
-        if m:
-            if cur is None or cur.name != m.group(1):
-                cur = next((k for k in kernels if k.name == m.group(1)), None)
-                if cur is None:
-                    cur = KernelReport(m.group(1))
-                    kernels.append(cur)
-            continue
-        if cur is None:
-            continue
-        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m:
-            cur.stack_bytes, cur.spill_store_bytes, cur.spill_load_bytes = map(int, m.groups())
-        m = re.search(r"Used (\d+) registers", line)
-        if m:
-            cur.registers = int(m.group(1))
-            b = re.search(r"used (\d+) barriers", line)
-            s = re.search(r"(\d+) bytes smem", line)
-            cur.barriers = int(b.group(1)) if b else 0
-            cur.shared_bytes = int(s.group(1)) if s else 0
-    return kernels
 
 
 @dataclass
@@ -88,10 +43,10 @@ def cuda_target(arch: str | None = None) -> tvm.target.Target:
 
 def compile_cuda_source(code: str, arch: str) -> DeviceCode:
     """CUDA source → PTX → cubin, as every kernel of the lab is compiled
-    (:func:`tuning.cuda_compile.compile_to_cubin`), with ptxas's report parsed; the source kept is
-    the one compiled (float16 constants folded: :func:`tuning.cuda_compile.fold_half_constants`)."""
-    code = fold_half_constants(code)
-    ptx_text, cubin, log = compile_to_cubin(code, arch)
+    (:func:`tuning.cuda_compile.settle_launch_bounds`), with ptxas's report parsed; the source kept is
+    the one compiled (float16 constants folded: :func:`tuning.cuda_compile.fold_half_constants`; a
+    request for blocks per SM that was not needed, dropped)."""
+    code, ptx_text, cubin, log = settle_launch_bounds(fold_half_constants(code), arch)
     return DeviceCode(code, ptx_text, cubin, log, parse_ptxas(log))
 
 
