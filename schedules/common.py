@@ -49,10 +49,15 @@ class GpuSpec:
     memory_gbps: float = 4000.0  # device memory bandwidth, for the roofline terms of the model
 
 
+def register_blocks(threads: int, regs: int, regs_per_sm: int = GpuSpec.regs_per_sm) -> int:
+    """Blocks of ``threads`` an SM's registers hold at ``regs`` a thread (allocated a warp at a time,
+    in steps of 256)."""
+    return regs_per_sm // max(ceil_div(regs * threads, 256) * 256, 1)
+
+
 def blocks_per_sm(threads: int, regs: int, smem: int, gpu: GpuSpec) -> int:
     """Occupancy: how many blocks of this size one SM holds (threads, registers, shared memory)."""
-    regs_per_block = ceil_div(regs * threads, 256) * 256  # registers are allocated per warp in steps
-    limits = [gpu.blocks_per_sm, gpu.threads_per_sm // threads, gpu.regs_per_sm // max(regs_per_block, 1)]
+    limits = [gpu.blocks_per_sm, gpu.threads_per_sm // threads, register_blocks(threads, regs, gpu.regs_per_sm)]
     if smem:
         limits.append(gpu.smem_per_sm // (smem + 1024))  # the runtime's 1 KiB per block
     return max(0, min(limits))

@@ -687,8 +687,9 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
         by, ty = sch.split(s, [None, ty_n])
         bx, tx, v = sch.split(j, [None, tx_n, vector])
         sch.reorder(by, bx, ty, tx, r, v)
-        if cfg.row_group(wl) > 1:  # the slice's rows in groups whose loads are issued together
-            _grouped_column_sums(sch, rf, tx, r, v, cfg.row_group(wl), matrix)
+        group = cfg.row_group(wl)
+        if group > 1:  # the slice's rows in groups whose loads are issued together
+            _grouped_column_sums(sch, rf, tx, r, v, group, matrix)
         else:
             _column_sums_in_registers(sch, rf, tx, r, v, vector, matrix)  # the slice's sums
         sch.bind(by, "blockIdx.y")

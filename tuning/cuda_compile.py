@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from schedules.common import register_blocks
+
 PTXAS_FLAGS = ("-v", "-O3")
 DEFAULT_ARCH = "sm_90"  # where there is no GPU to ask
-REGISTERS_PER_SM = 65536  # every CUDA GPU since sm_50
 HELD = re.compile(r"__launch_bounds__\((\d+), (\d+)\) (\w+)\(")  # a kernel asking for blocks per SM
 
 
@@ -197,12 +198,6 @@ def parse_ptxas(text: str) -> list[KernelReport]:
     return kernels
 
 
-def _register_blocks(registers: int, threads: int) -> int:
-    """Blocks of ``threads`` an SM's registers hold at ``registers`` a thread (allocated a warp at a
-    time, in steps of 256)."""
-    return REGISTERS_PER_SM // max(1, -(-registers * threads // 256) * 256)
-
-
 def settle_launch_bounds(code: str, arch: str) -> tuple[str, str, bytes, str]:
     """(source compiled, PTX, cubin, ptxas's report) of a CUDA source, where a kernel's request for
     blocks an SM (``__launch_bounds__(threads, blocks)``: FastTileConfig.min_blocks) is kept only where
@@ -220,7 +215,7 @@ def settle_launch_bounds(code: str, arch: str) -> tuple[str, str, bytes, str]:
     ptx, cubin, log = compile_to_cubin(free, arch)
     own = {k.name: k for k in parse_ptxas(log)}
     short = [name for threads, blocks, name in requests
-             if name in own and _register_blocks(own[name].registers, int(threads)) < int(blocks)]
+             if name in own and register_blocks(int(threads), own[name].registers) < int(blocks)]
     if not short:
         return free, ptx, cubin, log
     held = compile_to_cubin(code, arch)

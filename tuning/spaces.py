@@ -189,10 +189,10 @@ def fast_template(sch, configs=None):
 def fast_config_text(cfg) -> str:
     ring = " async_copy=true" if cfg.async_copy else ""  # a seed of the dispatcher's: a cp.async ring
     pad = " pad_operands=true" if cfg.pad_operands else ""  # padded copies of misaligned operands
-    pad += f" min_blocks={cfg.min_blocks}" if cfg.min_blocks else ""  # held to the blocks per SM the model counts
+    held = f" min_blocks={cfg.min_blocks}" if cfg.min_blocks else ""  # held to the blocks per SM the model counts
     return (f"block={cfg.block_m}x{cfg.block_n} thread={cfg.thread_m}x{cfg.thread_n} "
             f"warps={cfg.warps_m}x{cfg.warps_n} block_k={cfg.block_k} stages={cfg.stages} split_k={cfg.split_k}"
-            f"{ring}{pad}")
+            f"{ring}{pad}{held}")
 
 
 # --- dispatch ----------------------------------------------------------------------------------
