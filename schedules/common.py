@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
 
 MAX_CLUSTER = 8  # the portable thread-block cluster size (blocks per cluster without the non-portable opt-in)
 SECTOR_BYTES = 32  # the unit of memory traffic between L2 and the SMs, loads and stores alike
 MIN_BLOCKS_KEY = "tirx.launch_bounds_min_blocks_per_sm"  # the second figure of CUDA's __launch_bounds__
+PIECE_BOUNDS_KEY = "schedlab.whole_piece_bounds"  # a write-back tested once per thread's piece (whole_piece_bounds)
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,74 @@ def fit_blocks_per_sm(sch, loop, blocks: int):
     replay); :func:`with_launch_bounds` turns the annotation into the attribute TVM's host/device
     split reads, when the module is built."""
     sch.annotate(loop, MIN_BLOCKS_KEY, blocks)
+
+
+def whole_piece_bounds(sch, block):
+    """Test a thread's piece of C against C's edges once, not at every store. ``block`` writes the
+    outputs a thread holds, rows and columns past C's edge left out by one predicate (row < M and
+    column < N). Unrolled, every store carries that test, each in its own form after TVM's
+    simplification, and ptxas, keeping them ready, can take a 128 × 128 tile of 8 × 8 outputs a
+    thread from 128 registers to 200-214 (one block an SM where two fit). Tested once, the piece's
+    last row and column, a piece inside C (all but the blocks on its edges) stores without tests,
+    and the count stays at the tile's 128. Annotated here (in the trace, kept through a replay);
+    :func:`with_build_annotations` rewrites the block when the module is built."""
+    sch.annotate(block, PIECE_BOUNDS_KEY, 1)
+
+
+def _piece_bounds(realize, inner):
+    """``realize`` (an annotated write-back) with its predicate, where it is exactly row < rows and
+    column < columns of the buffer it writes, moved into its body behind the test of the thread's
+    piece: where the piece's last row and column (``inner``: the loops over the piece, each at its
+    last value) are inside, every store goes without a test; else each keeps its own."""
+    block = realize.block
+    notes = {k: v for k, v in block.annotations.items() if k != PIECE_BOUNDS_KEY}
+    body, predicate = block.body, realize.predicate
+    if isinstance(body, tirx.BufferStore) and isinstance(predicate, tirx.And) and len(body.indices) >= 2:
+        shape = body.buffer.shape
+        value = {iv.var: bound for iv, bound in zip(block.iter_vars, realize.iter_values)}
+        tests = [(predicate.a, body.indices[-2], shape[-2]), (predicate.b, body.indices[-1], shape[-1])]
+        if all(isinstance(test, tirx.LT) and index in value and tvm_ffi.structural_equal(test.a, value[index])
+               and tvm_ffi.structural_equal(test.b, edge) for test, index, edge in tests):
+            whole = [_last_of(test.a, inner) for test, _, _ in tests]
+            if all(last is not None for last in whole):
+                whole = tirx.And(whole[0] < tests[0][2], whole[1] < tests[1][2])
+                body = tirx.IfThenElse(whole, body, tirx.IfThenElse(predicate, body, None))
+                predicate = tirx.const(True, "bool")
+    new = s_tir.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint, body, block.init,
+                       block.alloc_buffers, block.match_buffers, notes)
+    return block, s_tir.SBlockRealize(realize.iter_values, predicate, new)
+
+
+def _last_of(index, inner):
+    """``index`` at the last iteration of the loops ``inner``, where it grows with each of them
+    (a sum of their variables with constant, non-negative coefficients), else None."""
+    coeffs = tvm.sym.detect_linear_equation(index, [loop.loop_var for loop in inner])
+    if not coeffs or not all(isinstance(c, tirx.IntImm) and c.value >= 0 for c in coeffs[:-1]):
+        return None
+    return sum((c * (loop.min + loop.extent - 1) for c, loop in zip(coeffs[:-1], inner)), coeffs[-1])
+
+
+def with_build_annotations(mod):
+    """``mod`` with the schedule's notes for the build turned into the IR that TVM reads: the held
+    blocks per SM of :func:`fit_blocks_per_sm` and the bounds tests of :func:`whole_piece_bounds`.
+    ``mod`` itself where it has neither."""
+    text = mod.script()
+    if MIN_BLOCKS_KEY in text:
+        mod = with_launch_bounds(mod)
+    if PIECE_BOUNDS_KEY in text:  # last: its test reads the loops' variables inside the block
+        sch = s_tir.Schedule(mod)
+        for block in sch.get_child_blocks(sch.get_sblock("root")):
+            if PIECE_BOUNDS_KEY in sch.get(block).annotations:
+                loops = sch.get_loops(block)
+                nodes = [sch.get(loop) for loop in loops]
+                bound = max((i for i, node in enumerate(nodes) if node.thread_binding is not None), default=-1)
+                loop, node = loops[-1], nodes[-1]
+                old, realize = _piece_bounds(node.body, nodes[bound + 1:])
+                sch.state.replace(sch.get_sref(loop), tirx.For(node.loop_var, node.min, node.extent, node.kind, realize,
+                                                               node.thread_binding, node.annotations),
+                                  {old: realize.block})
+        mod = sch.mod
+    return mod
 
 
 def with_launch_bounds(mod):

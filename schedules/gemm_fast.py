@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 
 from .common import (aligned_vector, ceil_div, cooperative_fetch_axes, fit_blocks_per_sm, fuse_epilogue,
-                     inline_padding, new_schedule, padded_copy, register_fragments)
+                     inline_padding, new_schedule, padded_copy, register_fragments, whole_piece_bounds)
 from .errors import ScheduleParamError
 from .gemm import check_thread_tiles, pipeline_double_buffer
 from .registry import Launch, register
@@ -199,7 +199,9 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool
     An epilogue or a 16-bit output (``wl.has_epilogue``) is computed in the write-back from the
     registers (:func:`~schedules.common.fuse_epilogue`); with split-K, in that of the final sum, since
     an activation of a partial sum is not the activation of the sum. ``staged_store`` sends C through a
-    shared tile of the block (:func:`_store_rows`, the thread map of :func:`_lane_order`)."""
+    shared tile of the block (:func:`_store_rows`, the thread map of :func:`_lane_order`). Otherwise
+    each thread stores its outputs from registers, as wide as C's rows allow, with one bounds test of
+    its piece (:func:`~schedules.common.whole_piece_bounds`)."""
     block = sch.get_sblock("C")
     splits = cfg.splits(wl)
     batch = [1] if wl.batched else []
@@ -281,9 +283,11 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool
         sch.annotate(lane, "pragma_auto_unroll_max_step", depth)
         sch.annotate(lane, "pragma_unroll_explicit", 1)
     last = sch.get_loops(write_back)[-1]
-    if staged:  # a thread's row of thread_n outputs as float4 stores into the staged tile
-        last = sch.split(last, [None, cfg.vector])[1]
-    sch.vectorize(last)
+    store = cfg.vector if staged else aligned_vector(wl.N, cfg.vector)  # as wide as a row of C begins
+    if staged or store < cfg.vector:  # staged: a thread's row of thread_n outputs as float4 stores
+        last = sch.split(last, [None, store])[1]
+    if store > 1:
+        sch.vectorize(last)
     _pipeline(sch, cfg, ko, ki, a_shared, b_shared)
     if splits > 1:
         _sum_partials(sch, final)
@@ -296,6 +300,8 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool
     sch.decompose_reduction(block, ko)
     if fuse:
         fuse_epilogue(sch)  # into the write-back from the accumulators (split-K: that of the final sum)
+    if not staged:
+        whole_piece_bounds(sch, write_back)  # one bounds test a thread (ptxas's register count)
     if cfg.min_blocks:
         fit_blocks_per_sm(sch, tile, cfg.min_blocks)
     return sch

@@ -100,7 +100,7 @@ def fingerprint(job: tuple[str, str]) -> tuple[str, str, dict]:
     import tvm
 
     from schedules import get, parse_workload
-    from schedules.common import pass_config_of, with_launch_bounds
+    from schedules.common import pass_config_of, with_build_annotations
     from schedules.errors import ScheduleParamError
 
     name, text = job
@@ -117,7 +117,7 @@ def fingerprint(job: tuple[str, str]) -> tuple[str, str, dict]:
         sch = spec.build(wl, cfg)
         target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
         with tvm.transform.PassContext(opt_level=3, config=pass_config_of(build_cfg)), target:
-            ex = tvm.compile(with_launch_bounds(getattr(sch, "mod", sch)), target=target)
+            ex = tvm.compile(with_build_annotations(getattr(sch, "mod", sch)), target=target)
         source = ex.mod.imports[0].inspect_source()
         entry = {"cuda_sha256": hashlib.sha256(source.encode()).hexdigest(), "cuda_bytes": len(source)}
         if chosen:

@@ -62,12 +62,12 @@ def build_in_target_scope(mod, target, _params):
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    from schedules.common import with_launch_bounds
+    from schedules.common import with_build_annotations
 
     from .cuda_compile import use_lab_compiler
 
     use_lab_compiler()
-    mod = with_launch_bounds(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod))
+    mod = with_build_annotations(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod))
     extra = module_pass_config(mod)
     if not extra:
         with target:

@@ -21,7 +21,7 @@ from tuning import cuda_compile
 from tuning.cuda_compile import (DEFAULT_ARCH, GPU_ENV, KernelReport, cuda_available, device_arch,  # noqa: F401
                                  fold_half_constants, parse_ptxas, present_arch, settle_launch_bounds, setup_cuda_env)
 from schedules import ScheduleParamError, get, parse_workload
-from schedules.common import GpuSpec, current_gpu, pass_config_of, read_gpu_with, use_gpu, with_launch_bounds
+from schedules.common import GpuSpec, current_gpu, pass_config_of, read_gpu_with, use_gpu, with_build_annotations
 from schedules.gpus import base_arch, profile, profile_for_device
 
 
@@ -101,7 +101,7 @@ def build(sch, target: tvm.target.Target | None = None, pass_config: dict | None
     """Compile a schedule (or a scheduled IRModule) for CUDA, keeping every stage's text and the
     compiler's report. ``pass_config``: extra PassContext options a schedule needs (those of its
     config: :func:`schedules.common.pass_config_of`)."""
-    mod = with_launch_bounds(getattr(sch, "mod", sch))  # a schedule's requested blocks per SM, where TVM reads them
+    mod = with_build_annotations(getattr(sch, "mod", sch))  # held blocks per SM, nested bounds tests
     setup_cuda_env()
     target = target or cuda_target()
     _HOOK.arch = str(target.arch)
