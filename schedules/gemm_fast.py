@@ -38,6 +38,11 @@ from .common import (aligned_vector, ceil_div, cooperative_fetch_axes, fit_block
 from .errors import ScheduleParamError
 from .gemm import check_thread_tiles, pipeline_double_buffer
 from .registry import Launch, register
+
+# the outputs a thread from which its write-back tests its piece once (whole_piece_bounds): 8 x 8. Where
+# ptxas ballooned (64 outputs, 165-214 registers) it kept 126-128, 1.15-1.31x faster on nine products;
+# a piece of 4 x 4 or 8 x 1 never ballooned and ran 0.86-0.98x as fast tested once (kernels of 4-6 us)
+PIECE_TESTED_FROM = 64
 from .step_config import StepConfig
 from .workloads import LAYOUTS, Gemm
 
@@ -200,8 +205,8 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool
     registers (:func:`~schedules.common.fuse_epilogue`); with split-K, in that of the final sum, since
     an activation of a partial sum is not the activation of the sum. ``staged_store`` sends C through a
     shared tile of the block (:func:`_store_rows`, the thread map of :func:`_lane_order`). Otherwise
-    each thread stores its outputs from registers, as wide as C's rows allow, with one bounds test of
-    its piece (:func:`~schedules.common.whole_piece_bounds`)."""
+    each thread stores its outputs from registers, as wide as C's rows allow, a piece of 8 x 8 with
+    one bounds test (:func:`~schedules.common.whole_piece_bounds`, :data:`PIECE_TESTED_FROM`)."""
     block = sch.get_sblock("C")
     splits = cfg.splits(wl)
     batch = [1] if wl.batched else []
@@ -300,7 +305,7 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool
     sch.decompose_reduction(block, ko)
     if fuse:
         fuse_epilogue(sch)  # into the write-back from the accumulators (split-K: that of the final sum)
-    if not staged:
+    if not staged and cfg.thread_m * cfg.thread_n >= PIECE_TESTED_FROM:
         whole_piece_bounds(sch, write_back)  # one bounds test a thread (ptxas's register count)
     if cfg.min_blocks:
         fit_blocks_per_sm(sch, tile, cfg.min_blocks)
