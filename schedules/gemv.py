@@ -486,6 +486,7 @@ def gemv_dispatch(wl: Gemv, cfg: GemvDispatchConfig = GemvDispatchConfig()):
 # --- the transposed form -------------------------------------------------------------------------
 
 SINGLE_PASS_ROWS = 16  # rows per thread (unrolled: their loads in flight together) of column_gemv_t's one kernel
+FINAL_PARTIALS_A_THREAD = 16  # partials a thread adds in column_gemv_t's second kernel, where 1024 threads allow
 
 
 def second_launch_bytes() -> float:
@@ -701,7 +702,7 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     final, (j, s) = _final_loops(sch, wl)
     fx = min(32, _pow2_at_least(gemv_shape(wl).N))
     fb, ft = sch.split(j, [None, fx])
-    so, sy = sch.split(s, [None, max(1, 256 // fx)])
+    so, sy = sch.split(s, [None, final_partial_threads(fx, sch.get(s).extent.value)])
     sch.reorder(fb, ft, sy, so)
     if sch.get(so).extent.value <= 64:
         sch.unroll(so)                               # all of a thread's partial loads in flight at once
@@ -709,6 +710,18 @@ def column_gemv_t(wl: GemvT, cfg: ColumnGemvConfig = ColumnGemvConfig()):
     sch.bind(ft, "threadIdx.x")
     sch.bind(sy, "threadIdx.y")
     return sch
+
+
+def final_partial_threads(columns: int, partials: int) -> int:
+    """Threads along a column's partials in column_gemv_t's second kernel (``columns`` threads along
+    the columns): 256 threads a block, and where that leaves a thread more than
+    FINAL_PARTIALS_A_THREAD partials to add, more threads, up to 1024 a block. The kernel has a block
+    for each ``columns`` columns, so a narrow output (1 x 270 x 8575: 9 blocks, 536 partials a
+    column) had a few SMs each walk 67 partials a thread one after the other, a load's latency each."""
+    threads = max(1, 256 // columns)
+    while ceil_div(partials, threads) > FINAL_PARTIALS_A_THREAD and 2 * threads * columns <= 1024:
+        threads *= 2
+    return threads
 
 
 def _column_sums_in_registers(sch, block, tx, rows, v, vector: int, matrix: int):

@@ -4,6 +4,7 @@ on a GPU, every form matches a float64 reference."""
 
 from __future__ import annotations
 
+import re
 
 import numpy as np
 import pytest
@@ -295,6 +296,22 @@ def test_grouped_rows_put_a_groups_loads_in_flight_together():
     assert loads_first() >= 8 > loads_first(rows_unroll=1)
 
 
+def test_many_partials_a_column_are_added_by_more_threads_each_unrolled():
+    """column_gemv_t's second kernel: 256 threads a block, and where a column's partials would leave a
+    thread more than 16 to add, more threads along them (up to 1024), each thread's partials unrolled.
+    x·B for x 1 x 8575 and B 8575 x 270: 536 partials a column, 9 blocks; with 8 threads along them
+    each added 67 one after the other (the kernel's loop not unrolled)."""
+    from schedules.gemv import final_partial_threads
+
+    assert final_partial_threads(32, 536) == 32 and final_partial_threads(32, 128) == 8
+    assert final_partial_threads(32, 4096) == 32 and final_partial_threads(8, 536) == 64
+    built = _build("column_gemv_t", GemvT(8575, 270))
+    bounds = re.findall(r"__launch_bounds__\((\d+)\) (\w+)", built.device.cuda)
+    assert sorted(set(bounds)) == [("1024", "main_kernel_1"), ("256", "main_kernel")]
+    body = built.device.ptx[built.device.ptx.find(".entry main_kernel_1("):]
+    assert body.count("ld.global") >= 17  # a thread's 17 partials, unrolled
+
+
 def _run_on_gpu(name, wl, **params):
     from reports.engine.measure import CudaHarness, product_error, random_inputs
 
@@ -326,7 +343,7 @@ def test_gemv_matches_float64(name, shape):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(1, 1), (1, 17), (16384, 16), (1000, 4097), (8192, 8192), (37, 130), (60, 13),
                                    (1000, 17), (999, 50), (92, 148), (92, 149), (97, 64), (64, 65536), (8, 7),
-                                   (33, 9466), (9, 4013), (64, 4100), (372, 130), (330, 13), (2076, 334)])
+                                   (33, 9466), (9, 4013), (64, 4100), (372, 130), (330, 13), (2076, 334), (8575, 270)])
 @pytest.mark.parametrize("form", [{}, {"serial_columns": False}, {"serial_columns": False, "single_pass": False},
                                   {"serial_columns": False, "single_pass": False, "rows_unroll": 1}],
                          ids=["default", "single_pass", "two_kernels", "ungrouped_rows"])  # few rows: serial (the default), or not
