@@ -48,11 +48,11 @@ def simt_registers(cfg, cal) -> int:
 def held_blocks(wl, cfg, regs: int, gpu, w_sat: int) -> int:
     """The blocks an SM to hold ``cfg`` to (its ``min_blocks``), or 0 for ptxas's own count:
     ``regs`` (the model's count) is on the line, i.e. one more step of registers would cost a block
-    an SM; that block's warps are ones the SM needs (``w_sat``: the warps at which the model's SM runs
-    at its full rate; with 8 warps a block, two blocks of the 128 × 128 tile make 16, one makes 8);
-    and the loads are as wide as the tile's vector."""
-    if min(cfg.load_vectors(wl)) < cfg.vector:
-        return 0
+    an SM; and that block's warps are ones the SM needs (``w_sat``: the warps at which the model's SM
+    runs at its full rate; with 8 warps a block, two blocks of the 128 × 128 tile make 16, one makes 8).
+    Narrow loads too: the tiles they took to 208-254 registers, whose hold spilled, were C's
+    write-back tested at every store (:func:`schedules.common.whole_piece_bounds`); the build keeps a
+    hold only where ptxas's own count falls short and holding spills nothing."""
     smem = 4 * cfg.shared_floats()
     per_sm = blocks_per_sm(cfg.threads, regs, smem, gpu)
     if per_sm < 2 or blocks_per_sm(cfg.threads, regs + REGISTER_STEP, smem, gpu) >= per_sm:
