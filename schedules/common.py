@@ -351,6 +351,9 @@ def with_build_annotations(mod):
             if PIECE_BOUNDS_KEY in sch.get(block).annotations:
                 loops = sch.get_loops(block)
                 nodes = [sch.get(loop) for loop in loops]
+                if not nodes or not isinstance(nodes[-1].body, s_tir.SBlockRealize):  # not a write-back's loop nest
+                    sch.unannotate(block, PIECE_BOUNDS_KEY)
+                    continue
                 bound = max((i for i, node in enumerate(nodes) if node.thread_binding is not None), default=-1)
                 loop, node = loops[-1], nodes[-1]
                 old, realize = _piece_bounds(node.body, nodes[bound + 1:])

@@ -38,13 +38,14 @@ from .common import (aligned_vector, ceil_div, cooperative_fetch_axes, fit_block
 from .errors import ScheduleParamError
 from .gemm import check_thread_tiles, pipeline_double_buffer
 from .registry import Launch, register
+from .step_config import StepConfig
+from .workloads import LAYOUTS, Gemm
 
 # the outputs a thread from which its write-back tests its piece once (whole_piece_bounds): 8 x 8. Where
 # ptxas ballooned (64 outputs, 165-214 registers) it kept 126-128, 1.15-1.31x faster on nine products;
-# a piece of 4 x 4 or 8 x 1 never ballooned and ran 0.86-0.98x as fast tested once (kernels of 4-6 us)
+# pieces of 4 x 4, 8 x 1 and 4 x 1 never ballooned and ran 0.94x as fast tested once (24 kernels of 4-11 us;
+# reports/results/NVIDIA_H200/piece_bounds)
 PIECE_TESTED_FROM = 64
-from .step_config import StepConfig
-from .workloads import LAYOUTS, Gemm
 
 F32 = 4
 

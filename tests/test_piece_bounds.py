@@ -85,6 +85,18 @@ def test_the_annotation_is_in_the_trace_and_survives_a_replay():
     assert PIECE_BOUNDS_KEY not in built and "T.where" not in built.split('T.sblock("C_pad_local")')[1].split("T.sblock")[0]
 
 
+def test_an_annotated_block_that_is_not_a_write_back_is_left_as_it_is():
+    """The annotation on a block whose loop holds more than it, or whose predicate is not C's two
+    edges (here the unscheduled product's block: no predicate), is dropped and the block kept as it was."""
+    fresh = new_schedule(parse_workload("gemm:1x4097x1").prim_func())
+    fresh.annotate(fresh.get_sblock("C"), PIECE_BOUNDS_KEY, 1)
+    before = fresh.mod.script().replace(f'T.sblock_attr({{"{PIECE_BOUNDS_KEY}": 1}})', "")
+    after = with_build_annotations(fresh.mod).script()
+    assert PIECE_BOUNDS_KEY not in after
+    assert [line.strip() for line in after.splitlines() if line.strip()] == \
+        [line.strip() for line in before.splitlines() if line.strip()]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("step,workload", [
     ("warp_tiled_gemm", CUT_BOTH_WAYS),  # scalar stores: a row of C is not a whole number of float4s
