@@ -344,7 +344,7 @@ def with_build_annotations(mod):
     ``mod`` itself where it has neither."""
     text = mod.script()
     if MIN_BLOCKS_KEY in text:
-        mod = with_launch_bounds(mod)
+        mod = _launch_bounds_attrs(mod)
     if PIECE_BOUNDS_KEY in text:  # last: its test reads the loops' variables inside the block
         sch = s_tir.Schedule(mod)
         for block in sch.get_child_blocks(sch.get_sblock("root")):
@@ -368,8 +368,11 @@ def with_launch_bounds(mod):
     """``mod`` with the body of every loop :func:`fit_blocks_per_sm` annotated wrapped in the
     ``tirx.launch_bounds_min_blocks_per_sm`` attribute (a kernel's device code is where TVM looks for
     it: on the function, or as a loop annotation, it is not read). ``mod`` itself where none is."""
-    if MIN_BLOCKS_KEY not in mod.script():
-        return mod
+    return _launch_bounds_attrs(mod) if MIN_BLOCKS_KEY in mod.script() else mod
+
+
+def _launch_bounds_attrs(mod):
+    """:func:`with_launch_bounds`'s rewrite, for a module whose text holds the annotation."""
     sch = s_tir.Schedule(mod)
     while True:
         found = next(((loop, sch.get(loop)) for block in sch.get_child_blocks(sch.get_sblock("root"))

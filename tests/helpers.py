@@ -55,6 +55,17 @@ def cached_build(name: str, workload: str, **params):
     return _BUILT[key]
 
 
+def without_piece_test(sch):
+    """``sch`` with the piece test of its SIMT write-back taken off (schedules.common.whole_piece_bounds):
+    the write-back as the lab built it before, each store with its own bounds test."""
+    from schedules.common import PIECE_BOUNDS_KEY
+
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        if PIECE_BOUNDS_KEY in sch.get(block).annotations:
+            sch.unannotate(block, PIECE_BOUNDS_KEY)
+    return sch
+
+
 def run_on_gpu(harness, spec, workload, **params):
     """Build, run once on fresh random inputs into a NaN-poisoned output, check against float64
     (reports.engine.harness.measure_job: the run's and the benchmarks' own check). Returns the error;

@@ -17,9 +17,9 @@ if ROOT not in sys.path:
 
 from reports.engine import build as B  # noqa: E402
 from schedules import dispatch, get, gpus, parse_workload  # noqa: E402
-from schedules.common import MIN_BLOCKS_KEY, PIECE_BOUNDS_KEY, new_schedule, with_launch_bounds  # noqa: E402
+from schedules.common import MIN_BLOCKS_KEY, new_schedule, with_launch_bounds  # noqa: E402
 from schedules.dispatch_registers import held_blocks  # noqa: E402
-from tests.helpers import run_on_gpu  # noqa: E402
+from tests.helpers import run_on_gpu, without_piece_test  # noqa: E402
 
 # the 128 x 128 tile of 8 x 8 threads built for this product with its write-back tested at every store
 # (as it was built before whole_piece_bounds): ptxas gives it 137 registers, one block of 256 threads
@@ -32,9 +32,7 @@ def _built(workload, step="warp_tiled_gemm", every_store=False, **params):
     _, wl, _, resolved = B.resolve_named(step, workload, params)
     sch = resolved.schedule(wl)
     if every_store:
-        for block in sch.get_child_blocks(sch.get_sblock("root")):
-            if PIECE_BOUNDS_KEY in sch.get(block).annotations:
-                sch.unannotate(block, PIECE_BOUNDS_KEY)
+        without_piece_test(sch)
     return B.build(sch, B.cuda_target("sm_90"), pass_config=resolved.pass_config)
 
 

@@ -16,6 +16,7 @@ if ROOT not in sys.path:
 from reports.engine import build as B  # noqa: E402
 from schedules import get, parse_workload  # noqa: E402
 from schedules.common import PIECE_BOUNDS_KEY, new_schedule, with_build_annotations  # noqa: E402
+from tests import helpers  # noqa: E402
 from tests.helpers import rounded_output_bound, run_on_gpu  # noqa: E402
 
 TILE = dict(block_m=128, block_n=128, block_k=8, thread_m=8, thread_n=8, vector=4, warps_m=4, warps_n=2, group_m=8)
@@ -25,11 +26,7 @@ CUT_BOTH_WAYS = "gemm:4422x797x4904"  # 4422 rows, 797 columns: C's last tiles a
 def _schedule(workload, step="warp_tiled_gemm", tested_at_every_store=False, **params):
     _, wl, _, resolved = B.resolve_named(step, workload, {**TILE, **params})
     sch = resolved.schedule(wl)
-    if tested_at_every_store:  # the write-back as it is without the annotation
-        for block in sch.get_child_blocks(sch.get_sblock("root")):
-            if PIECE_BOUNDS_KEY in sch.get(block).annotations:
-                sch.unannotate(block, PIECE_BOUNDS_KEY)
-    return sch, resolved
+    return (helpers.without_piece_test(sch) if tested_at_every_store else sch), resolved
 
 
 def _built(workload, step="warp_tiled_gemm", tested_at_every_store=False, **params):

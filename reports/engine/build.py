@@ -101,7 +101,7 @@ def build(sch, target: tvm.target.Target | None = None, pass_config: dict | None
     """Compile a schedule (or a scheduled IRModule) for CUDA, keeping every stage's text and the
     compiler's report. ``pass_config``: extra PassContext options a schedule needs (those of its
     config: :func:`schedules.common.pass_config_of`)."""
-    mod = with_build_annotations(getattr(sch, "mod", sch))  # held blocks per SM, nested bounds tests
+    mod = with_build_annotations(getattr(sch, "mod", sch))  # held blocks per SM, a thread's piece tested once
     setup_cuda_env()
     target = target or cuda_target()
     _HOOK.arch = str(target.arch)
