@@ -42,6 +42,7 @@ from .workloads import LAYOUTS, Gemm
 SWIZZLE_128B = 3  # TVM's descriptor encoder: 0 none, 1 32 B, 2 64 B, 3 128 B
 WGMMA_K_BYTES = 32  # K of one wgmma: 16 fp16 (m64nNk16) or 8 tf32 (m64nNk8)
 ITEMSIZE = {"float16": 2, "float32": 4}
+SYNC_GROUP = 32  # 2-byte copies whose loads are issued together (registers: one per copy)
 
 
 @dataclass(frozen=True)
@@ -299,24 +300,35 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
 
     # 2-byte pieces (a 16-bit matrix with an odd row length): cp.async copies at least 4 bytes,
     # so these go through registers, plain loads and shared stores ordered by the same barriers
-    # (and the same proxy fence) as the asynchronous copies
+    # (and the same proxy fence) as the asynchronous copies. The loads of up to SYNC_GROUP copies
+    # are issued together, unconditionally (their indices are clamped into the matrix), and the
+    # out-of-range ones zeroed by a select as they are stored: a load under a branch, each in its
+    # own basic block before its store, was waited for one at a time (two to three times the time
+    # from five K tiles on)
     A_SYNC, B_SYNC = A_BYTES < 4, B_BYTES < 4
+    GROUP = min([SYNC_GROUP] + [n for n, sync in ((A_CHUNKS, A_SYNC), (B_COPIES, B_SYNC)) if sync])
 
     @T.macro
-    def copy_tile(A, B, smem, base, tid, tile_m, tile_n, kt, slot, bz):
-        for c in T.unroll(A_CHUNKS):
-            if A_SYNC:
-                dst, i0, i1, ok = T.meta_var(a_piece(base + slot * STAGE, tid, c, tile_m, kt))
-                smem[dst] = T.if_then_else(ok, load(A, bz, T.min(i0, A_EXT[0] - 1), T.min(i1, A_EXT[1] - 1)),
-                                           T.cast(0, DT))
-            else:
+    def sync_copies(X, ext, piece, copies, smem, at, tid, tile, kt, bz, staged):
+        for g in T.unroll(copies // GROUP):  # copies per thread: a multiple of the group or fewer
+            for c in T.unroll(GROUP):
+                _, i0, i1, _ok = T.meta_var(piece(at, tid, g * GROUP + c, tile, kt))
+                staged[c] = load(X, bz, T.min(i0, ext[0] - 1), T.min(i1, ext[1] - 1))
+            for c in T.unroll(GROUP):
+                dst, _i0, _i1, ok = T.meta_var(piece(at, tid, g * GROUP + c, tile, kt))
+                smem[dst] = T.Select(ok, staged[c], T.cast(0, DT))
+
+    @T.macro
+    def copy_tile(A, B, smem, base, tid, tile_m, tile_n, kt, slot, bz, staged):
+        if A_SYNC:
+            sync_copies(A, A_EXT, a_piece, A_CHUNKS, smem, base + slot * STAGE, tid, tile_m, kt, bz, staged)
+        else:
+            for c in T.unroll(A_CHUNKS):
                 copy_a(A, smem, base + slot * STAGE, tid, c, tile_m, kt, bz)
-        for c in T.unroll(B_COPIES):
-            if B_SYNC:
-                dst, i0, i1, ok = T.meta_var(b_piece(base + slot * STAGE, tid, c, tile_n, kt))
-                smem[dst] = T.if_then_else(ok, load(B, bz, T.min(i0, B_EXT[0] - 1), T.min(i1, B_EXT[1] - 1)),
-                                           T.cast(0, DT))
-            else:
+        if B_SYNC:
+            sync_copies(B, B_EXT, b_piece, B_COPIES, smem, base + slot * STAGE, tid, tile_n, kt, bz, staged)
+        else:
+            for c in T.unroll(B_COPIES):
                 copy_b(B, smem, base + slot * STAGE, tid, c, tile_n, kt, bz)
 
     # with an epilogue or another output type: computed on the accumulators, D stored in its type
@@ -331,6 +343,7 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
         acc = T.alloc_buffer((ACC,), "float32", scope="local")
         desc_a = T.alloc_buffer((1,), "uint64", scope="local")
         desc_b = T.alloc_buffer((1,), "uint64", scope="local")
+        staged = T.alloc_buffer((GROUP,), DT, scope="local")  # 2-byte copies' loads
         # a batch: the blocks of product bz are blocks bz·TILES ... (bz + 1)·TILES - 1
         tb = T.meta_var(tile_of(bid))
         bz = T.meta_var(batch_of(bid))
@@ -351,7 +364,7 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
                                               SWIZZLE_128B)
         for s in T.unroll(AHEAD):  # prologue: K tiles 0 .. AHEAD-1 in flight
             if s < KT:
-                copy_tile(A, B, smem, base, tid, tile_m, tile_n, s, s, bz)
+                copy_tile(A, B, smem, base, tid, tile_m, tile_n, s, s, bz, staged)
             T.ptx["cp.async.commit_group"]()
         for kt in T.serial(KT):
             T.ptx["cp.async.wait_group"](AHEAD - 1)  # this thread's copies of tile kt have landed
@@ -373,7 +386,7 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
             T.ptx.wgmma.commit_group.sync.aligned()
             # while the tensor cores work: the copies of tile kt+AHEAD into tile kt-1-LAG's slot
             if kt + AHEAD < KT:
-                copy_tile(A, B, smem, base, tid, tile_m, tile_n, kt + AHEAD, (kt + AHEAD) % S, bz)
+                copy_tile(A, B, smem, base, tid, tile_m, tile_n, kt + AHEAD, (kt + AHEAD) % S, bz, staged)
             T.ptx["cp.async.commit_group"]()
             T.ptx.wgmma.wait_group.sync.aligned(LAG)
         if LAG > 0:

@@ -117,11 +117,29 @@ def test_narrow_rows_get_the_widest_copies_they_allow():
         SPEC.validate(parse_workload("gemm:64x64x66:float16"), SPEC.config(copy_bytes=16))
 
 
+def test_two_byte_copies_issue_their_loads_together():
+    """Odd row lengths (K and N odd: 2-byte pieces through registers): a thread's loads of a tile
+    are issued together, unconditionally (indices clamped into the matrix), before their shared
+    stores, which zero the pieces outside it by a select; each load under its own branch (the form
+    before) was waited for one at a time."""
+    b = built("gemm:159x75x273:float16", block_m=64, block_n=64, stages=4, mma_overlap=False)
+    ops = re.findall(r"\b(ld\.global\S*|st\.shared\S*)", b.device.ptx)
+    runs, run = [], 0  # loads with no shared store between them (the form before: one each)
+    for op in ops:
+        if op.startswith("ld.global"):
+            run += 1
+        elif run:
+            runs, run = runs + [run], 0
+    assert len(runs) >= 4 and min(runs) >= 16, runs  # 32 copies of A and of B per thread and tile
+    (k,) = b.device.kernels
+    assert k.spills == 0
+
+
 # --- on the GPU -------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float16", BIG] + ODD +
                          ["gemm:1000x516x2004:float16", "gemm:1000x502x2002:bfloat16", "gemm:1000x500x2001:float16",
-                          "gemm:77x33x15:bfloat16"])
+                          "gemm:77x33x15:bfloat16", "gemm:159x75x273:float16", "gemm:300x213x79:bfloat16:tn"])
 def test_correct(harness, workload):
     # fp16 products are exact in fp32; only the fp32 sums round
     assert run_on_gpu(harness, SPEC, workload) < 1e-4
