@@ -82,7 +82,7 @@ from .dispatch_registers import simt_register_key, simt_registers, with_held_blo
 from .dispatch_store import simt_staged_body, simt_staged_twins, with_store
 from .dispatch_store import store_bytes as _store_bytes, store_factor as _store_factor
 from .dispatch_stream_k import stream_k_offered, stream_k_us
-from .dispatch_thin import THIN_SIMT_EFFICIENCY, thin_configs, thin_simt_tiles, thin_us
+from .dispatch_thin import THIN_SIMT_EFFICIENCY, small_product, thin_configs, thin_simt_tiles, thin_us
 from .errors import ScheduleParamError
 from .decode_plan import decode_form, sm_share
 from .gemm_decode import DecodeConfig
@@ -390,8 +390,9 @@ def fp16_candidates(wl, limits=None, sms: int | None = None):
         out.append(Candidate("wgmma_gemm", cfg, "cp", f"cp {bm}x{bn}"))
     # every one of them takes an epilogue and a 16-bit output (computed on the accumulators)
     out = [c for c in out if _valid(c.step, wl, c.config, limits)]
-    # a few output rows or columns: the skinny SIMT tiles (16-bit inputs widened to fp32)
-    skinny = simt_candidates(wl, general=False, limits=limits) if min(wl.M, wl.N) <= 64 or wl.K <= 64 else []
+    # a few output rows or columns, or a small output over a long K: the skinny SIMT tiles (16-bit inputs widened)
+    skinny = (simt_candidates(wl, general=False, limits=limits)
+              if min(wl.M, wl.N) <= 64 or wl.K <= 64 or small_product(wl) else [])
     return (out + skinny + short_k_candidates(wl, limits) + gemv_candidates(wl) + decode_candidates(wl, limits)
             + thin_candidates(wl, limits))
 

@@ -31,7 +31,7 @@ calibration override the table, :data:`THIN_TRANS_FACTOR` and ``k_step_us``).
 
 from __future__ import annotations
 
-from .common import current_gpu
+from .common import ceil_div, current_gpu
 from .gemm_thin import ThinConfig, access_of, thin_form
 from .gemv import vector_form
 from .workloads import itemsize
@@ -175,3 +175,21 @@ def thin_simt_tiles(wl) -> list[tuple[int, int, int, int, int, int]]:
             out += [(bn, bm, tn, tm, wn, wm) if mirror else (bm, bn, tm, tn, wm, wn)
                     for bm, bn, tm, tn, wm, wn in THIN_SIMT_TILES[width]]
     return out
+
+
+# --- small 16-bit products on the SIMT split-K tiles ------------------------------------------------------------------
+# An output of at most SMALL_OUTPUT elements (eight 64 x 64 tiles) over a K of SMALL_LONG_K or more: the tensor-core
+# kernels leave most SMs idle (the cp.async wgmma tiles do not split K; the TMA tiles split it, but rows that are not
+# whole 16 bytes cost them two copy kernels first), where the skinny SIMT tiles (16-bit inputs widened) split K over
+# many slices. On the 28 small fp16 products of odd row lengths timed with both (H200,
+# reports/results/NVIDIA_H200/small_fp16_products), the model's SIMT choice ran 1.04-1.62x faster than its
+# tensor-core choice on the 7 such outputs; on larger outputs or shorter K it was 0.71-1.06x, so there the SIMT
+# tiles are not offered (a narrow side of 64 or less, or K of 64 or less, offers them anyway).
+SMALL_OUTPUT = 8 * 64 * 64
+SMALL_LONG_K = 256
+
+
+def small_product(wl) -> bool:
+    """Whether a 16-bit product's output is small and its K long enough for the SIMT tiles' split-K
+    (:data:`SMALL_OUTPUT`, :data:`SMALL_LONG_K`)."""
+    return wl.M * wl.N <= SMALL_OUTPUT and wl.K >= SMALL_LONG_K

@@ -1,17 +1,18 @@
 """SIMT tiles fitted to the narrow side of a thin fp32 product (schedules.dispatch_thin.thin_simt_tiles): the
 widths offered (24, 32, 48 for an output 17-48 wide or high, mirrored for a few rows), none for 16-bit inputs
 or other shapes, the load width each thread tile takes, their rates, the dispatcher's choice on a drawn
-product that a 64-wide tile had served at 69% of cuBLAS; the kernels build without spills; on a GPU, ragged
-tiles and split-K right."""
+product that a 64-wide tile had served at 69% of cuBLAS; the skinny tiles offered to a small 16-bit output over a
+long K; the kernels build without spills; on a GPU, ragged tiles and split-K right."""
 
 import pytest
 
 from schedules import dispatch, get, gpus, parse_workload
-from schedules.dispatch_thin import THIN_SIMT_EFFICIENCY, THIN_SIMT_TILES, thin_simt_tiles
+from schedules.dispatch_thin import SMALL_LONG_K, SMALL_OUTPUT, THIN_SIMT_EFFICIENCY, THIN_SIMT_TILES, small_product, thin_simt_tiles
 from schedules.gemm_fast import simt_vector
 from tests.helpers import cached_build, run_on_gpu
 
 H100 = gpus.profile("NVIDIA H100 80GB HBM3")
+H200 = gpus.profile("NVIDIA H200")
 
 
 @pytest.mark.parametrize("shape, widths", [
@@ -55,6 +56,23 @@ def test_the_dispatcher_takes_a_fitted_width_for_a_thin_fp32_product():
     assert best.terms["efficiency"] <= THIN_SIMT_EFFICIENCY[dispatch.simt_key(best.config)]
     square = dispatch.rank(parse_workload("gemm:2048x2048x2048"), "fp32", H100)[0]
     assert square.config.block_n in (64, 128)
+
+
+@pytest.mark.parametrize("shape, offered", [
+    ("159x75x273", True), ("71x75x1019", True), ("96x302x437", True),   # small outputs, K of 256 or more
+    ("323x69x131", False), ("756x77x716", False), ("177x414x1087", False),  # K too short, outputs too large
+])
+def test_a_small_16_bit_output_over_a_long_k_is_offered_the_skinny_tiles(shape, offered):
+    """Eight 64 x 64 tiles' worth of outputs or fewer over a K of 256 or more: the skinny SIMT tiles (split
+    over K) are candidates beside the tensor-core kernels, and on 159 x 75 x 273 the model takes one of them
+    (the cp.async wgmma tile it took before ran at 42% of cuBLAS, the SIMT split at 100-112%)."""
+    wl = parse_workload(f"gemm:{shape}:float16")
+    assert small_product(wl) == offered == (wl.M * wl.N <= SMALL_OUTPUT and wl.K >= SMALL_LONG_K)
+    steps = {c.step for c in dispatch.candidates(wl, "fp16", H200)}
+    assert ("skinny_gemm" in steps) == offered
+    if shape == "159x75x273":
+        best = dispatch.rank(wl, "fp16", H200)[0]
+        assert best.step == "skinny_gemm" and best.config.split_k > 1
 
 
 @pytest.mark.parametrize("workload, params", [

@@ -119,9 +119,8 @@ def test_narrow_rows_get_the_widest_copies_they_allow():
 
 def test_two_byte_copies_issue_their_loads_together():
     """Odd row lengths (K and N odd: 2-byte pieces through registers): a thread's loads of a tile
-    are issued together, unconditionally (indices clamped into the matrix), before their shared
-    stores, which zero the pieces outside it by a select; each load under its own branch (the form
-    before) was waited for one at a time."""
+    are issued before their shared stores (each into its register, zero outside the matrix); with
+    each store right after its load (the form before), a warp waited for every load in turn."""
     b = built("gemm:159x75x273:float16", block_m=64, block_n=64, stages=4, mma_overlap=False)
     ops = re.findall(r"\b(ld\.global\S*|st\.shared\S*)", b.device.ptx)
     runs, run = [], 0  # loads with no shared store between them (the form before: one each)
