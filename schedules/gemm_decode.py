@@ -64,7 +64,6 @@ from .workloads import Gemm, epilogue_value
 
 PTX_TYPE = {"float16": "fp16", "bfloat16": "bf16"}
 PIECE = 16               # bytes of one cp.async (8 elements)
-X_GROUP = 16             # X transposed: at most so many rounds of a thread's loads (two each) issued before their stores
 
 
 def pack_halves(lo, hi):
@@ -274,7 +273,6 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
     X_COPIES = 8 * NT * XC if not access.x_trans else 8 * NT * BSTEP // 2
     XC_ROUNDS = ceil_div(X_COPIES, THREADS)
     XC_EDGE = X_COPIES % THREADS != 0
-    XG = max(d for d in range(1, X_GROUP + 1) if XC_ROUNDS % d == 0)  # X transposed: rounds whose loads issue together
     T8 = 8 * NT
 
     def copy_n(dst, src, ok, size):
@@ -396,48 +394,38 @@ def decode_kernel(wl: Gemm, p: DecodePlan, access: Access = Access()):
         decode_gemm lays them out): K-contiguous X in pieces as wide as its pitch allows, or X
         stored K × tokens two K rows at a time (consecutive threads on consecutive tokens: the
         loads coalesce), each pair of elements one shared word."""
-        if access.x_trans:
-            # a group's loads first, each into its register (zero past K, past the tokens and past the
-            # copies), then its shared words: with each word's store right after its two loads, a warp
-            # waited for every pair before issuing the next (as wgmma_gemm's 2-byte copies did)
-            xs = T.alloc_buffer((2 * XG,), "uint32", scope="local")
-            for g in T.unroll(XC_ROUNDS // XG):
-                for x in T.unroll(XG):
-                    for e in T.unroll(2):
-                        xs[2 * x + e] = T.if_then_else(
-                            T.And(T.Or(not XC_EDGE, (g * XG + x) * THREADS + warp * 32 + lane < X_COPIES),
-                                  T.And(bstep * BSTEP + ((g * XG + x) * THREADS + warp * 32 + lane) // T8 * 2 + e < K,
-                                        ((g * XG + x) * THREADS + warp * 32 + lane) % T8 < TOK)),
-                            T.Cast("uint32", T.reinterpret("uint16", X[
-                                T.min(bstep * BSTEP + ((g * XG + x) * THREADS + warp * 32 + lane) // T8 * 2 + e, K - 1),
-                                T.min(((g * XG + x) * THREADS + warp * 32 + lane) % T8, TOK - 1)])),
-                            T.uint32(0))
-                for x in T.unroll(XG):
-                    if T.Or(not XC_EDGE, (g * XG + x) * THREADS + warp * 32 + lane < X_COPIES):
-                        ring[slot * SLOT + W_WORDS + ((g * XG + x) * THREADS + warp * 32 + lane) % T8 * XPITCH
-                             + ((g * XG + x) * THREADS + warp * 32 + lane) // T8] = pack_halves(xs[2 * x], xs[2 * x + 1])
-        else:
-            for x in T.unroll(XC_ROUNDS):
-                if T.Or(not XC_EDGE, x * THREADS + warp * 32 + lane < X_COPIES):
-                    if access.x_bytes >= 4:
-                        T.evaluate(copy_n(
-                            ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) // XC * XPITCH
-                                 + (x * THREADS + warp * 32 + lane) % XC * XW],
-                            X[T.min((x * THREADS + warp * 32 + lane) // XC, TOK - 1),
-                              T.min(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 * XW, K - 2 * XW)],
-                            T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 * XW < K,
-                                  (x * THREADS + warp * 32 + lane) // XC < TOK), access.x_bytes))
-                    else:
+        for x in T.unroll(XC_ROUNDS):
+            if T.Or(not XC_EDGE, x * THREADS + warp * 32 + lane < X_COPIES):
+                if access.x_trans:
+                    ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) % T8 * XPITCH
+                         + (x * THREADS + warp * 32 + lane) // T8] = pack_halves(
+                        masked_half(X, bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2,
+                                    (x * THREADS + warp * 32 + lane) % T8,
+                                    T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 < K,
+                                          (x * THREADS + warp * 32 + lane) % T8 < TOK), K, TOK),
+                        masked_half(X, bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 + 1,
+                                    (x * THREADS + warp * 32 + lane) % T8,
+                                    T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) // T8 * 2 + 1 < K,
+                                          (x * THREADS + warp * 32 + lane) % T8 < TOK), K, TOK))
+                elif access.x_bytes >= 4:
+                    T.evaluate(copy_n(
                         ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) // XC * XPITCH
-                             + (x * THREADS + warp * 32 + lane) % XC] = pack_halves(
-                            masked_half(X, (x * THREADS + warp * 32 + lane) // XC,
-                                        bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2,
-                                        T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 < K,
-                                              (x * THREADS + warp * 32 + lane) // XC < TOK), TOK, K),
-                            masked_half(X, (x * THREADS + warp * 32 + lane) // XC,
-                                        bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 + 1,
-                                        T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 + 1 < K,
-                                              (x * THREADS + warp * 32 + lane) // XC < TOK), TOK, K))
+                             + (x * THREADS + warp * 32 + lane) % XC * XW],
+                        X[T.min((x * THREADS + warp * 32 + lane) // XC, TOK - 1),
+                          T.min(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 * XW, K - 2 * XW)],
+                        T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 * XW < K,
+                              (x * THREADS + warp * 32 + lane) // XC < TOK), access.x_bytes))
+                else:
+                    ring[slot * SLOT + W_WORDS + (x * THREADS + warp * 32 + lane) // XC * XPITCH
+                         + (x * THREADS + warp * 32 + lane) % XC] = pack_halves(
+                        masked_half(X, (x * THREADS + warp * 32 + lane) // XC,
+                                    bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2,
+                                    T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 < K,
+                                          (x * THREADS + warp * 32 + lane) // XC < TOK), TOK, K),
+                        masked_half(X, (x * THREADS + warp * 32 + lane) // XC,
+                                    bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 + 1,
+                                    T.And(bstep * BSTEP + (x * THREADS + warp * 32 + lane) % XC * 2 + 1 < K,
+                                          (x * THREADS + warp * 32 + lane) // XC < TOK), TOK, K))
 
     @T.macro
     def weight_fragments(ring, wf, slot, warp, lane, q):
