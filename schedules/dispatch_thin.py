@@ -182,9 +182,10 @@ def thin_simt_tiles(wl) -> list[tuple[int, int, int, int, int, int]]:
 # kernels leave most SMs idle (the cp.async wgmma tiles do not split K; the TMA tiles split it, but rows that are not
 # whole 16 bytes cost them two copy kernels first), where the skinny SIMT tiles (16-bit inputs widened) split K over
 # many slices. On the 28 small fp16 products of odd row lengths timed with both (H200,
-# reports/results/NVIDIA_H200/small_fp16_products), the model's SIMT choice ran 1.04-1.62x faster than its
-# tensor-core choice on the 7 such outputs; on larger outputs or shorter K it was 0.71-1.06x, so there the SIMT
-# tiles are not offered (a narrow side of 64 or less, or K of 64 or less, offers them anyway).
+# reports/results/NVIDIA_H200/small_fp16_products), the model's SIMT pick ran 1.05-1.62x faster than its
+# tensor-core pick on the 7 such outputs; on the 11 larger outputs or shorter K where the model would have taken it,
+# 0.71-1.06x (7 slower), so there the SIMT tiles are not offered (a narrow side of 64 or less, or K of 64 or less,
+# offers them anyway).
 SMALL_OUTPUT = 8 * 64 * 64
 SMALL_LONG_K = 256
 
