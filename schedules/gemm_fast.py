@@ -46,7 +46,6 @@ from .workloads import LAYOUTS, Gemm
 # pieces of 4 x 4, 8 x 1 and 4 x 1 never ballooned and ran 0.94x as fast tested once (24 kernels of 4-11 us;
 # reports/results/NVIDIA_H200/piece_bounds)
 PIECE_TESTED_FROM = 64
-SUM_UNROLL = 16  # split-K's sum kernel: partials a thread loads at once
 
 F32 = 4
 
@@ -297,7 +296,7 @@ def apply_fast_tiled(sch, wl: Gemm, cfg: FastTileConfig, unroll=None, fuse: bool
         sch.vectorize(last)
     _pipeline(sch, cfg, ko, ki, a_shared, b_shared)
     if splits > 1:
-        _sum_partials(sch, final, splits)
+        _sum_partials(sch, final)
     if staged:
         _store_rows(sch, to_global, cfg)
     copies = [name for name, copied in zip(("A_pad", "B_pad"), cfg.copied(wl)) if copied]
@@ -402,10 +401,8 @@ def _store_rows(sch, to_global, cfg):
     sch.bind(tx, "threadIdx.x")
 
 
-def _sum_partials(sch, final, splits):
-    """Second kernel of split-K: one thread per output sums its split_k partials (coalesced reads), in
-    order, the loop over them unrolled (by at most SUM_UNROLL, a divisor of split_k) so that its loads are in flight together:
-    a loop of one load and one add per partial waited for each load in turn."""
+def _sum_partials(sch, final):
+    """Second kernel of split-K: one thread per output sums its split_k partials (coalesced reads)."""
     *bij, ks = sch.get_loops(final)  # (batch,) i, j
     bx, tx = sch.split(sch.fuse(*bij), [None, 256])
     sch.bind(bx, "blockIdx.x")
@@ -414,8 +411,6 @@ def _sum_partials(sch, final, splits):
     write_back = sch.cache_write(final, 0, "local")
     sch.reverse_compute_at(write_back, tx, preserve_unit_loops=True)
     sch.decompose_reduction(final, ks)
-    step = max(d for d in range(1, SUM_UNROLL + 1) if splits % d == 0)  # loads in flight: a divisor, no ragged tail
-    sch.unroll(ks if step == splits else sch.split(ks, [None, step])[1])
 
 
 # --- the registered steps ----------------------------------------------------------------------

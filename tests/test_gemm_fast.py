@@ -116,20 +116,6 @@ def test_split_k_is_two_kernels_with_partials():
     assert b.launch.get("blockIdx.y", 1) in (cfg.split_k, 1)
 
 
-@pytest.mark.parametrize("split_k, in_flight", [(8, 8), (24, 12), (128, 16)])
-def test_the_sum_kernel_loads_its_partials_together(split_k, in_flight):
-    """Split-K's second kernel adds a thread's partials in order, its loop unrolled by the largest divisor of
-    split_k up to 16: that many loads in one loop body (a loop of one load a turn waited for each)."""
-    import re
-
-    b = built("skinny_gemm", "gemm:96x20x4068", block_m=128, block_n=16, thread_m=4, thread_n=4, warps_m=4, warps_n=1,
-              vector=4, split_k=split_k)
-    body = b.device.cuda.split("main_kernel_1(")[-1]
-    loops = re.findall(r"for \(int \w+ = 0; \w+ < (\d+);", body)
-    assert loops == ([] if in_flight == split_k else [str(split_k // in_flight)])
-    assert body.count("C_pad_rf_ptr[") == in_flight  # the loads of one turn
-
-
 def test_rasterization_changes_block_order():
     plain = built("async_pipeline_gemm", "gemm:4096x4096x4096").lowered
     grouped = built("rasterized_gemm", "gemm:4096x4096x4096").lowered
