@@ -31,7 +31,7 @@ calibration override the table, :data:`THIN_TRANS_FACTOR` and ``k_step_us``).
 
 from __future__ import annotations
 
-from .common import ceil_div, current_gpu
+from .common import current_gpu
 from .gemm_thin import ThinConfig, access_of, thin_form
 from .gemv import vector_form
 from .workloads import itemsize

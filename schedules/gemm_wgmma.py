@@ -306,11 +306,14 @@ def wgmma_kernel(wl: Gemm, cfg: WgmmaConfig):
     # 108 products of odd rows on 64 x 64 to 128 x 256 tiles: 1.28x, geometric mean; loading every
     # piece unconditionally from clamped indices and zeroing by a select was 1.12x, down to 0.38x)
     A_SYNC, B_SYNC = A_BYTES < 4, B_BYTES < 4
-    GROUP = min([SYNC_GROUP] + [n for n, sync in ((A_CHUNKS, A_SYNC), (B_COPIES, B_SYNC)) if sync])
+    # copies per group: the most, up to SYNC_GROUP, that divides each 2-byte operand's copies per thread
+    # (128 x 192: 32 of A, 48 of B, groups of 16)
+    SYNC_COPIES = [n for n, sync in ((A_CHUNKS, A_SYNC), (B_COPIES, B_SYNC)) if sync]
+    GROUP = max(d for d in range(1, SYNC_GROUP + 1) if all(n % d == 0 for n in SYNC_COPIES))
 
     @T.macro
     def sync_copies(X, ext, piece, copies, smem, at, tid, tile, kt, bz, staged):
-        for g in T.unroll(copies // GROUP):  # copies per thread: a multiple of the group or fewer
+        for g in T.unroll(copies // GROUP):
             for c in T.unroll(GROUP):
                 _, i0, i1, ok = T.meta_var(piece(at, tid, g * GROUP + c, tile, kt))
                 staged[c] = T.if_then_else(ok, load(X, bz, T.min(i0, ext[0] - 1), T.min(i1, ext[1] - 1)), T.cast(0, DT))

@@ -134,6 +134,15 @@ def test_two_byte_copies_issue_their_loads_together():
     assert k.spills == 0
 
 
+@pytest.mark.parametrize("block_m, block_n", [(128, 192), (128, 256)])
+def test_every_two_byte_copy_is_made_when_the_operands_take_different_counts(block_m, block_n):
+    """K and N odd on a 128 x 192 tile: each thread copies 32 pieces of A and 48 of B a K tile, in groups
+    that divide both (16); every one of them is loaded, in the ring's prologue (two K tiles) and its loop."""
+    b = built("gemm:1001x501x2001:float16", block_m=block_m, block_n=block_n)
+    per_tile = 32 + 32 * block_n // block_m
+    assert len(re.findall(r"ld\.global\.nc\.u16", b.device.ptx)) == 3 * per_tile
+
+
 # --- on the GPU -------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float16", BIG] + ODD +
