@@ -288,7 +288,7 @@ def fit_blocks_per_sm(sch, loop, blocks: int):
     whose natural count lands a few registers over that line (134 where 128 lets two blocks of 256
     threads share an SM) then keeps the occupancy its register budget was planned for. ``loop``: the
     kernel's blockIdx loop, annotated (so the request is in the schedule's trace and survives a
-    replay); :func:`with_launch_bounds` turns the annotation into the attribute TVM's host/device
+    replay); :func:`with_build_annotations` turns the annotation into the attribute TVM's host/device
     split reads, when the module is built."""
     sch.annotate(loop, MIN_BLOCKS_KEY, blocks)
 
@@ -364,15 +364,10 @@ def with_build_annotations(mod):
     return mod
 
 
-def with_launch_bounds(mod):
-    """``mod`` with the body of every loop :func:`fit_blocks_per_sm` annotated wrapped in the
-    ``tirx.launch_bounds_min_blocks_per_sm`` attribute (a kernel's device code is where TVM looks for
-    it: on the function, or as a loop annotation, it is not read). ``mod`` itself where none is."""
-    return _launch_bounds_attrs(mod) if MIN_BLOCKS_KEY in mod.script() else mod
-
-
 def _launch_bounds_attrs(mod):
-    """:func:`with_launch_bounds`'s rewrite, for a module whose text holds the annotation."""
+    """``mod`` (whose text holds the annotation) with the body of every loop :func:`fit_blocks_per_sm`
+    annotated wrapped in the ``tirx.launch_bounds_min_blocks_per_sm`` attribute (a kernel's device code
+    is where TVM looks for it: on the function, or as a loop annotation, it is not read)."""
     sch = s_tir.Schedule(mod)
     while True:
         found = next(((loop, sch.get(loop)) for block in sch.get_child_blocks(sch.get_sblock("root"))

@@ -17,7 +17,7 @@ if ROOT not in sys.path:
 
 from reports.engine import build as B  # noqa: E402
 from schedules import dispatch, get, gpus, parse_workload  # noqa: E402
-from schedules.common import MIN_BLOCKS_KEY, new_schedule, with_launch_bounds  # noqa: E402
+from schedules.common import MIN_BLOCKS_KEY, new_schedule, with_build_annotations  # noqa: E402
 from schedules.dispatch_registers import held_blocks  # noqa: E402
 from tests.helpers import run_on_gpu, without_piece_test  # noqa: E402
 
@@ -92,10 +92,10 @@ def test_the_request_is_in_the_trace_and_survives_a_replay():
     sch = spec.build(wl, spec.config(min_blocks=2))
     fresh = new_schedule(wl.prim_func())
     sch.trace.apply_to_schedule(fresh, remove_postproc=False)
-    lowered = with_launch_bounds(fresh.mod).script()
+    lowered = with_build_annotations(fresh.mod).script()
     assert lowered.count(MIN_BLOCKS_KEY) == 1 and 'T.attr(0, "tirx.launch_bounds_min_blocks_per_sm", 2)' in lowered
-    plain = spec.build(wl, spec.config()).mod
-    assert with_launch_bounds(plain) is plain  # nothing asked, nothing rebuilt
+    plain = spec.build(wl, spec.config(thread_m=4, thread_n=4)).mod  # no hold, no piece test (4 x 4 pieces)
+    assert with_build_annotations(plain) is plain  # nothing asked, nothing rebuilt
 
 
 def test_min_blocks_is_a_parameter_with_zero_for_ptxas_choice():
