@@ -161,6 +161,13 @@ def test_other_block_shapes_are_correct(harness, workload, params):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("block_m, block_n", [(128, 192), (64, 64)])
+def test_two_byte_copies_are_right_when_the_operands_take_different_counts(harness, block_m, block_n):
+    # 128 x 192: 32 copies of A and 48 of B per thread and K tile, in groups of 16
+    assert run_on_gpu(harness, SPEC, "gemm:1001x501x2001:float16", block_m=block_m, block_n=block_n) < 1e-4
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float16", "gemm:3000x1000x2500:float16"])
 def test_best_fp16_is_correct(harness, workload):
     assert run_on_gpu(harness, get("best_fp16_gemm"), workload) < 1e-4
