@@ -56,6 +56,7 @@ split-K the slices still store fp32 partials and the sum kernel applies the epil
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 from tvm import s_tir
@@ -110,6 +111,12 @@ def ws_kernel(wl: Gemm, cfg):
     PARTIALS = g.PARTIALS  # fp32 partials in a workspace, summed by a second kernel
     CSUM = SPLIT > 1 and not PARTIALS
     LAST = PARTIALS and cfg.last_slice_sum  # ... or by the last slice of each tile to finish (slice_sum.py)
+    if LAST:  # its store of the whole tile: C's own (two axes), not the partials'
+        g_c = copy.copy(g)
+        g_c.PARTIALS = False
+        epilogue_c, staged_c = make_epilogue(g_c), make_staged_epilogue(g_c) if STAGED else None
+    else:
+        epilogue_c, staged_c = epilogue, staged
 
     def block_tile(c, rank):  # the grouped order over cluster rows; the block's row in its cluster
         cm, cn = grouped_tile(c, cfg.group_m, TM_CL // CL, g.TN)
@@ -164,9 +171,9 @@ def ws_kernel(wl: Gemm, cfg):
         elif FUSED:
             fused(C, bias, R, acc, tile_m, tile_n, w * ROW_STEP, lane, part)
         elif STAGED:
-            staged(C, acc, vals, stage, tile_m, tile_n, w * ROW_STEP, w, lane, part)
+            staged_c(C, acc, vals, stage, tile_m, tile_n, w * ROW_STEP, w, lane, part)
         else:
-            epilogue(C, acc, tile_m, tile_n, w * ROW_STEP, lane, part)
+            epilogue_c(C, acc, tile_m, tile_n, w * ROW_STEP, lane, part)
 
     if PARTIALS and not LAST:
         split_sum, _ = split_sum_epilogue(wl, SPLIT) if FUSED else split_sum_kernel(M, N, SPLIT)

@@ -1,6 +1,6 @@
 """Split-K summed by the last slice to finish (``last_slice_sum`` on the warp-specialized TMA kernel,
 schedules/slice_sum.py): one kernel, no sum kernel; the count and the sum in the PTX (a fence, the
-consumers' named barrier, one atomic increment that wraps, loads through L2); the knob refused where it
+consumers' named barrier, one atomic increment that wraps, the partials' pairs loaded after an acquire fence); the knob refused where it
 cannot apply; (on a GPU) the products right, bit for bit the sum kernel's, and again on every later
 call (the counters reset themselves)."""
 
@@ -29,9 +29,9 @@ def test_the_last_slice_sums_in_one_kernel(fused_build):
     assert launch.grid[0] == 36 * 3
     ptx = b.device.ptx
     assert ptx.count("atom.global.inc.u32") == 1  # one count per unit, by one thread
-    assert "bar.sync" in ptx and "membar.gl" in ptx  # fences before the count and before the sum's loads
+    assert "bar.sync" in ptx and ptx.count("fence.acq_rel.gpu") == 2  # before the count, before the sum's loads
     assert ".global .align 4 .b8 schedlab_slice_count_36[144]" in ptx  # a counter per tile, in the module
-    assert ptx.count("ld.global.cg.f32") >= 3 * 32  # every slice's partial at each of a thread's outputs, via L2
+    assert ptx.count("ld.global.v2.f32") >= 3 * 16  # every slice's pair at each of a thread's output pairs
     assert "tanh.approx" in ptx  # the epilogue is the main kernel's now
     assert "P = T.alloc_buffer" in b.lowered  # the partials still go through the workspace
     cfg = get("persistent_gemm").config(last_slice_sum=True, **FUSED_PARAMS)
