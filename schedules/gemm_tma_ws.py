@@ -56,7 +56,6 @@ split-K the slices still store fp32 partials and the sum kernel applies the epil
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 from tvm import s_tir
@@ -67,7 +66,6 @@ from .common import ceil_div
 from .errors import ScheduleParamError
 from .pingpong import check_pingpong, make_mainloop, turns, wait_turn
 from .registry import register
-from .slice_sum import last_slice_sum
 from .tma_common import (WARPGROUP, StreamUnits, WorkUnits, grouped_tile, pad_copy_kernel, release_slot, ring_barriers,
                          ring_producer, ring_unit_done, split_sum_kernel, stream_fixup_kernel, stream_producer,
                          stream_store_piece, stream_unit_done)
@@ -110,13 +108,6 @@ def ws_kernel(wl: Gemm, cfg):
     # cluster_sum: a tile's K slices on the blocks of one cluster, added there (no partials, no sum kernel)
     PARTIALS = g.PARTIALS  # fp32 partials in a workspace, summed by a second kernel
     CSUM = SPLIT > 1 and not PARTIALS
-    LAST = PARTIALS and cfg.last_slice_sum  # ... or by the last slice of each tile to finish (slice_sum.py)
-    if LAST:  # its store of the whole tile: C's own (two axes), not the partials'
-        g_c = copy.copy(g)
-        g_c.PARTIALS = False
-        epilogue_c, staged_c = make_epilogue(g_c), make_staged_epilogue(g_c) if STAGED else None
-    else:
-        epilogue_c, staged_c = epilogue, staged
 
     def block_tile(c, rank):  # the grouped order over cluster rows; the block's row in its cluster
         cm, cn = grouped_tile(c, cfg.group_m, TM_CL // CL, g.TN)
@@ -141,8 +132,8 @@ def ws_kernel(wl: Gemm, cfg):
         unit_done = ring_unit_done(units, S, CL, g.ACC)
     pp_mainloop = make_mainloop(S, CL, mma, unit_done) if PP else None  # stream-K is refused with ping-pong
     FUSED = wl.has_epilogue  # the epilogue on the accumulators (with split-K partials: in the sum kernel)
-    fused = make_fused_epilogue(g, wl) if FUSED and (LAST or not PARTIALS) else None
-    staged_fused = make_staged_fused_epilogue(g, wl) if STAGED and FUSED and (LAST or not PARTIALS) else None
+    fused = make_fused_epilogue(g, wl) if FUSED and not PARTIALS else None
+    staged_fused = make_staged_fused_epilogue(g, wl) if STAGED and FUSED and not PARTIALS else None
     # R's rows of a tile asked into L2 as its mainloop starts (with split-K partials the sum kernel reads R)
     PREFETCH_R = FUSED and wl.residual and SPLIT == 1
     prefetch_r = make_residual_prefetch(wl, BM, g.BN, ROW0) if PREFETCH_R else None
@@ -171,14 +162,12 @@ def ws_kernel(wl: Gemm, cfg):
         elif FUSED:
             fused(C, bias, R, acc, tile_m, tile_n, w * ROW_STEP, lane, part)
         elif STAGED:
-            staged_c(C, acc, vals, stage, tile_m, tile_n, w * ROW_STEP, w, lane, part)
+            staged(C, acc, vals, stage, tile_m, tile_n, w * ROW_STEP, w, lane, part)
         else:
-            epilogue_c(C, acc, tile_m, tile_n, w * ROW_STEP, lane, part)
+            epilogue(C, acc, tile_m, tile_n, w * ROW_STEP, lane, part)
 
-    if PARTIALS and not LAST:
+    if PARTIALS:
         split_sum, _ = split_sum_epilogue(wl, SPLIT) if FUSED else split_sum_kernel(M, N, SPLIT)
-    if LAST:
-        slice_arrive, slice_add = last_slice_sum(g, SPLIT, NC * WARPGROUP, TM_CL * g.TN)
     if CSUM:
         slice_sum, slice_sum_producer = cluster_slice_sum(SPLIT, NC * WARPGROUP, g.ACC)
     # rows a tensor map cannot describe (pad_operands): copied first into buffers of pad_pitch-byte rows
@@ -362,17 +351,12 @@ def ws_kernel(wl: Gemm, cfg):
                     else:
                         store_tile(C, bias, R, acc, vals, pair, stage, tile_m, tile_n, w, lane,
                                    part if BATCH > 0 else 0, D_map, i)
-                    if LAST:  # the tile's last slice adds the partials and stores it, epilogue and all
-                        count: T.let[T.int32] = slice_arrive(tile_m * g.TN + tile_n, w * WARPGROUP + lane)
-                        if count == SPLIT - 1:
-                            slice_add(P, acc, tile_m, tile_n, w * ROW0, lane)
-                            store_tile(C, bias, R, acc, vals, pair, stage, tile_m, tile_n, w, lane, 0, D_map, i)
                 if TMA_STORE:
                     drain_stores(lane)
             if CL > 1:
                 # no block leaves while a peer may still multicast into it or arrive on its barriers
                 T.cuda.cluster_sync()
-        if PARTIALS and not LAST:
+        if PARTIALS:
             if FUSED:
                 split_sum(P, bias, R, C)
             else:

@@ -57,8 +57,7 @@ class TmaConfig(StepConfig):
     (:meth:`workspace_bytes`). ``staged_store`` (a float32 C without an epilogue, warp-specialized kernel): C
     leaves through a shared-memory area per consumer warp, a row segment of 128 bytes per store
     (:func:`schedules.staged_store.make_staged_epilogue`). ``cluster_sum``: split-K's slices of a tile added in
-    their cluster, with no second kernel (:mod:`schedules.cluster_sum`); ``last_slice_sum``: added by the
-    last slice of each tile to finish, in the main kernel (:mod:`schedules.slice_sum`). ``pad_pitch``: the row pitch in bytes of
+    their cluster, with no second kernel (:mod:`schedules.cluster_sum`). ``pad_pitch``: the row pitch in bytes of
     ``pad_operands``' copies (16: what a tensor map needs; the dispatcher asks for :data:`ALIGNED_PITCH`)."""
 
     block_m: int = 128
@@ -81,7 +80,6 @@ class TmaConfig(StepConfig):
     stream_k: bool = False  # K tiles shared out evenly over the persistent blocks; split tiles: a fix-up kernel
     staged_store: bool = False  # C through per-warp shared-memory areas, one 128-byte row segment per store
     cluster_sum: bool = False  # split-K's slices of a tile in one cluster, summed in distributed shared memory
-    last_slice_sum: bool = False  # split-K's slices of a tile added by the last to finish: no second kernel
     dtypes = ("float16", "bfloat16")
     #: block_n a multiple of 16 (not only of 64) where B is stored N×K (k-major): its pieces are then
     #: b_box_rows(block_n) rows each; the FP8 kernels keep 64-row pieces
@@ -250,13 +248,6 @@ class TmaConfig(StepConfig):
             raise ScheduleParamError(f"{name}: split_k needs warp_specialized (the simple kernel is one block "
                                      f"per tile), got split_k={self.split_k}")
         check_cluster_sum(self, wl, item)
-        if self.last_slice_sum:
-            other = [knob for knob, on in (("cluster_sum", self.cluster_sum), ("stream_k", self.stream_k),
-                                           ("tma_store", getattr(self, "tma_store", False))) if on]
-            if split_slices(self, wl.K) < 2 or other:
-                why = f"not with {other[0]}" if other else f"got {split_slices(self, wl.K)} K slice"
-                raise ScheduleParamError(f"{name}: last_slice_sum adds split-K's fp32 partials in the main kernel: it "
-                                         f"needs split_k ≥ 2 (two K slices or more), {why}")
 
     def check_ring(self, item: int):
         """The ring: two stages or more, and (with the staging areas) within the 227 KiB of shared memory a
@@ -300,8 +291,7 @@ class TmaConfig(StepConfig):
                 f"{' pers' if self.persistent else ''}"
                 f"{' clu2' if self.cluster_m == 2 else ''}"
                 f"{f' sk{self.split_k}' if self.split_k > 1 else ''}"
-                f"{' streamk' if self.stream_k else ''}{' csum' if self.cluster_sum else ''}"
-                f"{' lastsum' if self.last_slice_sum else ''}")
+                f"{' streamk' if self.stream_k else ''}{' csum' if self.cluster_sum else ''}")
 
 
 # ------------------------------------------------------------------------------------------------
