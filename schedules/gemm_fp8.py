@@ -261,11 +261,24 @@ def make_fp8_staged_epilogue(g: Fp8Geometry, wl: Gemm):
     (16-bit output) or 128 bytes (fp32) per store, whole sectors. On an H100 it took 4096³ from 116.8
     to 96.8 µs (bf16 output, per-tensor scales; reports/results/NVIDIA_H100_80GB_HBM3/
     fp8_staged_store_staged); the fragments' own stores (``staged_store=False``) write 8 rows × 16
-    bytes per instruction, half of each sector."""
+    bytes per instruction, half of each sector. Row scales are read ahead of their use (``early`` of
+    make_staged_rows): B's at the lane's columns once a tile, A's at a chunk's rows before it is
+    staged; read beside each output, two loads sat between every two stores."""
     ROWWISE, BLOCK = wl.scaling == "row", wl.scaling == "block"
+    if ROWWISE:  # the scales read ahead of their use: B's of the lane's columns once a tile, A's of a chunk's rows
+        def value(x, SA, SB, sab, bias, R, row, col, b, sb_col, sa_row):
+            return output_value(wl, x, sa_row * sb_col, bias, R, row, col)
+
+        def column(SA, SB, sab, bias, R, col):
+            return SB[0, col]
+
+        def element(SA, SB, sab, bias, R, row, col, b):
+            return SA[row, 0]
+
+        return make_staged_rows(g, value, early=("float32", column, element))
 
     def value(x, SA, SB, sab, bias, R, row, col, b):
-        return output_value(wl, x, (SA, SB) if ROWWISE else None if BLOCK else sab[0], bias, R, row, col)
+        return output_value(wl, x, None if BLOCK else sab[0], bias, R, row, col)
 
     return make_staged_rows(g, value)
 

@@ -190,7 +190,7 @@ def test_a_mixed_pair_with_row_scales_an_epilogue_and_clusters_compiles(built):
     assert "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e5m2" in ptx and ".multicast::cluster" in ptx
     cuda = b.device.cuda
     assert "*(nv_bfloat162*)(D_ptr" in cuda  # adjacent outputs stored as one 4-byte pair
-    assert "scale_a_ptr[" in cuda and "scale_b_ptr[" in cuda and "bias_ptr[" in cuda and "R_ptr[" in cuda
+    assert "scale_a_ptr[" in cuda and "(float2*)(scale_b_ptr" in cuda and "bias_ptr[" in cuda and "R_ptr[" in cuda
     assert "tanhf" in cuda or "tanh(" in cuda
 
 
@@ -469,6 +469,8 @@ def test_staged_store_reads_the_accumulators_back_along_rows_and_stores_d_by_row
     assert "st.shared.v2.f32" in b.device.ptx and "ld.shared.f32" in b.device.ptx
     cuda = b.device.cuda
     assert "*(nv_bfloat162*)(D_ptr" in cuda and "R_ptr[" in cuda and "scale_a_ptr[" in cuda
+    # row scales read ahead of their use: B's at the lane's column pairs once a tile, none beside the stores
+    assert "*(float2*)(scale_b_ptr" in cuda and "scale_b_ptr[" not in cuda
     body = cuda[cuda.rindex("main_kernel("):]
     assert "__syncthreads()" not in body[body.index("setmaxnreg"):]
     plain = built(MIXED, staged_store=False)  # the fragments' own stores: 8 rows of 16 bytes per instruction
