@@ -137,12 +137,10 @@ CLASSES = {
                                              (20, 7000, 5000), (12, 9000, 8000)),
     # the same over an odd K: the weight's rows copied 4 bytes at a time (thin_copy_factor "4"; 16 where K is even)
     "few tokens over a long odd K (4-byte copies)": ((8000, 15, 6001), (12000, 26, 3999), (3000, 12, 9001)),
-    # a few dozen rows (17-64 tokens: one 64-row tile row) against a weight stored N×K, as a language model's linear
-    # layer reads it (the classes above are nn: the weight's rows K×N), on the GPU the fit is for: grids of 64-wide
-    # tiles from a third of the SMs to several rounds, K from 1800 to 9000
-    "a few dozen rows against a weight stored N×K (17-64 tokens)": (
-        (20, 6000, 3000, "nt"), (28, 14000, 2000, "nt"), (36, 3000, 9000, "nt"), (44, 9000, 5000, "nt"),
-        (52, 2200, 4500, "nt"), (60, 5200, 2600, "nt"), (64, 11000, 3300, "nt"), (48, 4400, 7000, "nt")),
+    # 17-64 rows against a weight stored N×K as a linear layer reads it (the thin classes above are nn), K 1800-9000
+    "a few dozen rows against a weight stored N×K (17-64 tokens)": ((20, 6000, 3000, "nt"), (28, 14000, 2000, "nt"),
+        (36, 3000, 9000, "nt"), (44, 9000, 5000, "nt"), (52, 2200, 4500, "nt"), (60, 5200, 2600, "nt"),
+        (64, 11000, 3300, "nt"), (48, 4400, 7000, "nt")),
     "thin and wide (a few rows across thousands of columns: how far to split a skinny tile)": (
         (3, 12000, 1500), (12000, 3, 1500), (6, 5000, 600), (5000, 6, 600), (48, 8000, 400), (8000, 48, 400),
         (16, 16000, 2500)),
