@@ -77,6 +77,7 @@ from .calibration import CALIBRATION, tile_efficiency
 from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
 from .dispatch_fitted import fitted_tiles
 from .dispatch_short_k import narrow_copy_share, short_k_configs, short_k_tc_configs, short_k_tc_us, short_k_us
+from .dispatch_latency import ring_latency_us
 from .dispatch_store import batches as _batches, epilogue_bytes as _epilogue_bytes, output_bytes as _out_bytes
 from .dispatch_registers import simt_register_key, simt_registers, with_held_blocks  # noqa: F401 (the model's names)
 from .dispatch_store import simt_staged_body, simt_staged_twins, with_store
@@ -625,6 +626,8 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         waves, comp = _waves_compute(tiles * splits, per_sm, threads // 32, flops, peak, eff, gpu, cal,
                                      _store_bytes(wl) * bm * bn, store * scalar_store,
                                      w_sat=None if fam == "wmma" else cal.get("wgmma_w_sat"))
+        if fam in ("cp", "cp_tf32"):  # a memory latency per ring of K tiles in flight (dispatch_latency)
+            comp = max(comp, ring_latency_us(tiles * splits, per_sm, kts, cfg.stages, gpu, cal))
     dram, l2 = _memory_us(wl, bm, bn, splits, gpu, cal, store)
     # stream-K: every SM walks the same number of K tiles, so no SM streams more than its share
     spread = 1.0 if stream else stream_spread(tiles * splits, gpu, persistent=fam in ("tma", "tma_tf32")

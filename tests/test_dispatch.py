@@ -435,6 +435,31 @@ def test_the_wgmma_kernels_saturate_an_sm_at_their_own_warps():
     assert est[16][1] == est[4][1]
 
 
+def test_a_cp_wgmma_block_waits_a_memory_latency_per_ring_of_k_tiles():
+    """cp_latency_us (schedules.dispatch_latency): one 64 × 64 cp.async block an SM walking 64 K tiles with
+    3 in flight takes at least 64 / 3 latencies, whatever its compute; a round of 4 K tiles does not reach
+    the floor; the TMA tiles have none; 0 (absent) leaves the model as it was."""
+    from schedules.dispatch_latency import ring_latency_us
+
+    wl = parse_workload("gemm:61x6144x4096:bfloat16:nt:out=bfloat16")  # 96 blocks of 64 x 64: one an SM
+    cp = next(c for c in dispatch.candidates(wl, "bf16") if c.key == "cp 64x64")
+    tma = next(c for c in dispatch.candidates(wl, "bf16") if c.family == "tma_small")
+    cal = copy.deepcopy(dispatch.CALIBRATION)
+    cal.pop("cp_latency_us", None)
+    without = dispatch.estimate(wl, cp, GpuSpec(), cal).terms["compute_us"]
+    cal["cp_latency_us"] = 1.5
+    with_floor = dispatch.estimate(wl, cp, GpuSpec(), cal).terms["compute_us"]
+    assert with_floor == pytest.approx(max(without, 64 * 1.5 / (cp.config.stages - 1)))
+    assert with_floor > without  # a long K streamed by one block an SM: the floor binds
+    assert ring_latency_us(96, 3, 4, 4, GpuSpec(), cal) == pytest.approx(4 * 1.5 / 3)  # and scales with K tiles
+    assert ring_latency_us(400, 2, 64, 4, GpuSpec(), cal) == pytest.approx(2 * 64 * 1.5 / 3)  # two rounds of 2 an SM
+    assert ring_latency_us(96, 3, 64, 4, GpuSpec(), {}) == 0.0
+    cal.pop("cp_latency_us")
+    tma_without = dispatch.estimate(wl, tma, GpuSpec(), cal).terms["compute_us"]
+    cal["cp_latency_us"] = 1.5
+    assert dispatch.estimate(wl, tma, GpuSpec(), cal).terms["compute_us"] == tma_without
+
+
 def test_an_sm_with_few_warps_runs_at_a_power_of_its_share_of_w_sat():
     """The occupancy knee: an SM holding half the warps it takes to hide the latencies computes at
     0.5^warp_gamma of its full rate (0.5 with the hard knee, warp_gamma = 1); at or past w_sat, at

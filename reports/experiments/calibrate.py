@@ -11,7 +11,7 @@ measurements and, with ``--write FILE``, writes the constants :mod:`schedules.ca
   ones below);
 * ``efficiency`` per configuration kind: the median, over the shapes where the model says it is
   compute-bound, of (its compute time at full efficiency) / (measured time − launch − split-K sum);
-* ``w_sat`` and ``warp_gamma`` (together), ``wgmma_w_sat`` (the cp.async wgmma kernels' own), ``l2_factor``, ``fill_us``, ``sm_store_gbps``, ``unaligned_store``, ``k_step_us``,
+* ``w_sat`` and ``warp_gamma`` (together), ``wgmma_w_sat`` (the cp.async wgmma kernels' own), ``cp_latency_us`` (their ring's latency floor, schedules.dispatch_latency), ``l2_factor``, ``fill_us``, ``sm_store_gbps``, ``unaligned_store``, ``k_step_us``,
   ``scalar_store_factor`` (the cp.async wgmma kernels' float-at-a-time stores of C):
   chosen on small grids, one at a time (coordinate descent), to minimize the mean squared
   log(predicted / measured) over every measured point, a move taken only if it does not raise the
@@ -627,7 +627,7 @@ def _fit_all(pts, df, gpu, what: str, on: dict) -> tuple[dict, dict]:
              "w_sat": [4, 6, 8, 12, 16, 24], "wgmma_w_sat": [4, 8, 12, 16, 24], "warp_gamma": [0.4, 0.5, 0.6, 0.7, 0.8, 1.0], "l2_factor": [2.0, 3.0, 4.0, 6.0, 8.0],
              "fill_us": [0.0, 0.5, 1.0, 2.0, 4.0], "sm_store_gbps": [15.0, 30.0, 60.0, 120.0, 240.0],
              "unaligned_store": [0.15, 0.25, 0.5, 1.0], "k_step_us": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3],
-             "scalar_store_factor": [0.25, 0.35, 0.5, 0.7, 1.0]}
+             "scalar_store_factor": [0.25, 0.35, 0.5, 0.7, 1.0], "cp_latency_us": [0.0, 0.8, 1.0, 1.3, 1.6, 2.0]}
 
     def score(trial):
         # the per-kind efficiencies (from full-width points), the narrow-load factor, and the
@@ -646,7 +646,7 @@ def _fit_all(pts, df, gpu, what: str, on: dict) -> tuple[dict, dict]:
     # overhead and the L2 factor both move small kernels' times, so they are searched together.
     # A move must lower the squared error without raising the regret: the model is there to
     # choose, and a constant that fits the times better but picks worse kernels is not taken
-    coordinates = [("launch_us", "l2_factor"), ("w_sat", "warp_gamma"), ("wgmma_w_sat",), ("fill_us",), ("sm_store_gbps",), ("unaligned_store",),
+    coordinates = [("launch_us", "l2_factor"), ("w_sat", "warp_gamma"), ("wgmma_w_sat",), ("cp_latency_us",), ("fill_us",), ("sm_store_gbps",), ("unaligned_store",),
                    ("k_step_us",), ("scalar_store_factor",)]
     for _round in range(8):
         improved = False
