@@ -76,8 +76,8 @@ from dataclasses import asdict, dataclass, field
 from .calibration import CALIBRATION, tile_efficiency
 from .common import GpuSpec, blocks_per_sm, ceil_div, current_gpu, limits_of
 from .dispatch_fitted import fitted_tiles
-from .dispatch_short_k import narrow_copy_share, short_k_configs, short_k_tc_configs, short_k_tc_us, short_k_us
 from .dispatch_latency import ring_latency_us
+from .dispatch_short_k import narrow_copy_share, short_k_configs, short_k_tc_configs, short_k_tc_us, short_k_us
 from .dispatch_store import batches as _batches, epilogue_bytes as _epilogue_bytes, output_bytes as _out_bytes
 from .dispatch_registers import simt_register_key, simt_registers, with_held_blocks  # noqa: F401 (the model's names)
 from .dispatch_store import simt_staged_body, simt_staged_twins, with_store
