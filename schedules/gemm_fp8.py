@@ -45,7 +45,7 @@ from .fp8_block_scales import (SCALE_TMA_ARRIVALS, encode_scale_maps, make_pipel
                                make_scale_reader, make_scale_sum, make_scale_tma_load, scale_group, scale_ring_bytes,
                                scales_by_tma)
 from .fp8_pingpong import make_pingpong_promotion
-from .pingpong import check_pingpong, make_mainloop, pass_turn, turns, wait_turn
+from .pingpong import check_pingpong, make_mainloop, turns, wait_turn
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
                          pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done)
@@ -295,20 +295,13 @@ def make_promotion(g: Fp8Geometry, wl: Gemm, mma):
     S, CL = g.S, g.cfg.cluster_m
     load_scales, read_scales, add = make_scale_loader(g), make_scale_reader(g), make_scale_sum(g)
     IN_RING = g.scales_tma
-    STAGGER = getattr(g.cfg, "stagger", False)
 
     @T.macro
-    def promote(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, it, kt, tile_m, tile_n, row0, lane, w, last):
+    def promote(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, it, kt, tile_m, tile_n, row0, lane):
         if not IN_RING:  # the next K tile's
             load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + 1, g.KT - 1))
         T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
-        if STAGGER:  # consumer 0 issues K tile it after consumer 1 issued it - 1; consumer 1 after 0 issued it
-            if T.Or(w == 1, it > 0):
-                wait_turn(w)
         mma(part, ring, it % S, row0, 0)  # kt = 0: scale-d 0 on the first k32 step, a fresh partial sum
-        if STAGGER:  # the other consumer may issue (none waits after consumer 1's last K tile: ``last``)
-            if T.Or(w == 0, it < last):
-                pass_turn(w)
         if IN_RING:  # this K tile's, from its slot (set 0; add's move of set 1 is then unused)
             read_scales(sa_r, sb_r, 0, scales, it % S, kt, tile_n, row0, lane)
         T.ptx.wgmma.wait_group.sync.aligned(0)
@@ -462,7 +455,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                                 load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, w * ROW0, lane, 0)
                             for kt in T.serial(KT):
                                 promote(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, i * KT + kt, kt, tile_m,
-                                        tile_n, w * ROW0, lane, w, n_tiles * KT - 1)
+                                        tile_n, w * ROW0, lane)
                         else:
                             for kt in T.serial(KT):
                                 it: T.let[T.int32] = i * KT + kt
@@ -559,9 +552,6 @@ class Fp8BlockConfig(Fp8TmaConfig):
     #: ⌈K/128⌉ is a multiple of 4 (fp8_block_scales.scales_by_tma); False (or other K): the consumers
     #: load them from global memory
     scales_in_ring: bool = False
-    #: the two cooperative consumers issue each K tile's wgmmas in turn (named barriers, pingpong.py's
-    #: hand-off per K tile): one promotes while the other's wgmmas run, instead of both draining together
-    stagger: bool = False
     scalings = ("block",)  # promoted into fp32 registers every K tile (make_promotion)
     step_name = "fp8_block_scaled_gemm"
 
@@ -573,9 +563,6 @@ class Fp8BlockConfig(Fp8TmaConfig):
         if self.pipelined and self.pingpong:
             raise ScheduleParamError(f"{name}: pipelined is for the cooperative consumers (pingpong=false): a "
                                      f"ping-pong consumer's promotion hides behind the other's wgmmas")
-        if self.stagger and (self.pipelined or self.pingpong or self.consumers != 2):
-            raise ScheduleParamError(f"{name}: stagger takes the two cooperative consumers (consumers=2, "
-                                     f"pingpong=false, pipelined=false), which issue K tiles in turn")
         if self.pipe_tiles < 2:
             raise ScheduleParamError(f"{name}: pipe_tiles must be ≥ 2 (K tiles per pipelined chunk), "
                                      f"got {self.pipe_tiles}")
@@ -592,7 +579,7 @@ class Fp8BlockConfig(Fp8TmaConfig):
 
     def describe(self) -> str:
         pipe = (" pipelined" + (f"/{self.pipe_tiles}" if self.pipe_tiles != 4 else "")) if self.pipelined else ""
-        return "block-scaled " + Fp8TmaConfig.describe(self) + pipe + (" staggered" if self.stagger else "")
+        return "block-scaled " + Fp8TmaConfig.describe(self) + pipe
 
 
 @register("fp8_block_scaled_gemm", "gemm", Fp8BlockConfig, aliases=("fp8_block",), tags=("fp8",))
