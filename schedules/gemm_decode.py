@@ -116,6 +116,7 @@ class DecodeConfig(StepConfig):
     epilogues = True    # computed where each output is stored (make_store), or by split-K's sum
     min_arch = "sm_80"  # cp.async and mma.sync m16n8k16 (fp16 and bf16)
     arch_features = "cp.async, mma.sync"
+    fill_sms = True     # up to 24 tokens on sm_90, row blocks that fill the SMs (decode_plan.filling_row_warps)
     zero_means_auto = ("warp_rows", "row_warps", "k_warps", "unroll", "stages", "split_k", "block_warps",
                        "ring_bytes")
     warp_rows: int = 0

@@ -134,6 +134,7 @@ class ThinConfig(DecodeConfig):
     layouts = LAYOUTS   # a transposed weight through ldmatrix.trans, X transposed on its way in
     arch_features = "cp.async, mma.sync, ldmatrix"
     zero_means_auto = DecodeConfig.zero_means_auto
+    fill_sms = False  # decode_gemm's row blocks that fill the SMs: not measured on this kernel's layouts
     # a weight whose pitch is an odd number of elements: 4-byte cp.async from the even element at or
     # before each row, realigned on the way to the mma (4), or two plain 2-byte loads per word (2)
     odd_copy: int = 4

@@ -9,7 +9,7 @@ import pytest
 
 from schedules import ScheduleParamError, dispatch, get, parse_workload
 from schedules.common import GpuSpec
-from schedules.decode_plan import decode_form
+from schedules.decode_plan import decode_form, filling_row_warps
 from schedules.gemm_decode import DecodeConfig
 from tests.helpers import cached_build, run_on_gpu
 
@@ -20,7 +20,7 @@ def built(workload, **params):
 @pytest.mark.parametrize("workload, split, cluster", [
     ("gemm:8x28672x4096:bfloat16:nt", False, False),  # one kernel: the blocks fill the GPU without split-K
     ("gemm:64x4096x4096:float16:nt", True, False),   # 64 tokens: the partials' sum is a second kernel
-    ("gemm:4095x24x1000:bfloat16:nt", True, True),   # the mirror (N is the few), ragged rows and K; its
+    ("gemm:2047x24x1000:bfloat16:nt", True, True),   # the mirror (N is the few), ragged rows and K; its
                                                       # slices one cluster, summed in distributed shared memory
 ])
 def test_compiles_for_sm90_without_spills_with_its_instructions(workload, split, cluster):
@@ -117,13 +117,44 @@ def test_the_plan_fills_the_gpu_in_one_wave_within_shared_memory(workload):
     assert p.cluster == (clustered and p.splits > 1)
     if clustered and p.splits == 1 and blocks <= gpu.sms:  # one block per SM: the ring takes the SM's memory
         assert p.stages == 8 or 4 * (p.stages + 1) * p.slot_words > gpu.smem_per_sm - 4 * p.shared_floats - 8192
-    # the rows that share each copy of X: 128, or 64 where 128-row blocks would fill under half the SMs
-    # (never more than the weight has)
+    # the rows that share each copy of X: up to 24 tokens those of row blocks that fill the SMs
+    # (test_few_tokens_fill_the_sms_with_row_blocks_of_the_whole_k); else 128, or 64 where 128-row
+    # blocks would fill under half the SMs (never more than the weight has)
     block_rows = 16 * p.m_tiles * p.row_warps
     want = 128 if p.rows >= 64 * gpu.sms else 64
-    assert 2 <= p.stages <= 8 and block_rows == min(want, 16 * p.m_tiles * _pow2(-(-p.rows // (16 * p.m_tiles))))
+    assert 2 <= p.stages <= 8
+    if p.m_tiles > 1 or not filling_row_warps(-(-p.rows // 16), gpu.sms):
+        assert block_rows == min(want, 16 * p.m_tiles * _pow2(-(-p.rows // (16 * p.m_tiles))))
     # split-K's partials stay under a quarter of the weight's bytes
     assert 4 * p.splits * p.tokens <= max(wl.K // 4, 4 * p.tokens)
+
+
+@pytest.mark.parametrize("workload", ["gemm:16x6144x4096:bfloat16:nt", "gemm:8x4608x3584:bfloat16:nt",
+                                      "gemm:24x2560x2560:float16:nt", "gemm:1x4096x4096:bfloat16:nt",
+                                      "gemm:4096x12x3584:bfloat16:nt", "gemm:20x12288x4096:bfloat16:nt"])
+def test_few_tokens_fill_the_sms_with_row_blocks_of_the_whole_k(workload):
+    """Up to 24 tokens (one m16 tile per warp) on sm_90: the fewest row warps (at least 2) whose
+    row blocks, each streaming the whole K, fit in one block per SM, where they reach half the SMs."""
+    wl, gpu = parse_workload(workload), GpuSpec()
+    p = DecodeConfig().plan(wl, gpu)
+    assert p.m_tiles == 1 and p.splits == 1 and not p.cluster
+    assert gpu.sms / 2 <= p.row_blocks <= gpu.sms
+    assert p.row_warps == 2 or -(-p.rows // (16 * (p.row_warps - 1))) > gpu.sms  # one warp fewer: too many blocks
+    assert DecodeConfig().launch(wl).grid[0] == p.row_blocks
+
+
+@pytest.mark.parametrize("workload, why", [
+    ("gemm:16x28672x4096:bfloat16:nt", "more row groups than 8 warps a block cover in one round"),
+    ("gemm:16x1536x6144:bfloat16:nt", "48 blocks of 2 warps: under half the SMs, K split instead"),
+    ("gemm:32x6144x4096:bfloat16:nt", "32 tokens: two m16 tiles per warp"),
+])
+def test_where_row_blocks_cannot_fill_the_sms_the_plan_is_the_general_one(workload, why):
+    wl, gpu = parse_workload(workload), GpuSpec()
+    p = DecodeConfig().plan(wl, gpu)
+    groups = -(-p.rows // 16)
+    assert p.m_tiles > 1 or not filling_row_warps(groups, gpu.sms), why
+    assert p.row_warps in (1, 2, 4, 5, 8) and 16 * p.m_tiles * p.row_warps in (32, 64, 80, 96, 128), why
+    assert filling_row_warps(448, 132) == 4 and filling_row_warps(96, 132) == 0 and filling_row_warps(2000, 132) == 0
 
 
 @pytest.mark.parametrize("workload", ["gemm:8x6144x4096:bfloat16:nt", "gemm:16x6144x4096:float16:nt",
@@ -202,7 +233,7 @@ def test_the_slices_are_summed_in_their_cluster_where_that_pays():
     before = dispatch.current_gpu()
     try:
         gpu = use_gpu(profile("H100"))
-        wl = parse_workload("gemm:16x4096x4096:bfloat16:nt:out=bfloat16:residual")
+        wl = parse_workload("gemm:16x2048x4096:bfloat16:nt:out=bfloat16:residual")
         p = DecodeConfig().plan(wl, gpu)
         assert p.cluster and 1 < p.splits <= 8 and p.row_blocks * p.splits <= 1.5 * gpu.sms
         slots = DecodeConfig(cluster_sum=False).plan(wl, gpu)
