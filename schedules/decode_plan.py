@@ -161,7 +161,7 @@ def filling_row_warps(groups: int, sms: int) -> int:
     of row groups per SM). Each block streams its rows at a rate of its own: measured with ncu on
     an H200 (16 tokens against a 6144 × 4096 weight), 96 blocks of 64 rows read at 54% of the
     DRAM bandwidth while a GEMV's grid over every SM read the same weight at 70%; 128 blocks of 48
-    rows ran 1.05x faster than the 96 (``…H200/decode_fill/``)."""
+    rows ran 1.05x faster than the 96 (``…H200/decode_row_blocks/``)."""
     for rw in range(2, 9):
         blocks = ceil_div(groups, rw)
         if blocks <= sms:
