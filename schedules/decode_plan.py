@@ -205,8 +205,8 @@ def plan_decode(cfg, wl, gpu) -> DecodePlan:
     rw = cfg.row_warps or max(1, min(block_rows // (16 * mt), _pow2_at_least(groups), 8))
     fill = getattr(cfg, "fill_sms", False) and not (cfg.row_warps or cfg.split_k)
     if fill and mt == 1 and arch_number(gpu.arch) >= 90:
-        # up to 24 tokens on sm_90: as many row blocks as fill the SMs in one round, K unsplit (what
-        # the slices below did with fewer, larger blocks, and a cluster sum)
+        # up to 24 tokens from sm_90 (measured on an H200): as many row blocks as fill the SMs in one
+        # round, K unsplit (what the slices below did with fewer, larger blocks, and a cluster sum)
         rw = filling_row_warps(groups, gpu.sms) or rw
     probe, stages, slots = _block(cfg, wl, gpu, form, tokens, rows, mt, rw, unroll)
     if not cfg.row_warps and probe.row_blocks > 2 * gpu.sms:

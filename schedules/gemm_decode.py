@@ -116,7 +116,7 @@ class DecodeConfig(StepConfig):
     epilogues = True    # computed where each output is stored (make_store), or by split-K's sum
     min_arch = "sm_80"  # cp.async and mma.sync m16n8k16 (fp16 and bf16)
     arch_features = "cp.async, mma.sync"
-    fill_sms = True     # up to 24 tokens on sm_90, row blocks that fill the SMs (decode_plan.filling_row_warps)
+    fill_sms = True     # up to 24 tokens from sm_90, row blocks that fill the SMs (decode_plan.filling_row_warps)
     zero_means_auto = ("warp_rows", "row_warps", "k_warps", "unroll", "stages", "split_k", "block_warps",
                        "ring_bytes")
     warp_rows: int = 0
@@ -172,7 +172,7 @@ class DecodeConfig(StepConfig):
         an SM draws about a fixed share of the bandwidth, so those given one block more finish last,
         and smaller blocks make that block smaller. On the seven of nine such weights it applies to,
         never slower than 128 rows and up to 1.22× faster (reports/results/NVIDIA_H200/decode_waves).
-        Up to 24 tokens on sm_90, all of that gives way to the fewest row warps (2-8) whose row blocks
+        Up to 24 tokens from sm_90, all of that gives way to the fewest row warps (2-8) whose row blocks
         of the whole K fit one per SM and reach half the SMs (``fill_sms``,
         decode_plan.filling_row_warps): 1.036x faster on 105 products of 8-24 tokens, 0.95-1.17x
         (reports/results/NVIDIA_H200/decode_row_blocks)."""

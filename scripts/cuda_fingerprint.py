@@ -55,7 +55,13 @@ KNOB_JOBS = (("persistent_gemm", "gemm:1024x512x2048:bfloat16", {"stream_k": Tru
               {"pingpong": True, "block_m": 128, "block_n": 128, "stages": 6, "staged_store": True, "sms": 5}),
              ("persistent_gemm", "bmm:3x500x704x256:float16", {"pingpong": True, "block_n": 128, "stages": 6,
                                                               "staged_store": True}),
-             ("tma_tf32_gemm", "gemm:1001x777x2999", {"pad_operands": True, "pad_pitch": 128}))
+             ("tma_tf32_gemm", "gemm:1001x777x2999", {"pad_operands": True, "pad_pitch": 128}),
+             # the few-token kernels' own plans (the shapes above give them 64 tokens or none): row blocks
+             # that fill the SMs, the mirror with ragged rows, K slices summed in the cluster, another layout
+             ("decode_gemm", "gemm:16x6144x4096:bfloat16:nt:out=bfloat16", {}),
+             ("decode_gemm", "gemm:4095x24x1000:float16:nt:out=float16:residual", {}),
+             ("decode_gemm", "gemm:8x2048x4096:bfloat16:nt:out=bfloat16:bias:silu", {}),
+             ("thin_tc_gemm", "gemm:13x3000x1001:float16:out=float16", {}))
 
 
 def jobs() -> list[tuple[str, str]]:
