@@ -203,10 +203,11 @@ def plan_decode(cfg, wl, gpu) -> DecodePlan:
     # the SMs (the weights of 4096-8191 rows on an H200's 132 SMs)
     block_rows = 128 if rows >= 64 * gpu.sms else 64
     rw = cfg.row_warps or max(1, min(block_rows // (16 * mt), _pow2_at_least(groups), 8))
-    fill = getattr(cfg, "fill_sms", False) and not (cfg.row_warps or cfg.split_k)
-    if fill and mt == 1 and arch_number(gpu.arch) >= 90:
+    if cfg.fill_sms and not (cfg.row_warps or cfg.split_k) and mt == 1 and arch_number(gpu.arch) >= 90:
         # up to 24 tokens from sm_90 (measured on an H200): as many row blocks as fill the SMs in one
-        # round, K unsplit (what the slices below did with fewer, larger blocks, and a cluster sum)
+        # round, K unsplit (what the slices below did with fewer, larger blocks, and a cluster sum).
+        # Unsplit where the slices would be summed in clusters (the default), which stop at half the
+        # SMs; with cluster_sum=False the slots rule below may still split them (not measured)
         rw = filling_row_warps(groups, gpu.sms) or rw
     probe, stages, slots = _block(cfg, wl, gpu, form, tokens, rows, mt, rw, unroll)
     if not cfg.row_warps and probe.row_blocks > 2 * gpu.sms:

@@ -174,8 +174,8 @@ class DecodeConfig(StepConfig):
         never slower than 128 rows and up to 1.22× faster (reports/results/NVIDIA_H200/decode_waves).
         Up to 24 tokens from sm_90, all of that gives way to the fewest row warps (2-8) whose row blocks
         of the whole K fit one per SM and reach half the SMs (``fill_sms``,
-        decode_plan.filling_row_warps): 1.036x faster on 105 products of 8-24 tokens, 0.95-1.17x
-        (reports/results/NVIDIA_H200/decode_row_blocks)."""
+        decode_plan.filling_row_warps; K unsplit with ``cluster_sum``, the default): 1.036x faster
+        on 105 products of 8-24 tokens, 0.95-1.17x (reports/results/NVIDIA_H200/decode_row_blocks)."""
         return plan_decode(self, wl, gpu or current_gpu())
 
     def launch(self, wl) -> Launch:
