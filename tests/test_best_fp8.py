@@ -6,6 +6,7 @@ when no FP8 calibration was fitted; the calibration sweep's FP8 part and its fit
 and on a GPU, the choice against float64."""
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -129,6 +130,30 @@ def test_pingpong_hides_all_but_the_last_epilogue_behind_the_other_consumers_mai
     assert bpp.terms["efficiency"] == pytest.approx(dispatch_fp8.efficiency_of(bpp.candidate, c8)
                                                     * c8["pingpong_block_promotion"])
     assert "ping-pong consumers" in dispatch_fp8.describe(pp.candidate)
+
+
+@pytest.mark.parametrize("shape, tile, blocks", [
+    ("4096x4096x4096", (128, 256, 1), 128),  # 512 tiles: 4 rounds on 132 SMs as on 128
+    ("3072x3072x4096", (128, 128, 1), 116),  # 576 tiles: 5 rounds, 116 blocks (4 take 4 tiles)
+    ("4096x4096x4096", (256, 128, 2), 128),  # 2x1 clusters: 256 cluster units on 66 clusters, 64 clusters
+    ("4224x4096x4096", (128, 256, 1), 0),  # 528 tiles = 4 x 132: every SM in every round
+    ("256x8192x4096", (128, 128, 1), 0),  # 128 tiles: one round, the grid is the tiles already
+])
+def test_tensor_and_row_candidates_launch_the_fewest_blocks_that_keep_the_rounds(shape, tile, blocks):
+    """balanced_blocks: per tensor or row, a candidate's grid is the fewest blocks (whole clusters) that
+    take the work units in as many rounds as the whole GPU would, so none idles in the last round; the
+    model's time is unchanged by it (it counts rounds); block scales keep every SM (measured: no gain)."""
+    for scaling in ("", ":scale=row"):
+        wl = parse_workload(f"gemm:{shape}:float8_e4m3fn:nt{scaling}:out=bfloat16")
+        cand = next(c for c in dispatch_fp8.candidates(wl, H200) if not c.config.pingpong and (
+            c.config.block_m, c.config.block_n, c.config.cluster_m) == tile)
+        assert cand.config.sms == blocks
+        assert (f", {blocks} blocks" in dispatch_fp8.describe(cand)) is bool(blocks)
+        whole = dispatch_fp8.estimate(wl, dispatch.Candidate(cand.step, dataclasses.replace(cand.config, sms=0), cand.family,
+                                                             cand.key), H200)
+        assert dispatch_fp8.estimate(wl, cand, H200).time_us == pytest.approx(whole.time_us)
+    block = parse_workload(f"gemm:{shape}:float8_e4m3fn:nt:scale=block:out=bfloat16")
+    assert all(c.config.sms == 0 for c in dispatch_fp8.candidates(block, H200))
 
 
 def test_block_scales_cost_their_promotion_factor():

@@ -214,6 +214,7 @@ NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder
                "last_slice_sum": "no results here", "fp8_row_scales_early": "no results here",
                "cp_ring_latency": "no results here", "cp_ring_depth": "no results here",
                "fp8_block_stagger": "no results here", "decode_row_blocks": "no results here",
+               "fp8_balanced_grid": "no results here",
                "short_k_tc": "no results here", "floor_candidates_seed42_43": "no results here",
                "gemv_column_single_pass": "no results here",
                "gemv_mid_rows": "no results here",
