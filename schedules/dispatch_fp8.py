@@ -64,7 +64,10 @@ PRECISION = "fp8"
 # tile's stages fit in 227 KiB with one-byte elements at K tiles of 128 (128 × 256: 4 × 48 KiB;
 # 128 × 128: 6 × 32 KiB; 256 × 128: 4 × 48 KiB)
 FP8_TILES = ((128, 256, 4), (128, 128, 6), (256, 128, 4))
-BLOCK_TILES = ((128, 128, 6),)  # block scales: two accumulator sets per consumer thread
+# block scales: two accumulator sets per consumer thread; the unpipelined kernel with its K loop in
+# unrolled chunks (Fp8BlockConfig's defaults): on an H200 1.03-1.16x the pipelined one it replaced
+# (reports/results/NVIDIA_H200/fp8_block_unrolled/)
+BLOCK_TILES = ((128, 128, 4),)
 # ping-pong: (block_m, block_n, stages) of one consumer's whole tile, 128 accumulators per thread at
 # most (128 × 128: 6 × 32 KiB; 64 × 256: 5 × 40 KiB; 64 × 128: 8 × 24 KiB, 64), with block scales two
 # 64-register sets (64 × 128)
@@ -171,8 +174,6 @@ def candidates(wl, gpu: GpuSpec | None = None) -> list[Candidate]:
     shapes = [(t, c, False) for t in tiles for c in CLUSTERS] + [(t, c, True) for t in pp_tiles for c in CLUSTERS]
     for (bm, bn, stages), cl, pp in shapes:
         cfg = cls(block_m=bm, block_n=bn, stages=stages, cluster_m=cl, pad_k=pad, pingpong=pp)
-        if block and not pp:  # each K tile's promotion behind the next one's wgmmas: 1.12x (H100, 4096³-8192³)
-            cfg = replace(cfg, pipelined=True, pipe_tiles=pipe_tiles(wl))
         if not block:  # the fewest blocks that take as many rounds of tiles as every SM would (balanced_blocks)
             cfg = replace(cfg, sms=balanced_blocks(wl, cfg, gpu or current_gpu()))
         if block and pp and cl == 1:  # the scales by TMA beside each K tile (where ⌈K/128⌉ % 4 == 0): ping-pong
@@ -204,14 +205,6 @@ def balanced_blocks(wl, cfg, gpu: GpuSpec) -> int:
         return 0
     blocks = cl * ceil_div(units, ceil_div(units, clusters))
     return 0 if blocks == cl * clusters else blocks
-
-
-def pipe_tiles(wl) -> int:
-    """K tiles per pipelined chunk of the block-scaled candidate: 8 where they divide K's tiles (one
-    drain per 8 K tiles instead of 4; on an H100 4096³ 135.2 -> 131.6 µs, 8192³ 1055.7 -> 1037.1, the
-    outputs bitwise identical), else 4 (a chunk and its remainder in straight-line runs of 9 K tiles
-    or more spilled)."""
-    return 8 if ceil_div(wl.K, 128) % 8 == 0 else 4
 
 
 def scale_bytes(wl) -> int:

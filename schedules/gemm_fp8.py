@@ -48,7 +48,7 @@ from .fp8_pingpong import make_pingpong_promotion
 from .pingpong import check_pingpong, make_mainloop, turns, wait_turn
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
-                         pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done)
+                         pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done, wait_phase)
 from .staged_store import make_staged_rows, staged_bytes
 from .tma_fp16 import Geometry, TmaConfig, make_loader
 from .workloads import FP8_DTYPES, SCALE_BLOCK, Epilogue, Gemm, activation_expr
@@ -163,13 +163,35 @@ class Fp8Geometry(Geometry):
                          f"{FP8_PTX[wl.dtype]}.{FP8_PTX[wl.dtype_b]}"]
 
 
-def make_fp8_mma(g: Fp8Geometry):
+def make_fp8_mma(g: Fp8Geometry, ring_word: bool = False):
     """A macro: one K tile's wgmmas of one consumer warpgroup (rows ``row0``.. of the block tile)
     on descriptors of ring slot ``slot``: block_k / 32 k32 steps, each 32 bytes further along the
     128-byte rows of both operands (K-major, no transpose immediates); scale-d = 0 on the unit's
-    first step (no zeroing)."""
+    first step (no zeroing). ``ring_word``: ``ring`` is the ring's start as a descriptor's address
+    field, ``(ring >> 4) & 0x3FFF``, and each descriptor that word plus the slot's and the step's
+    offsets in 16-byte units, 32-bit adds (DeepGEMM's): a few instructions between a K tile's
+    barrier and its first wgmma instead of a shift, mask and 64-bit or per descriptor."""
     MT = g.cfg.m_subtiles
     assert g.BK * g.item == ROW_BYTES and DESC_SWIZZLE_128B == 1
+    HI = (1 << 16) | (g.SBO << 32) | (DESC_SWIZZLE_128B << 62)
+
+    def word(ring_lo, slot, rows_bytes, const):  # the ring's descriptor word plus 16-byte units
+        return T.bitwise_or(T.cast(ring_lo + T.cast(slot, "uint32") * T.uint32(g.STAGE_BYTES // 16)
+                                   + T.cast(rows_bytes, "uint32") + T.uint32(const // 16), "uint64"), T.uint64(HI))
+
+    if ring_word:
+        @T.macro
+        def mma_word(acc, ring, slot, row0, kt):
+            T.ptx.wgmma.fence.sync.aligned()
+            for kk in T.unroll(g.BK // K_STEP):
+                for mt in T.unroll(MT):
+                    g.mma(*[acc[mt * g.NACC + j] for j in range(g.NACC)],
+                          word(ring, slot, row0 * (ROW_BYTES // 16), mt * 64 * ROW_BYTES + kk * K_STEP),
+                          word(ring, slot, 0, g.A_BYTES + kk * K_STEP),
+                          T.Or(kt > 0, kk > 0), 1, 1)
+            T.ptx.wgmma.commit_group.sync.aligned()
+
+        return mma_word
 
     @T.macro
     def mma(acc, ring, slot, row0, kt):
@@ -283,30 +305,39 @@ def make_fp8_staged_epilogue(g: Fp8Geometry, wl: Gemm):
     return make_staged_rows(g, value)
 
 
-def make_promotion(g: Fp8Geometry, wl: Gemm, mma):
-    """A macro: one K tile of a consumer warpgroup under block scaling. The K tile (128 of K: one
-    block of both operands' scales) is multiplied into a fresh set of accumulators, ``part``
-    (scale-d 0 at its first k32 step); once its wgmmas are done (``wait_group 0``; the slot is
-    released at once) each partial sum is added to the running sum in fp32 registers, multiplied by
-    the scale of its row's 1×128 piece of A and of its column's 128×128 block of B: read from the
+def make_promotion(g: Fp8Geometry, wl: Gemm):
+    """A macro: one K tile of a cooperative consumer warpgroup under block scaling. The K tile (128
+    of K: one block of both operands' scales) is multiplied into a fresh set of accumulators,
+    ``part`` (scale-d 0 at its first k32 step); once its wgmmas are done (``wait_group 0``; the slot
+    is released at once) each partial sum is added to the running sum in fp32 registers, multiplied
+    by the scale of its row's 1×128 piece of A and of its column's 128×128 block of B: read from the
     slot beside the K tile (``scales_in_ring``: fp8_block_scales.make_scale_tma_load), or loaded from
     global memory one K tile ahead (:func:`make_scale_loader`; the tile's first by the caller). The
-    tensor cores' limited-precision accumulation then spans 128 products, not K."""
+    tensor cores' limited-precision accumulation then spans 128 products, not K.
+
+    The next K tile's full barrier is waited for between this one's ``wait_group`` and its
+    promotion (the unit's first by the caller), with CUTLASS's wait (tma_common.wait_phase): ptxas
+    then checks the barrier among the promotion's FMAs and keeps the retry out of line, and the
+    descriptors are the ring's word plus offsets (``make_fp8_mma(ring_word=True)``: ``ring`` is that
+    word)."""
     S, CL = g.S, g.cfg.cluster_m
     load_scales, read_scales, add = make_scale_loader(g), make_scale_reader(g), make_scale_sum(g)
     IN_RING = g.scales_tma
+    mma = make_fp8_mma(g, ring_word=True)
 
     @T.macro
     def promote(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, it, kt, tile_m, tile_n, row0, lane):
         if not IN_RING:  # the next K tile's
             load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + 1, g.KT - 1))
-        T.cuda.mbarrier_wait(T.address_of(bars[it % S]), it // S % 2)
+        # this K tile's barrier: waited for before the previous one's promotion, or by the caller
         mma(part, ring, it % S, row0, 0)  # kt = 0: scale-d 0 on the first k32 step, a fresh partial sum
         if IN_RING:  # this K tile's, from its slot (set 0; add's move of set 1 is then unused)
             read_scales(sa_r, sb_r, 0, scales, it % S, kt, tile_n, row0, lane)
         T.ptx.wgmma.wait_group.sync.aligned(0)
         if lane == 0:
             release_slot(bars, S + it % S, CL)
+        if kt + 1 < g.KT:  # the next K tile's, before this one's promotion
+            wait_phase(T.address_of(bars[(it + 1) % S]), (it + 1) // S % 2)
         fence_acc(part, g.ACC)  # no read of the partial sums above the wait
         add(acc, part, sa_r, sb_r)
 
@@ -345,10 +376,12 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     produce = ring_producer(units, S, cfg.producer_regs, load, extra_load=make_scale_tma_load(g) if IN_RING else None)
     unit_done = ring_unit_done(units, S, CL, g.ACC)
     ROWWISE = wl.scaling == "row"
-    promote = make_promotion(g, wl, mma) if BLOCK else None
+    promote = make_promotion(g, wl) if BLOCK else None
     load_scales = make_scale_loader(g) if BLOCK else None
     promote_unit = make_pingpong_promotion(g, mma) if BLOCK and PP else None
     pp_mainloop = make_mainloop(S, CL, mma, unit_done) if PP and not BLOCK else None
+    UK = getattr(cfg, "unroll_k", 1)  # block scales, unpipelined: K tiles per unrolled chunk
+    WORD = BLOCK and not PP and not getattr(cfg, "pipelined", False)  # make_promotion's consumers
     PIPE = BLOCK and getattr(cfg, "pipelined", False)  # two partial sets, promoted behind the next wgmmas
     pipe_unit = make_pipelined_unit(g, mma) if PIPE else None
     # K not a multiple of 16 (pad_k): A and B copied first into rows of KP = K rounded up to 16 bytes,
@@ -394,6 +427,8 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                 sb_r = T.alloc_buffer((2 * g.BN // scale_group(g.BN),), "float32", scope="local")
             ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
                                                   T.uint32(0xFFFFFC00))
+            if WORD:  # the ring's start as a descriptor's address field (make_fp8_mma's ring_word)
+                ring_lo: T.let[T.uint32] = T.bitwise_and(T.shift_right(ring, T.uint32(4)), T.uint32(0x3FFF))
             if STAGED:
                 vals = T.alloc_buffer((16,), "float32", scope="local")  # accumulators read back from the area
                 stage: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES)
@@ -453,9 +488,15 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                                 acc[r] = T.float32(0)
                             if not IN_RING:
                                 load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, w * ROW0, lane, 0)
-                            for kt in T.serial(KT):
-                                promote(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, i * KT + kt, kt, tile_m,
-                                        tile_n, w * ROW0, lane)
+                            # the unit's first K tile's barrier (the others': in promote)
+                            wait_phase(T.address_of(bars[i * KT % S]), i * KT // S % 2)
+                            for c in T.serial(KT // UK):  # chunks of unroll_k K tiles in straight-line code
+                                for u in T.unroll(UK):
+                                    promote(acc, part, sa_r, sb_r, SA, SB, scales, ring_lo, bars, i * KT + c * UK + u,
+                                            c * UK + u, tile_m, tile_n, w * ROW0, lane)
+                            for u in T.unroll(KT % UK):
+                                promote(acc, part, sa_r, sb_r, SA, SB, scales, ring_lo, bars, i * KT + KT // UK * UK + u,
+                                        KT // UK * UK + u, tile_m, tile_n, w * ROW0, lane)
                         else:
                             for kt in T.serial(KT):
                                 it: T.let[T.int32] = i * KT + kt
@@ -535,23 +576,29 @@ def fp8_tma_gemm(wl: Gemm, cfg: Fp8TmaConfig = Fp8TmaConfig()):
 
 @dataclass(frozen=True)
 class Fp8BlockConfig(Fp8TmaConfig):
-    """Fp8TmaConfig with a 128 × 128 tile and 6 stages: each consumer thread holds two accumulator
-    sets, the running sum and a K tile's partial sums (2 × 64 registers at 128 × 128), and
+    """Fp8TmaConfig with a 128 × 128 tile and 4 stages (a power of two: the slot and phase of a K
+    tile are a mask and a shift), the K loop in unrolled chunks of ``unroll_k`` K tiles: each
+    consumer thread holds two accumulator sets, the running sum and a K tile's partial sums
+    (2 × 64 registers at 128 × 128), and
     ``block_n`` a multiple of 64 (128 × 192: B's scale read per 64-column group, fp8_block_scales.
     scale_group). ``pipelined``: a third set, so that a K tile's promotion runs while the next K
     tile's wgmmas do (cooperative consumers only; fp8_block_scales.make_pipelined_unit). Three
     consumers (``block_m=192, consumers=3, producer_regs=24``: 160 registers each, two 64-register
-    sets) hide one's promotion behind two others' wgmmas: on an H100 at 8192³ 1089 TFLOP/s against
-    the pipelined 128 × 128's 1060 (4096³: 923 against 1044, 6 waves of 192-row tiles for 5.3)."""
+    sets; ``unroll_k`` 2 or less, longer chunks spill) hide one's promotion behind two others' wgmmas:
+    on an H100 at 8192³ 1089 TFLOP/s against the pipelined 128 × 128's 1060 (4096³: 923 against
+    1044, 6 waves of 192-row tiles for 5.3)."""
 
     block_n: int = 128
-    stages: int = 6
+    stages: int = 4
     pipelined: bool = False  # two partial-sum sets: K tile kt promoted behind kt+1's wgmmas
     pipe_tiles: int = 4  # pipelined: K tiles per chunk, unrolled, one wait_group 0 each (C7514 otherwise)
     #: each K tile's scales loaded by TMA into shared memory beside it, by the producer thread, where
     #: ⌈K/128⌉ is a multiple of 4 (fp8_block_scales.scales_by_tma); False (or other K): the consumers
     #: load them from global memory
     scales_in_ring: bool = False
+    #: unpipelined: K tiles per chunk of the K loop in straight-line code (the rest after the chunks), so
+    #: that ptxas schedules a K tile's barrier check and wgmma setup among the previous one's promotion
+    unroll_k: int = 8
     scalings = ("block",)  # promoted into fp32 registers every K tile (make_promotion)
     step_name = "fp8_block_scaled_gemm"
 
@@ -563,6 +610,8 @@ class Fp8BlockConfig(Fp8TmaConfig):
         if self.pipelined and self.pingpong:
             raise ScheduleParamError(f"{name}: pipelined is for the cooperative consumers (pingpong=false): a "
                                      f"ping-pong consumer's promotion hides behind the other's wgmmas")
+        if self.unroll_k < 1:
+            raise ScheduleParamError(f"{name}: unroll_k must be ≥ 1 (K tiles per unrolled chunk), got {self.unroll_k}")
         if self.pipe_tiles < 2:
             raise ScheduleParamError(f"{name}: pipe_tiles must be ≥ 2 (K tiles per pipelined chunk), "
                                      f"got {self.pipe_tiles}")

@@ -111,6 +111,20 @@ def check_split_k(cfg, wl: Gemm):
 _FENCE_SRC = '#define TMA_GEMM_FENCE_F32(x) asm volatile("" : "+f"(x) :: "memory")\n'
 
 
+_WAIT_SRC = ('__forceinline__ __device__ void tma_gemm_wait(void* bar, int phase) {\n'
+             '  unsigned a = __cvta_generic_to_shared(bar);\n'
+             '  asm volatile("{\\n.reg .pred P1;\\nLAB_WAIT:\\n"\n'
+             '               "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1, %2;\\n"\n'
+             '               "@P1 bra DONE;\\nbra LAB_WAIT;\\nDONE:\\n}" :: "r"(a), "r"(phase), "r"(0x989680) : "memory");\n'
+             '}\n')
+
+
+def wait_phase(bar_ptr, phase):
+    """Wait for ``phase`` of an mbarrier, as CUTLASS's ClusterBarrier::wait (no ``.acquire`` qualifier,
+    no ``.uni`` branches): ptxas then keeps the retry loop out of line."""
+    T.evaluate(T.cuda.func_call("tma_gemm_wait", bar_ptr, phase, source_code=_WAIT_SRC))
+
+
 def fence_acc(acc, n):
     """Tie the accumulator registers to this point (no read or write of them moves across)."""
     for i in range(n):

@@ -196,19 +196,30 @@ def test_a_mixed_pair_with_row_scales_an_epilogue_and_clusters_compiles(built):
 
 def test_block_scales_are_promoted_every_k_tile(built):
     """fp8_block_scaled_gemm: each K tile's wgmmas into fresh partial sums (m64n128k32: a 128 × 128
-    tile leaves room for two accumulator sets), waited for (wait_group 0) and added to the running
-    sum times the scales of the thread's rows and column block, then the epilogue; 2×1 clusters."""
+    tile leaves room for two accumulator sets), waited for (wait_group 0), the slot released, the
+    next K tile's barrier waited for (CUTLASS's wait, no .acquire), then the partial sums added to
+    the running sum times the scales of the thread's rows and column block, then the epilogue; 2×1
+    clusters. The K loop runs in unrolled chunks of unroll_k K tiles (K = 2000: 16 K tiles, two
+    chunks of 8 in a loop of 8 copies), the descriptors the ring's word plus offsets; 4 stages."""
     b = built(MIXED.replace("scale=row", "scale=block"), BLOCK_STEP, cluster_m=2)
-    assert all(k.spills == 0 for k in b.device.kernels) and len(b.device.kernels) == 1
+    one = built(MIXED.replace("scale=row", "scale=block"), BLOCK_STEP, cluster_m=2, unroll_k=1)
+    assert all(k.spills == 0 for k in b.device.kernels + one.device.kernels) and len(b.device.kernels) == 1
     ptx = b.device.ptx
     assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2" in ptx and ".multicast::cluster" in ptx
     assert "wgmma.wait_group.sync.aligned 0" in ptx and "wgmma.wait_group.sync.aligned 1" not in ptx
+    assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx
     cuda = b.device.cuda
-    assert "acc_ptr[0] = (acc_ptr[0] + (part_ptr[0] * (sa_r_ptr[0] * sb_r_ptr[0])));" in cuda
+    mma = "tvm_builtin_ptx_wgmma_fp8_ss_mma_async_sync_aligned_m64n128k32_f32_e4m3_e5m2_1_1("
+    assert cuda.count(mma) == 4 * 8 + 1 and one.device.cuda.count(mma) == 4 + 1  # the calls and the definition
+    assert "((ring >> (uint)4) & (uint)16383)" in cuda  # the ring's descriptor word, once
+    first = cuda.index(mma, cuda.index(mma) + 1)  # the first call
+    done = cuda.index("wgmma_wait_group_wait_group_sync_aligned_0();", first)
+    wait = cuda.index("tma_gemm_wait((", done)
+    assert done < wait < cuda.index("acc_ptr[0] = (acc_ptr[0] + (part_ptr[0] * (sa_r_ptr[0] * sb_r_ptr[0])));", done)
     assert "acc_ptr[3] = (acc_ptr[3] + (part_ptr[3] * (sa_r_ptr[1] * sb_r_ptr[0])));" in cuda  # row + 8: its own scale
     assert "sab_ptr" not in cuda  # nothing scales the stored outputs again
     launch = get(BLOCK_STEP).validate(parse_workload("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block"))
-    assert launch.shared_bytes == 6 * (128 + 128) * 128 + 1024 + 20480
+    assert launch.shared_bytes == 4 * (128 + 128) * 128 + 1024 + 20480
 
 
 def test_scales_in_ring_loads_each_k_tiles_scales_by_tma_beside_it(built):
@@ -228,7 +239,7 @@ def test_scales_in_ring_loads_each_k_tiles_scales_by_tma_beside_it(built):
     consumers = [b.device.cuda.rsplit("setmaxnreg_inc", 1)[1] for b in (ring, glob)]
     assert "scale_a_ptr[" not in consumers[0] and "scale_a_ptr[" in consumers[1]  # their global loads of scales
     launch = get(BLOCK_STEP).validate(parse_workload(wl), get(BLOCK_STEP).config(scales_in_ring=True))
-    assert launch.shared_bytes == 6 * (128 + 128) * 128 + 1024 + 20480 + 6 * 2176  # + each slot's (128 + 1) · 16, to 128
+    assert launch.shared_bytes == 4 * (128 + 128) * 128 + 1024 + 20480 + 4 * 2176  # + each slot's (128 + 1) · 16, to 128
     odd_k = built("gemm:1000x520x704:float8_e4m3fn:nt:scale=block", BLOCK_STEP, scales_in_ring=True)  # 6 K tiles
     assert odd_k.device.cuda.count(tma) == glob.device.cuda.count(tma) and "scale_a_ptr[" in odd_k.device.cuda
 
@@ -278,14 +289,14 @@ def test_three_consumers_promote_a_192_row_tile(built):
 
 def test_pipelined_is_a_knob_of_the_block_scaled_step_only():
     cfg = get(BLOCK_STEP).config(pipelined=True)
-    assert cfg.describe() == "block-scaled fp8 128x128x128 s6 ws 2c pers pipelined"
+    assert cfg.describe() == "block-scaled fp8 128x128x128 s4 ws 2c pers pipelined"
     assert get(BLOCK_STEP).config(pipelined=True, pipe_tiles=8).describe().endswith(" pipelined/8")
-    assert get(BLOCK_STEP).config().describe() == "block-scaled fp8 128x128x128 s6 ws 2c pers"
+    assert get(BLOCK_STEP).config().describe() == "block-scaled fp8 128x128x128 s4 ws 2c pers"
 
 
 PINGPONG = dict(pingpong=True, block_m=128, block_n=128, stages=6)  # a consumer's whole tile: 128 accumulators
 BLOCK_PINGPONG = dict(pingpong=True, block_m=64, block_n=128, stages=8)  # two 64-register sets per consumer
-THREE_CONSUMERS = dict(block_m=192, consumers=3, producer_regs=24, stages=4)  # 160 registers a consumer
+THREE_CONSUMERS = dict(block_m=192, consumers=3, producer_regs=24, stages=4, unroll_k=2)  # 160 registers a consumer
 
 
 def test_pingpong_consumers_take_whole_tiles_in_turn(built):
