@@ -180,28 +180,21 @@ def make_fp8_mma(g: Fp8Geometry, ring_word: bool = False):
                                    + T.cast(rows_bytes, "uint32") + T.uint32(const // 16), "uint64"), T.uint64(HI))
 
     if ring_word:
-        @T.macro
-        def mma_word(acc, ring, slot, row0, kt):
-            T.ptx.wgmma.fence.sync.aligned()
-            for kk in T.unroll(g.BK // K_STEP):
-                for mt in T.unroll(MT):
-                    g.mma(*[acc[mt * g.NACC + j] for j in range(g.NACC)],
-                          word(ring, slot, row0 * (ROW_BYTES // 16), mt * 64 * ROW_BYTES + kk * K_STEP),
-                          word(ring, slot, 0, g.A_BYTES + kk * K_STEP),
-                          T.Or(kt > 0, kk > 0), 1, 1)
-            T.ptx.wgmma.commit_group.sync.aligned()
-
-        return mma_word
+        def descs(ring, slot, row0, mt, kk):  # A's and B's descriptors of step (mt, kk)
+            return (word(ring, slot, row0 * (ROW_BYTES // 16), mt * 64 * ROW_BYTES + kk * K_STEP),
+                    word(ring, slot, 0, g.A_BYTES + kk * K_STEP))
+    else:
+        def descs(ring, slot, row0, mt, kk):
+            return (g.desc(ring + T.cast(slot * g.STAGE_BYTES + row0 * ROW_BYTES, "uint32")
+                           + T.uint32(mt * 64 * ROW_BYTES + kk * K_STEP), 1),
+                    g.desc(ring + T.cast(slot * g.STAGE_BYTES, "uint32") + T.uint32(g.A_BYTES + kk * K_STEP), 1))
 
     @T.macro
     def mma(acc, ring, slot, row0, kt):
         T.ptx.wgmma.fence.sync.aligned()
         for kk in T.unroll(g.BK // K_STEP):
             for mt in T.unroll(MT):
-                g.mma(*[acc[mt * g.NACC + j] for j in range(g.NACC)],
-                      g.desc(ring + T.cast(slot * g.STAGE_BYTES + row0 * ROW_BYTES, "uint32")
-                             + T.uint32(mt * 64 * ROW_BYTES + kk * K_STEP), 1),
-                      g.desc(ring + T.cast(slot * g.STAGE_BYTES, "uint32") + T.uint32(g.A_BYTES + kk * K_STEP), 1),
+                g.mma(*[acc[mt * g.NACC + j] for j in range(g.NACC)], *descs(ring, slot, row0, mt, kk),
                       T.Or(kt > 0, kk > 0), 1, 1)  # scale-d, scale-a, scale-b
         T.ptx.wgmma.commit_group.sync.aligned()
 
