@@ -376,6 +376,8 @@ def test_what_pingpong_cannot_take_is_refused_in_one_line(step, params, word):
      "pipe_tiles must be ≥ 2"),
     ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(BLOCK_PINGPONG, step=BLOCK_STEP, pipelined=True),
      "pipelined is for the cooperative consumers"),
+    ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, unroll_k=0), "unroll_k must be"),
+    ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, unroll_k=-3), "unroll_k must be"),
 ])
 def test_what_the_tma_path_cannot_take_is_refused_in_one_line(workload, params, word):
     params = dict(params)
