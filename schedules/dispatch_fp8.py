@@ -65,8 +65,8 @@ PRECISION = "fp8"
 # 128 × 128: 6 × 32 KiB; 256 × 128: 4 × 48 KiB)
 FP8_TILES = ((128, 256, 4), (128, 128, 6), (256, 128, 4))
 # block scales: two accumulator sets per consumer thread; the unpipelined kernel with its K loop in
-# unrolled chunks (Fp8BlockConfig's defaults): on an H200 1.03-1.16x the pipelined one it replaced
-# (reports/results/NVIDIA_H200/fp8_block_unrolled/)
+# unrolled chunks (Fp8BlockConfig's defaults): on an H200 1.066x the pipelined one it replaced over 17
+# products, 1.01-1.15x (reports/results/NVIDIA_H200/fp8_block_unrolled/)
 BLOCK_TILES = ((128, 128, 4),)
 # ping-pong: (block_m, block_n, stages) of one consumer's whole tile, 128 accumulators per thread at
 # most (128 × 128: 6 × 32 KiB; 64 × 256: 5 × 40 KiB; 64 × 128: 8 × 24 KiB, 64), with block scales two
@@ -195,9 +195,9 @@ def balanced_blocks(wl, cfg, gpu: GpuSpec) -> int:
     whole clusters, whose rounds of work units are as many as with a block on every SM, so that every
     block takes the same number of tiles and none sits out the last round (4096³ at 128 × 256: 512
     tiles, 4 rounds on 132 SMs or on 128). The model's time is the same (it counts rounds); measured
-    on an H200 (reports/results/NVIDIA_H200/fp8_balanced_grid/), 1.012x with scales per tensor and
-    1.006x per row over 19 products each, 0.97-1.06x; block scales: 1.000x, not taken. 0 where it is
-    the whole GPU or one round."""
+    on an H200 (reports/results/NVIDIA_H200/fp8_balanced_grid/), 1.010x with scales per tensor and
+    1.007x per row over 15 products off the benchmark, 0.99-1.06x; block scales: 1.003x, not taken. 0
+    where it is the whole GPU or one round."""
     cl = cfg.cluster_m
     units = ceil_div(ceil_div(wl.M, cfg.block_m), cl) * ceil_div(wl.N, cfg.block_n)
     clusters = gpu.sms // cl

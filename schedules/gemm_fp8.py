@@ -373,7 +373,7 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     load_scales = make_scale_loader(g) if BLOCK else None
     promote_unit = make_pingpong_promotion(g, mma) if BLOCK and PP else None
     pp_mainloop = make_mainloop(S, CL, mma, unit_done) if PP and not BLOCK else None
-    UK = getattr(cfg, "unroll_k", 1)  # block scales, unpipelined: K tiles per unrolled chunk
+    UK = cfg.k_chunk if BLOCK else 1  # block scales, unpipelined: K tiles per unrolled chunk
     WORD = BLOCK and not PP and not getattr(cfg, "pipelined", False)  # make_promotion's consumers
     PIPE = BLOCK and getattr(cfg, "pipelined", False)  # two partial sets, promoted behind the next wgmmas
     pipe_unit = make_pipelined_unit(g, mma) if PIPE else None
@@ -570,14 +570,15 @@ def fp8_tma_gemm(wl: Gemm, cfg: Fp8TmaConfig = Fp8TmaConfig()):
 @dataclass(frozen=True)
 class Fp8BlockConfig(Fp8TmaConfig):
     """Fp8TmaConfig with a 128 × 128 tile and 4 stages (a power of two: the slot and phase of a K
-    tile are a mask and a shift), the K loop in unrolled chunks of ``unroll_k`` K tiles: each
+    tile are a mask and a shift; ``pipelined`` too, measured at 6 before), the K loop in unrolled
+    chunks of :attr:`k_chunk` K tiles: each
     consumer thread holds two accumulator sets, the running sum and a K tile's partial sums
     (2 × 64 registers at 128 × 128), and
     ``block_n`` a multiple of 64 (128 × 192: B's scale read per 64-column group, fp8_block_scales.
     scale_group). ``pipelined``: a third set, so that a K tile's promotion runs while the next K
     tile's wgmmas do (cooperative consumers only; fp8_block_scales.make_pipelined_unit). Three
     consumers (``block_m=192, consumers=3, producer_regs=24``: 160 registers each, two 64-register
-    sets; ``unroll_k`` 2 or less, longer chunks spill) hide one's promotion behind two others' wgmmas:
+    sets, chunks of 2 K tiles: :attr:`k_chunk`) hide one's promotion behind two others' wgmmas:
     on an H100 at 8192³ 1089 TFLOP/s against the pipelined 128 × 128's 1060 (4096³: 923 against
     1044, 6 waves of 192-row tiles for 5.3)."""
 
@@ -590,9 +591,11 @@ class Fp8BlockConfig(Fp8TmaConfig):
     #: load them from global memory
     scales_in_ring: bool = False
     #: unpipelined: K tiles per chunk of the K loop in straight-line code (the rest after the chunks), so
-    #: that ptxas schedules a K tile's barrier check and wgmma setup among the previous one's promotion
-    unroll_k: int = 8
+    #: that ptxas schedules a K tile's barrier check and wgmma setup among the previous one's promotion;
+    #: 0: by the registers a consumer has to spare (:attr:`k_chunk`)
+    unroll_k: int = 0
     scalings = ("block",)  # promoted into fp32 registers every K tile (make_promotion)
+    zero_means_auto = Fp8TmaConfig.zero_means_auto + ("unroll_k",)
     step_name = "fp8_block_scaled_gemm"
 
     def check(self, wl: Gemm):
@@ -603,8 +606,9 @@ class Fp8BlockConfig(Fp8TmaConfig):
         if self.pipelined and self.pingpong:
             raise ScheduleParamError(f"{name}: pipelined is for the cooperative consumers (pingpong=false): a "
                                      f"ping-pong consumer's promotion hides behind the other's wgmmas")
-        if self.unroll_k < 1:
-            raise ScheduleParamError(f"{name}: unroll_k must be ≥ 1 (K tiles per unrolled chunk), got {self.unroll_k}")
+        if self.unroll_k < 0:
+            raise ScheduleParamError(f"{name}: unroll_k must be ≥ 0 (K tiles per unrolled chunk; 0: by the registers), "
+                                     f"got {self.unroll_k}")
         if self.pipe_tiles < 2:
             raise ScheduleParamError(f"{name}: pipe_tiles must be ≥ 2 (K tiles per pipelined chunk), "
                                      f"got {self.pipe_tiles}")
@@ -615,13 +619,25 @@ class Fp8BlockConfig(Fp8TmaConfig):
                                      f"too few of the {self.consumer_budget} a consumer gets: lower block_n or block_m")
         Fp8TmaConfig.check(self, wl)
 
+    @property
+    def k_chunk(self) -> int:
+        """K tiles per unrolled chunk of the unpipelined K loop: ``unroll_k``, or where it is 0 what
+        the consumer's registers beyond its two accumulator sets allow: 8 with 100 or more to spare
+        (128 × 128: 232 - 128), 4 with 40 (128 × 192: 232 - 192), else 2 (three consumers: 160 - 128);
+        a chunk one step longer spilled in each (nvcc 13, sm_90a)."""
+        if self.unroll_k:
+            return self.unroll_k
+        spare = self.consumer_budget - 2 * self.acc_regs
+        return 8 if spare >= 100 else 4 if spare >= 40 else 2
+
     def shared_bytes(self, itemsize: int = 2) -> int:
         """The ring, the staging areas and (``scales_in_ring``) the scales' slots."""
         return Fp8TmaConfig.shared_bytes(self, itemsize) + scale_ring_bytes(self)
 
     def describe(self) -> str:
         pipe = (" pipelined" + (f"/{self.pipe_tiles}" if self.pipe_tiles != 4 else "")) if self.pipelined else ""
-        return "block-scaled " + Fp8TmaConfig.describe(self) + pipe
+        unroll = f" unroll {self.unroll_k}" if self.unroll_k and not self.pipelined else ""
+        return "block-scaled " + Fp8TmaConfig.describe(self) + pipe + unroll
 
 
 @register("fp8_block_scaled_gemm", "gemm", Fp8BlockConfig, aliases=("fp8_block",), tags=("fp8",))

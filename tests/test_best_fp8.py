@@ -172,7 +172,7 @@ def test_the_cooperative_block_candidates_run_the_unrolled_unpipelined_kernel(K)
     tiles (the rest after the chunks); measured faster than the pipelined kernel on an H200."""
     wl = parse_workload(f"gemm:1024x1024x{K}:float8_e4m3fn:nt:scale=block:out=bfloat16")
     coop = [c.config for c in dispatch_fp8.candidates(wl) if not c.config.pingpong]
-    assert coop and all(not c.pipelined and c.stages == 4 and c.unroll_k == 8 and c.block_m == c.block_n == 128
+    assert coop and all(not c.pipelined and c.stages == 4 and c.k_chunk == 8 and c.block_m == c.block_n == 128
                         for c in coop)
 
 

@@ -211,7 +211,10 @@ def test_block_scales_are_promoted_every_k_tile(built):
     cuda = b.device.cuda
     mma = "tvm_builtin_ptx_wgmma_fp8_ss_mma_async_sync_aligned_m64n128k32_f32_e4m3_e5m2_1_1("
     assert cuda.count(mma) == 4 * 8 + 1 and one.device.cuda.count(mma) == 4 + 1  # the calls and the definition
-    assert "((ring >> (uint)4) & (uint)16383)" in cuda  # the ring's descriptor word, once
+    assert "((ring >> (uint)4) & (uint)16383)" in cuda  # descriptors from the ring's word
+    # a wait per K tile: the unit's first before the loop, each next one inside the 8 copies (the chunk's last
+    # only while a next K tile exists), so 1 + 8 calls and the definition
+    assert cuda.count("tma_gemm_wait(") == 1 + 1 + 8
     first = cuda.index(mma, cuda.index(mma) + 1)  # the first call
     done = cuda.index("wgmma_wait_group_wait_group_sync_aligned_0();", first)
     wait = cuda.index("tma_gemm_wait((", done)
@@ -220,6 +223,27 @@ def test_block_scales_are_promoted_every_k_tile(built):
     assert "sab_ptr" not in cuda  # nothing scales the stored outputs again
     launch = get(BLOCK_STEP).validate(parse_workload("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block"))
     assert launch.shared_bytes == 4 * (128 + 128) * 128 + 1024 + 20480
+
+
+@pytest.mark.parametrize("K, copies, waits", [(1152, 8 + 1, 1 + 8), (768, 6, 1 + 5)])
+def test_the_k_loop_runs_in_chunks_and_waits_once_for_each_k_tile(built, K, copies, waits):
+    """9 K tiles: a chunk of 8 in a loop, then 1 more, the last K tile (no wait for a next one); 6 (fewer than a
+    chunk): 6 copies, the last without a wait. The unit's first K tile is waited for before them; no spills."""
+    b = built(f"gemm:512x512x{K}:float8_e4m3fn:nt:scale=block:out=bfloat16", BLOCK_STEP)
+    assert all(k.spills == 0 for k in b.device.kernels)
+    cuda = b.device.cuda
+    assert cuda.count("tvm_builtin_ptx_wgmma_fp8_ss_mma_async_sync_aligned_m64n128k32_f32_e4m3_e4m3_1_1(") == 4 * copies + 1
+    assert cuda.count("tma_gemm_wait(") == 1 + waits  # the definition and the calls
+
+
+def test_the_chunk_length_follows_the_registers_left_beside_two_accumulator_sets():
+    """k_chunk (unroll_k 0): 8 K tiles at 128 × 128 (104 registers spare), 4 at 128 × 192 (40), 2 with three
+    consumers (32); longer chunks spilled there. An explicit unroll_k wins and is printed."""
+    spec = get(BLOCK_STEP)
+    assert spec.config().k_chunk == 8 and spec.config(block_n=192).k_chunk == 4
+    assert spec.config(**{k: v for k, v in THREE_CONSUMERS.items() if k != "unroll_k"}).k_chunk == 2
+    assert spec.config(unroll_k=3).k_chunk == 3 and spec.config(unroll_k=3).describe().endswith(" unroll 3")
+    assert "unroll" not in spec.config().describe()
 
 
 def test_scales_in_ring_loads_each_k_tiles_scales_by_tma_beside_it(built):
@@ -296,7 +320,7 @@ def test_pipelined_is_a_knob_of_the_block_scaled_step_only():
 
 PINGPONG = dict(pingpong=True, block_m=128, block_n=128, stages=6)  # a consumer's whole tile: 128 accumulators
 BLOCK_PINGPONG = dict(pingpong=True, block_m=64, block_n=128, stages=8)  # two 64-register sets per consumer
-THREE_CONSUMERS = dict(block_m=192, consumers=3, producer_regs=24, stages=4, unroll_k=2)  # 160 registers a consumer
+THREE_CONSUMERS = dict(block_m=192, consumers=3, producer_regs=24, stages=4)  # 160 registers a consumer: chunks of 2
 
 
 def test_pingpong_consumers_take_whole_tiles_in_turn(built):
@@ -376,7 +400,6 @@ def test_what_pingpong_cannot_take_is_refused_in_one_line(step, params, word):
      "pipe_tiles must be ≥ 2"),
     ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(BLOCK_PINGPONG, step=BLOCK_STEP, pipelined=True),
      "pipelined is for the cooperative consumers"),
-    ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, unroll_k=0), "unroll_k must be"),
     ("gemm:256x256x256:float8_e4m3fn:nt:scale=block", dict(step=BLOCK_STEP, unroll_k=-3), "unroll_k must be"),
 ])
 def test_what_the_tma_path_cannot_take_is_refused_in_one_line(workload, params, word):
@@ -459,6 +482,9 @@ BLOCK_GPU_CASES = [
     ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(block_n=192, stages=4, scales_in_ring=True)),
     # 9 tile rows in 2×1 clusters: the padded 10th row's scale boxes lie wholly past M (zero-filled, bytes counted)
     ("gemm:1100x520x2048:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(cluster_m=2, pipelined=True, scales_in_ring=True)),
+    # the default kernel: a chunk of 8 K tiles and a remainder of 1 (9 K tiles), few blocks; K padded to 16
+    ("gemm:1024x768x1152:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(sms=7)),
+    ("gemm:1000x520x1000:float8_e4m3fn:nt:scale=block", dict(pad_k=True, sms=5)),
 ]
 
 
