@@ -173,7 +173,7 @@ def make_fp8_mma(g: Fp8Geometry, ring_word: bool = False):
     barrier and its first wgmma instead of a shift, mask and 64-bit or per descriptor."""
     MT = g.cfg.m_subtiles
     assert g.BK * g.item == ROW_BYTES and DESC_SWIZZLE_128B == 1
-    HI = (1 << 16) | (g.SBO << 32) | (DESC_SWIZZLE_128B << 62)
+    HI = g.desc_high(1)
 
     def word(ring_lo, slot, rows_bytes, const):  # the ring's descriptor word plus 16-byte units
         return T.bitwise_or(T.cast(ring_lo + T.cast(slot, "uint32") * T.uint32(g.STAGE_BYTES // 16)
@@ -374,8 +374,8 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     promote_unit = make_pingpong_promotion(g, mma) if BLOCK and PP else None
     pp_mainloop = make_mainloop(S, CL, mma, unit_done) if PP and not BLOCK else None
     UK = cfg.k_chunk if BLOCK else 1  # block scales, unpipelined: K tiles per unrolled chunk
-    WORD = BLOCK and not PP and not getattr(cfg, "pipelined", False)  # make_promotion's consumers
     PIPE = BLOCK and getattr(cfg, "pipelined", False)  # two partial sets, promoted behind the next wgmmas
+    WORD = BLOCK and not PP and not PIPE  # make_promotion's consumers
     pipe_unit = make_pipelined_unit(g, mma) if PIPE else None
     # K not a multiple of 16 (pad_k): A and B copied first into rows of KP = K rounded up to 16 bytes,
     # the extra columns zero (they add nothing to the sum; K tiles, block scales and KT are K's)
@@ -606,9 +606,6 @@ class Fp8BlockConfig(Fp8TmaConfig):
         if self.pipelined and self.pingpong:
             raise ScheduleParamError(f"{name}: pipelined is for the cooperative consumers (pingpong=false): a "
                                      f"ping-pong consumer's promotion hides behind the other's wgmmas")
-        if self.unroll_k < 0:
-            raise ScheduleParamError(f"{name}: unroll_k must be ≥ 0 (K tiles per unrolled chunk; 0: by the registers), "
-                                     f"got {self.unroll_k}")
         if self.pipe_tiles < 2:
             raise ScheduleParamError(f"{name}: pipe_tiles must be ≥ 2 (K tiles per pipelined chunk), "
                                      f"got {self.pipe_tiles}")

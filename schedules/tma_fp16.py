@@ -349,10 +349,15 @@ class Geometry:
     def tile_mn(self, t):
         return grouped_tile(t, self.cfg.group_m, self.TM, self.TN)
 
+    def desc_high(self, lbo):
+        """A wgmma descriptor's bits beside the start address: LBO in 16-29, SBO in 32-45, layout type
+        in 62-63 (base offset 0: 1024-aligned ring)."""
+        return (lbo << 16) | (self.SBO << 32) | (DESC_SWIZZLE_128B << 62)
+
     def desc(self, addr_u32, lbo):
         """wgmma matrix descriptor of a shared address (sm_90 layout): start address >> 4 in bits
-        0-13, LBO in 16-29, SBO in 32-45, layout type in 62-63 (base offset 0: 1024-aligned ring)."""
-        const = (lbo << 16) | (self.SBO << 32) | (DESC_SWIZZLE_128B << 62)
+        0-13, the rest :meth:`desc_high`."""
+        const = self.desc_high(lbo)
         return T.bitwise_or(T.cast(T.shift_right(addr_u32, T.uint32(4)) & T.uint32(0x3FFF), "uint64"),
                             T.uint64(const))
 
