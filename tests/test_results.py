@@ -200,6 +200,7 @@ NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder
                "floor_candidates_short_k": "no results here", "store_runs_flips": "no results here",
                "tune_random_seed12": "a tune-random report", "store_sectors": "no results here",
                "floor_candidates_seed15_16": "no results here", "fp8_block_scales_ring": "no results here",
+               "fp8_block_steady_state": "no results here",
                "gemv_few_rows": "no results here", "few_rows_tma": "no results here",
                "fitted_tiles": "no results here", "simt_staged_store": "no results here",
                "bench_random_seed19": "no results here", "tune_random_seed20": "a tune-random report",

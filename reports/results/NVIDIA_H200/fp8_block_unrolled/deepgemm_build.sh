@@ -4,7 +4,7 @@
 # Env overrides:
 #   NVCC=/path/to/nvcc       (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc)
 #   JOBS=n                   parallel compile jobs (default: nproc)
-#   PARTS=n                  translation units the 64 GEMM instantiations are split into (default: 16)
+#   PARTS=n                  translation units the 68 GEMM instantiations are split into (default: 16)
 #   CXX_STD=20|17            (default 20 like DeepGEMM's JIT; falls back to 17 automatically if 20 fails)
 #   EXTRA_NVCC_FLAGS, EXTRA_LDFLAGS
 #   PROBE_NO_LIBCUDA=1       do not link libcuda; get cuTensorMapEncodeTiled via cudaGetDriverEntryPoint

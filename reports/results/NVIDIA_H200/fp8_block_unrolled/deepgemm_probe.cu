@@ -220,6 +220,8 @@ struct Cfg { int n, k, block_m, block_n, mc, mca; };
 // Per (N, K): fixed block shapes x {multicast 1, multicast 2 on A, multicast 2 on B}
 //   256x128 mc2 on A is DeepGEMM's heuristic choice for all four default shapes (see `./probe heur`);
 //   256x112 mc2 on A is the heuristic's runner-up for 8192^3 and 4096x16384x1024 (extra).
+//   The last four entries (128x128, no multicast, N = 4096, K = 1024 ... 16384) are the K sweep of
+//   fp8_block_steady_state/ (./probe 4096 4096 K 128 128 0 1).
 #define PROBE_BLOCK3(X, N, K, BM, BN) X(N, K, BM, BN, 1, 0) X(N, K, BM, BN, 2, 1) X(N, K, BM, BN, 2, 0)
 #define PROBE_NK(X, N, K) \
     PROBE_BLOCK3(X, N, K, 256, 128) \
@@ -232,7 +234,9 @@ struct Cfg { int n, k, block_m, block_n, mc, mca; };
     PROBE_NK(X,  4096, 4096) \
     PROBE_NK(X,  8192, 8192) \
     PROBE_NK(X, 16384, 1024) \
-    PROBE_NK(X,  1024, 4096)
+    PROBE_NK(X,  1024, 4096) \
+    X(4096, 1024, 128, 128, 1, 0) X(4096, 2048, 128, 128, 1, 0) X(4096, 8192, 128, 128, 1, 0) \
+    X(4096, 16384, 128, 128, 1, 0)
 #define PROBE_AS_CFG(N, K, BM, BN, MC, MCA) Cfg{N, K, BM, BN, MC, MCA},
 constexpr Cfg kTable[] = { PROBE_TABLE(PROBE_AS_CFG) };
 constexpr int kNumEntries = sizeof(kTable) / sizeof(Cfg);
