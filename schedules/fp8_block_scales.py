@@ -141,7 +141,9 @@ def make_scale_loader(g):
     blocks (B's) into ``sa[at·2·MT ..]`` and ``sb[at·NCB ..]`` (set ``at`` of two), indices past M or
     N clamped (their outputs are never stored). Loaded a K tile ahead of their use: a load from
     global memory takes longer than a K tile's wgmmas, and waiting on it every K tile left the
-    block-scaled kernel at 57-59% of the per-tensor one."""
+    block-scaled kernel at 57-59% of the per-tensor one. Ahead in the source: in the unrolled K loop
+    ptxas sinks these read-only loads into the K tile that uses them (H200, fp8_block_steady_state:
+    volatile loads, kept ahead, ran 0.83x)."""
     M, N = g.M, g.N
     MT, GW = g.cfg.m_subtiles, scale_group(g.BN)
     NCB = g.BN // GW
