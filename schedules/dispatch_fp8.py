@@ -199,7 +199,8 @@ def balanced_blocks(wl, cfg, gpu: GpuSpec) -> int:
     1.007x per row over 15 products off the benchmark, 0.99-1.06x; block scales: 1.003x, not taken. 0
     where it is the whole GPU or one round."""
     cl = cfg.cluster_m
-    units = work_units(wl, cfg)
+    rows, cols = unit_grid(wl, cfg)
+    units = rows * cols
     clusters = gpu.sms // cl
     if units <= clusters:  # one round: the grid is the units already
         return 0
@@ -207,10 +208,10 @@ def balanced_blocks(wl, cfg, gpu: GpuSpec) -> int:
     return 0 if blocks == cl * clusters else blocks
 
 
-def work_units(wl, cfg) -> int:
-    """The persistent grid's work units: a cluster's ``cluster_m`` vertically adjacent tiles (2×1
-    clusters round the tile rows up to pairs) times the tile columns."""
-    return ceil_div(ceil_div(wl.M, cfg.block_m), cfg.cluster_m) * ceil_div(wl.N, cfg.block_n)
+def unit_grid(wl, cfg) -> tuple[int, int]:
+    """(cluster rows, tile columns) of the persistent grid's work units: a unit is a cluster's
+    ``cluster_m`` vertically adjacent tiles (2×1 clusters round the tile rows up to pairs)."""
+    return ceil_div(ceil_div(wl.M, cfg.block_m), cfg.cluster_m), ceil_div(wl.N, cfg.block_n)
 
 
 def scale_bytes(wl) -> int:
@@ -238,8 +239,8 @@ def estimate(wl, cand: Candidate, gpu: GpuSpec | None = None, cal: dict | None =
         eff *= c8["pingpong_block_promotion" if pp else "block_promotion"]
     peak = 2 * cal["tc16_sm_tflops"]  # FP8 tensor cores: twice the 16-bit rate
     bm, bn, cl = cfg.block_m, cfg.block_n, cfg.cluster_m
-    tn, cluster_rows = ceil_div(N, bn), ceil_div(ceil_div(M, bm), cl)
-    units = work_units(wl, cfg)
+    cluster_rows, tn = unit_grid(wl, cfg)
+    units = cluster_rows * tn
     grid = min((cfg.sms or gpu.sms) // cl, units)  # clusters resident at once, one block per SM
     per_block = ceil_div(units, grid)
     flops = 2 * bm * bn * ceil_div(K, cfg.block_k) * cfg.block_k
