@@ -160,6 +160,60 @@ def make_scale_loader(g):
     return load
 
 
+def scales_by_chunk(wl, cfg) -> bool:
+    """Whether the unpipelined cooperative kernel loads its block scales a chunk at a time
+    (``chunk_scales``: :func:`make_chunk_scale_loader`): asked for, the scales from global memory,
+    and 16-byte loads aligned: ⌈K/128⌉ (the scales' row pitch) and the chunk multiples of 4;
+    otherwise a K tile ahead one by one (:func:`make_scale_loader`)."""
+    return (wl.scaling == "block" and getattr(cfg, "chunk_scales", False) and not scales_by_tma(wl, cfg)
+            and ceil_div(wl.K, SCALE_BLOCK) % 4 == 0 and cfg.k_chunk % 4 == 0)
+
+
+def make_chunk_scale_loader(g, sets: int):
+    """A macro ``load(sa, sb, SA, SB, tile_m, tile_n, row0, lane, kb0, n)`` (``chunk_scales``): the
+    block scales of ``n`` K tiles from ``kb0`` (a multiple of 4, as ``n``) for this thread's rows and
+    the tile's 128-column blocks, row r's K tile u at ``sa[r·sets + u]`` (B's block cb at
+    ``sb[cb·sets + u]``), 16 bytes a load: a row's scales of 8 K tiles lie in one 32-byte sector
+    (A's M × ⌈K/128⌉ layout, ⌈K/128⌉ a multiple of 4), read once a chunk, not once a K tile. Rows
+    past M and blocks past N clamped."""
+    M, N = g.M, g.N
+    MT, NCB = g.cfg.m_subtiles, g.BN // scale_group(g.BN)
+    NB = ceil_div(N, SCALE_BLOCK)
+
+    @T.macro
+    def load(sa, sb, SA, SB, tile_m, tile_n, row0, lane, kb0, n):
+        for q in T.unroll(n // 4):
+            for mt in T.unroll(MT):
+                for h in T.unroll(2):
+                    for e in T.vectorized(4):
+                        sa[(mt * 2 + h) * sets + q * 4 + e] = SA[T.min(g.out_row(tile_m, row0, lane, mt, h), M - 1),
+                                                                 kb0 + q * 4 + e]
+            for cb in T.unroll(NCB):
+                for e in T.vectorized(4):
+                    sb[cb * sets + q * 4 + e] = SB[T.min(block_of(g, tile_n, cb), NB - 1), kb0 + q * 4 + e]
+
+    return load
+
+
+def make_scale_set_sum(g, sets: int):
+    """A macro ``add(acc, part, sa, sb, at)``: :func:`make_scale_sum` with the scales of K tile ``at``
+    of :func:`make_chunk_scale_loader`'s chunk, no sets moved."""
+    NACC, MT, JN = g.NACC, g.cfg.m_subtiles, g.BN // 8
+    GW = scale_group(g.BN)
+    NCB, JB = g.BN // GW, GW // 8
+
+    @T.macro
+    def add(acc, part, sa, sb, at):
+        for mt in T.unroll(MT):
+            for j in T.unroll(JN):
+                for h in T.unroll(2):
+                    for e in T.unroll(2):
+                        acc[mt * NACC + j * 4 + h * 2 + e] = acc[mt * NACC + j * 4 + h * 2 + e] + part[
+                            mt * NACC + j * 4 + h * 2 + e] * (sa[(mt * 2 + h) * sets + at] * sb[j // JB * sets + at])
+
+    return add
+
+
 def make_scale_sum(g):
     """A macro ``add(acc, part, sa, sb)``: the running sum plus a K tile's partial sums times their
     scales (set 0 of :func:`make_scale_loader`'s), then the next K tile's scales (set 1) moved into

@@ -41,9 +41,9 @@ from tvm.script import tirx as T
 
 from .common import ceil_div
 from .errors import ScheduleParamError
-from .fp8_block_scales import (SCALE_TMA_ARRIVALS, encode_scale_maps, make_pipelined_unit, make_scale_loader,
-                               make_scale_reader, make_scale_sum, make_scale_tma_load, scale_group, scale_ring_bytes,
-                               scales_by_tma)
+from .fp8_block_scales import (SCALE_TMA_ARRIVALS, encode_scale_maps, make_chunk_scale_loader, make_pipelined_unit,
+                               make_scale_loader, make_scale_reader, make_scale_set_sum, make_scale_sum,
+                               make_scale_tma_load, scale_group, scale_ring_bytes, scales_by_chunk, scales_by_tma)
 from .fp8_pingpong import make_pingpong_promotion
 from .pingpong import check_pingpong, make_mainloop, turns, wait_turn
 from .registry import register
@@ -159,6 +159,7 @@ class Fp8Geometry(Geometry):
         self.NACC = self.BN // 2
         self.SBO = 8 * ROW_BYTES // 16
         self.scales_tma = scales_by_tma(wl, cfg)  # block scales by TMA beside each K tile
+        self.scales_chunk = scales_by_chunk(wl, cfg)  # block scales 16 bytes a row, a chunk at a time
         self.mma = T.ptx[f"wgmma.mma_async.sync.aligned.m64n{self.BN}k{K_STEP}.f32."
                          f"{FP8_PTX[wl.dtype]}.{FP8_PTX[wl.dtype_b]}"]
 
@@ -316,11 +317,13 @@ def make_promotion(g: Fp8Geometry, wl: Gemm):
     S, CL = g.S, g.cfg.cluster_m
     load_scales, read_scales, add = make_scale_loader(g), make_scale_reader(g), make_scale_sum(g)
     IN_RING = g.scales_tma
+    CHUNK = g.scales_chunk  # the chunk's scales loaded at its start (make_chunk_scale_loader)
+    add_set = make_scale_set_sum(g, g.cfg.k_chunk) if CHUNK else None
     mma = make_fp8_mma(g, ring_word=True)
 
     @T.macro
-    def promote(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, it, kt, tile_m, tile_n, row0, lane):
-        if not IN_RING:  # the next K tile's
+    def promote(acc, part, sa_r, sb_r, SA, SB, scales, ring, bars, it, kt, u, tile_m, tile_n, row0, lane):
+        if not (IN_RING or CHUNK):  # the next K tile's
             load_scales(sa_r, sb_r, 1, SA, SB, tile_m, tile_n, row0, lane, T.min(kt + 1, g.KT - 1))
         # this K tile's barrier: waited for before the previous one's promotion, or by the caller
         mma(part, ring, it % S, row0, 0)  # kt = 0: scale-d 0 on the first k32 step, a fresh partial sum
@@ -332,7 +335,10 @@ def make_promotion(g: Fp8Geometry, wl: Gemm):
         if kt + 1 < g.KT:  # the next K tile's, before this one's promotion
             wait_phase(T.address_of(bars[(it + 1) % S]), (it + 1) // S % 2)
         fence_acc(part, g.ACC)  # no read of the partial sums above the wait
-        add(acc, part, sa_r, sb_r)
+        if CHUNK:
+            add_set(acc, part, sa_r, sb_r, u)
+        else:
+            add(acc, part, sa_r, sb_r)
 
     return promote
 
@@ -371,9 +377,12 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     ROWWISE = wl.scaling == "row"
     promote = make_promotion(g, wl) if BLOCK else None
     load_scales = make_scale_loader(g) if BLOCK else None
+    CHUNK = g.scales_chunk
+    load_chunk = make_chunk_scale_loader(g, cfg.k_chunk) if CHUNK else None
     promote_unit = make_pingpong_promotion(g, mma) if BLOCK and PP else None
     pp_mainloop = make_mainloop(S, CL, mma, unit_done) if PP and not BLOCK else None
     UK = cfg.k_chunk if BLOCK else 1  # block scales, unpipelined: K tiles per unrolled chunk
+    SETS = UK if CHUNK else 2  # scale sets: this K tile's and the next's; chunk_scales: a chunk's
     PIPE = BLOCK and getattr(cfg, "pipelined", False)  # two partial sets, promoted behind the next wgmmas
     WORD = BLOCK and not PP and not PIPE  # make_promotion's consumers
     pipe_unit = make_pipelined_unit(g, mma) if PIPE else None
@@ -416,8 +425,8 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                 part = T.alloc_buffer((g.ACC,), "float32", scope="local")
                 if PIPE:  # odd K tiles' partial sums (part: the even ones')
                     part1 = T.alloc_buffer((g.ACC,), "float32", scope="local")
-                sa_r = T.alloc_buffer((4 * cfg.m_subtiles,), "float32", scope="local")  # this K tile's, the next's
-                sb_r = T.alloc_buffer((2 * g.BN // scale_group(g.BN),), "float32", scope="local")
+                sa_r = T.alloc_buffer((SETS * 2 * cfg.m_subtiles,), "float32", scope="local")
+                sb_r = T.alloc_buffer((SETS * g.BN // scale_group(g.BN),), "float32", scope="local")
             ring: T.let[T.uint32] = T.bitwise_and(T.cuda.cvta_generic_to_shared(smem.data) + T.uint32(1023),
                                                   T.uint32(0xFFFFFC00))
             if WORD:  # the ring's start as a descriptor's address field (make_fp8_mma's ring_word)
@@ -479,17 +488,21 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                         elif BLOCK:
                             for r in T.unroll(g.ACC):
                                 acc[r] = T.float32(0)
-                            if not IN_RING:
+                            if not (IN_RING or CHUNK):
                                 load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, w * ROW0, lane, 0)
                             # the unit's first K tile's barrier (the others': in promote)
                             wait_phase(T.address_of(bars[i * KT % S]), i * KT // S % 2)
                             for c in T.serial(KT // UK):  # chunks of unroll_k K tiles in straight-line code
+                                if CHUNK:
+                                    load_chunk(sa_r, sb_r, SA, SB, tile_m, tile_n, w * ROW0, lane, c * UK, UK)
                                 for u in T.unroll(UK):
                                     promote(acc, part, sa_r, sb_r, SA, SB, scales, ring_lo, bars, i * KT + c * UK + u,
-                                            c * UK + u, tile_m, tile_n, w * ROW0, lane)
+                                            c * UK + u, u, tile_m, tile_n, w * ROW0, lane)
+                            if CHUNK and KT % UK != 0:
+                                load_chunk(sa_r, sb_r, SA, SB, tile_m, tile_n, w * ROW0, lane, KT // UK * UK, KT % UK)
                             for u in T.unroll(KT % UK):
                                 promote(acc, part, sa_r, sb_r, SA, SB, scales, ring_lo, bars, i * KT + KT // UK * UK + u,
-                                        KT // UK * UK + u, tile_m, tile_n, w * ROW0, lane)
+                                        KT // UK * UK + u, u, tile_m, tile_n, w * ROW0, lane)
                         else:
                             for kt in T.serial(KT):
                                 it: T.let[T.int32] = i * KT + kt
@@ -590,6 +603,9 @@ class Fp8BlockConfig(Fp8TmaConfig):
     #: ⌈K/128⌉ is a multiple of 4 (fp8_block_scales.scales_by_tma); False (or other K): the consumers
     #: load them from global memory
     scales_in_ring: bool = False
+    #: unpipelined, scales from global memory: a chunk's scales loaded together at its start (a row's 8
+    #: K tiles share a 32-byte sector), not a K tile ahead one by one
+    chunk_scales: bool = False
     #: unpipelined: K tiles per chunk of the K loop in straight-line code (the rest after the chunks), so
     #: that ptxas schedules a K tile's barrier check and wgmma setup among the previous one's promotion;
     #: 0: by the registers a consumer has to spare (:attr:`k_chunk`)
@@ -606,6 +622,9 @@ class Fp8BlockConfig(Fp8TmaConfig):
         if self.pipelined and self.pingpong:
             raise ScheduleParamError(f"{name}: pipelined is for the cooperative consumers (pingpong=false): a "
                                      f"ping-pong consumer's promotion hides behind the other's wgmmas")
+        if self.chunk_scales and (self.pipelined or self.pingpong or self.scales_in_ring):
+            raise ScheduleParamError(f"{name}: chunk_scales is for the unpipelined cooperative kernel with the scales "
+                                     f"from global memory (pipelined, pingpong and scales_in_ring false)")
         if self.pipe_tiles < 2:
             raise ScheduleParamError(f"{name}: pipe_tiles must be ≥ 2 (K tiles per pipelined chunk), "
                                      f"got {self.pipe_tiles}")
@@ -634,7 +653,8 @@ class Fp8BlockConfig(Fp8TmaConfig):
     def describe(self) -> str:
         pipe = (" pipelined" + (f"/{self.pipe_tiles}" if self.pipe_tiles != 4 else "")) if self.pipelined else ""
         unroll = f" unroll {self.unroll_k}" if self.unroll_k and not self.pipelined else ""
-        return "block-scaled " + Fp8TmaConfig.describe(self) + pipe + unroll
+        chunk = " chunk scales" if self.chunk_scales else ""
+        return "block-scaled " + Fp8TmaConfig.describe(self) + pipe + unroll + chunk
 
 
 @register("fp8_block_scaled_gemm", "gemm", Fp8BlockConfig, aliases=("fp8_block",), tags=("fp8",))

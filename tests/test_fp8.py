@@ -246,6 +246,29 @@ def test_the_chunk_length_follows_the_registers_left_beside_two_accumulator_sets
     assert "unroll" not in spec.config().describe()
 
 
+@pytest.mark.parametrize("K, vectors", [(4096, True), (1536, True), (1152, False)])
+def test_chunk_scales_reads_16_bytes_of_a_row_once_for_4_k_tiles(built, K, vectors):
+    """chunk_scales=true: a chunk's scales loaded at its start, 16 bytes a load (4 K tiles of a row of A's
+    M × ⌈K/128⌉ scales, of B's block), not a K tile ahead one by one: 3 vector loads (2 rows of A, 1 block of
+    B) per 4 K tiles, in the chunks (8) and the remainder (1536: 12 K tiles, 8 + 4); where ⌈K/128⌉ is not a
+    multiple of 4 (1152: 9) the loads are the default's. No spills (nvcc, sm_90a)."""
+    wl = f"gemm:1000x520x{K}:float8_e4m3fn:nt:scale=block:out=bfloat16"
+    b, plain = built(wl, BLOCK_STEP, chunk_scales=True), built(wl, BLOCK_STEP)
+    assert all(k.spills == 0 for k in b.device.kernels)
+    body = b.device.cuda.rsplit("setmaxnreg_inc", 1)[1]
+    loads = body.count("= *(float4*)(scale_a_ptr") + body.count("= *(float4*)(scale_b_ptr")
+    per_chunk = 6  # one chunk's copy: 2 rows of A and B's block, 8 K tiles
+    remainder = 3 if K // 128 % 8 else 0
+    assert loads == (per_chunk + remainder if vectors else 0)
+    assert ("ld.global.nc.v4.f32" in b.device.ptx) == vectors
+    if vectors:
+        assert "scale_a_ptr[" not in body  # no scalar loads of A's scales
+    else:
+        assert b.device.cuda == plain.device.cuda
+    with pytest.raises(ScheduleParamError, match="chunk_scales is for the unpipelined cooperative kernel"):
+        get(BLOCK_STEP).validate(parse_workload(wl), get(BLOCK_STEP).config(chunk_scales=True, pipelined=True))
+
+
 def test_scales_in_ring_loads_each_k_tiles_scales_by_tma_beside_it(built):
     """scales_in_ring=true: the producer thread loads each K tile's scales by TMA (a box of 16-byte
     rows, 4 K tiles each, for the tile's 128 rows and its B block) into the slot's scale area, on its
@@ -485,6 +508,11 @@ BLOCK_GPU_CASES = [
     # the default kernel: a chunk of 8 K tiles and a remainder of 1 (9 K tiles), few blocks; K padded to 16
     ("gemm:1024x768x1152:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(sms=7)),
     ("gemm:1000x520x1000:float8_e4m3fn:nt:scale=block", dict(pad_k=True, sms=5)),
+    # chunk_scales: 4 K tiles of a row's scales a load (32 K tiles; ragged M, N with 8 + 4; clusters; 128 × 192)
+    ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(chunk_scales=True)),
+    ("gemm:1000x520x1536:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(chunk_scales=True, sms=5)),
+    ("gemm:1100x520x2048:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(chunk_scales=True, cluster_m=2)),
+    ("gemm:1000x1000x1536:float8_e4m3fn:nt:scale=block", dict(chunk_scales=True, block_n=192, stages=4)),
 ]
 
 
