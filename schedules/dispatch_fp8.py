@@ -69,9 +69,11 @@ FP8_TILES = ((128, 256, 4), (128, 128, 6), (256, 128, 4))
 # products, 1.01-1.15x (reports/results/NVIDIA_H200/fp8_block_unrolled/)
 BLOCK_TILES = ((128, 128, 4),)
 # ping-pong: (block_m, block_n, stages) of one consumer's whole tile, 128 accumulators per thread at
-# most (128 × 128: 6 × 32 KiB; 64 × 256: 5 × 40 KiB; 64 × 128: 8 × 24 KiB, 64), with block scales two
-# 64-register sets (64 × 128)
-PINGPONG_TILES = ((128, 128, 6), (64, 256, 5), (64, 128, 8))
+# most (128 × 128, 64 × 256, 64 × 128), with block scales two 64-register sets (64 × 128). Not the
+# deepest ring that fits: on an H200 (fp8_pingpong_stages, 8 products, per-tensor scales) 128 × 128 at 4
+# stages took 1.036x less time than at 6 (1.015-1.064x), 64 × 256 at 4 1.062x less than at 5 (0.95-1.12x);
+# 64 × 128 at 8 1.2x less than at 4, and the cooperative 128 × 128 at 6 1.07x less than at 4
+PINGPONG_TILES = ((128, 128, 4), (64, 256, 4), (64, 128, 8))
 BLOCK_PINGPONG_TILES = ((64, 128, 8),)
 CLUSTERS = (1, 2)
 PAD_TO = 16  # a tensor map's row pitch: a multiple of 16 bytes, i.e. of 16 one-byte elements
