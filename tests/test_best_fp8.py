@@ -258,6 +258,13 @@ def test_the_calibration_sweep_measures_fp8_and_the_fit_recovers_its_constants(c
     assert cal["fp8"]["calibrated_on"] == {"gpu": "NVIDIA H200", "arch": "sm_90", "sms": 132}
     assert report["fp8"]["median_abs_log_error"]["after"] < 1e-3 and report["fp8"]["block_promotion"]["fitted"]
     assert dispatch_fp8.calibrated_elsewhere(H200, cal) is None
+    # block-scaled points alone (a sweep --where chunk_scales=true): the promotions, the efficiencies as they were
+    block = df[df["workload"].str.contains("scale=block")].copy()
+    block.attrs.update(df.attrs)
+    cal, report = calibrate.fit(block, gpu)
+    assert dispatch_fp8.constants(cal)["efficiency"] == dispatch_fp8.constants()["efficiency"] and not report["fp8"]["fitted_efficiencies"]
+    assert report["fp8"]["block_promotion"]["fitted"] and cal["fp8"]["block_promotion"] != dispatch_fp8.constants()["block_promotion"]
+    assert "; the efficiencies as they were: " + dispatch_fp8.constants()["source"] in cal["fp8"]["source"]
     # the command line: fp8 by name, for the calibration set only
     assert main(["sweep", "--precisions", "fp9", "--out", "out/x"]) == 2
     assert "--precisions: 'fp9' is not one of fp32, tf32, fp16, fp8" in capsys.readouterr().err

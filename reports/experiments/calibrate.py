@@ -713,8 +713,7 @@ def _fit_fp8(pts, cal, gpu, what: str, on: dict) -> dict:
     :func:`_fit_efficiencies`), then ``block_promotion`` (the median solved on the block-scaled
     points, at the efficiency of their tile) and ``pingpong_block_promotion`` (the same on the
     block-scaled ping-pong points); the constants no point could solve keep their value."""
-    before = _errors(pts, cal, gpu)
-    regret_before = regret(pts, cal, gpu)
+    before, regret_before = _errors(pts, cal, gpu), regret(pts, cal, gpu)
     for name in ("block_promotion", "pingpong_block_promotion"):
         _set_fp8(cal, name, dispatch_fp8.constants(cal)[name])
     by_key: dict[str, list[float]] = {}
@@ -735,7 +734,8 @@ def _fit_fp8(pts, cal, gpu, what: str, on: dict) -> dict:
                                       _solve_pingpong if pp else None)
         if fitted[name] is not None:
             _set_fp8(cal, name, fitted[name])
-    cal["fp8"].update(source=f"fitted by schedlab calibrate to {what}; {len(pts)} measured FP8 kernels)",
+    kept = "" if by_key else f"; the efficiencies as they were: {dispatch_fp8.constants(cal)['source']}"  # no tensor scales
+    cal["fp8"].update(source=f"fitted by schedlab calibrate to {what}; {len(pts)} measured FP8 kernels){kept}",
                       calibrated_on=dict(on))
     after = _errors(pts, cal, gpu)
     return {"points": len(pts), "fitted_efficiencies": {k: len(v) for k, v in by_key.items()},
