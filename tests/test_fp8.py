@@ -69,6 +69,58 @@ def test_fp8_nonsense_is_a_one_line_error(text, word):
         Gemm(8, 8, 8, "bfloat16", b_dtype="float8_e5m2")
 
 
+class _TensorLike(np.ndarray):
+    """What scaled_mm_call uses of a torch tensor (t, copy_, device), on a numpy array."""
+    device = "cpu"
+
+    def t(self):
+        return self.T.view(_TensorLike)
+
+    def copy_(self, other):
+        self[...] = other
+        return self
+
+
+@pytest.mark.parametrize("K, padded", [(2304, True), (768, True), (2048, False)])
+def test_cublas_block_scales_go_with_k_blocks_padded_to_4_where_they_are_not(K, padded):
+    """cuBLASLt reads B's 128 × 128 block scales with a row pitch of ⌈K/128⌉ rounded up to 4 (unpadded,
+    torch._scaled_mm's output failed the float64 check at K 2304 and 768 on an H200): there the
+    baseline first offers them copied into padded rows (as the K × N-block view torch takes), the
+    values those of each call; elsewhere the layouts as before. (torch stood in for by numpy.)"""
+    from types import SimpleNamespace
+
+    from reports.engine.baselines import scaled_mm_call
+
+    seen = []
+
+    def scaled_mm(a, b, scale_a, scale_b, out=None, out_dtype=None, use_fast_accum=False):
+        seen.append((scale_b.shape, tuple(x // 4 for x in scale_b.strides), np.array(scale_b), scale_a.strides))
+        if use_fast_accum:
+            raise RuntimeError("scaled_gemm doesn't support fast accum with 1x128 blockwise scaling")
+        return out
+
+    def empty_strided(shape, strides, dtype, device):
+        assert strides == (1, shape[0])  # scale_a column-major
+        return np.zeros(shape[::-1], np.float32).T.view(_TensorLike)
+
+    fake = SimpleNamespace(_scaled_mm=scaled_mm, empty_strided=empty_strided,
+                           zeros=lambda shape, dtype, device: np.zeros(shape, np.float32).view(_TensorLike))
+    wl = parse_workload(f"gemm:256x384x{K}:float8_e4m3fn:nt:scale=block:out=bfloat16")
+    kb, rng = -(-K // 128), np.random.default_rng(0)
+    a, b = (np.zeros(shape, np.uint8).view(_TensorLike) for shape in ((256, K), (384, K)))
+    sa, sb = (rng.random(shape, dtype=np.float32).view(_TensorLike) for shape in ((256, kb), (3, kb)))
+    fn, what = scaled_mm_call(fake, wl, [a, b, sa, sb], np.zeros((256, 384), np.float32).view(_TensorLike))
+    assert ("padded to a multiple of 4" in what) is padded and "use_fast_accum=False" in what
+    shape, strides, values, _ = seen[-1]
+    if padded:  # the K × N-block view of rows padded to a multiple of 4: torch's shape, cuBLASLt's pitch
+        assert shape == (kb, 3) and strides == (1, kb + -kb % 4) and np.array_equal(values, sb.T)
+        sb[...] = 2.0  # each call copies the scales it is given
+        fn()
+        assert np.all(seen[-1][2] == 2.0)
+    else:
+        assert shape == (3, kb) and "scale_b" not in what
+
+
 def test_the_arguments_are_scaled_mms_and_the_kernels():
     """A, B, scale_a, scale_b, [bias], [R], D: the scales float32, (1,) per tensor, (M, 1) and (1, N)
     per row (torch._scaled_mm's shapes); the kernel's PrimFunc takes exactly these."""
@@ -568,7 +620,8 @@ def test_the_fragments_own_stores_are_right(harness, workload, params):
 @pytest.mark.gpu
 @pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float8_e4m3fn:nt:out=bfloat16",
                                       "gemm:1024x512x2048:float8_e4m3fn:nt:scale=row:out=bfloat16",
-                                      "gemm:1024x512x2048:float8_e4m3fn:nt:scale=block:out=bfloat16"])
+                                      "gemm:1024x512x2048:float8_e4m3fn:nt:scale=block:out=bfloat16",
+                                      "gemm:1024x512x2304:float8_e4m3fn:nt:scale=block:out=bfloat16"])
 def test_scaled_mm_with_the_same_scales_is_right(workload):
     """The benchmark's baseline: torch._scaled_mm through the same measurement path (checked to the
     same FP8 bound: it is asked for fast accumulation where cuBLASLt takes it)."""

@@ -245,7 +245,9 @@ def scaled_mm_call(torch, workload, inputs, out):
     (M×K, row-major) and B stored N×K passed as its K×N column-major view, with the workload's
     scale tensors (per tensor: shape (1,); per row: (M, 1) and (1, N); per block: (M, ⌈K/128⌉) and
     B's (⌈N/128⌉, ⌈K/128⌉), also tried as the (⌈K/128⌉, ⌈N/128⌉) view and with scale_a copied
-    column-major, the layouts cuBLASLt's block scaling may ask for; a copy is made inside the call,
+    column-major, the layouts cuBLASLt's block scaling may ask for, and first, where ⌈K/128⌉ is not a
+    multiple of 4, B's copied into rows padded to a multiple of 4 (cuBLASLt's pitch for them: unpadded,
+    its output failed the float64 check at K 2304 and 768); a copy is made inside the call,
     so that it reads the values of each check) and output type, into the output buffer, the product
     alone (no epilogue). Fast accumulation (``use_fast_accum=True``: the partial sums stay in the
     tensor cores' accumulator, as fp8_tma_gemm keeps them) where cuBLASLt takes it with these scales,
@@ -264,6 +266,17 @@ def scaled_mm_call(torch, workload, inputs, out):
         scales += [(lambda: (sa, sb.t()), ", scale_b as its K×N-block view"),
                    (lambda: (col_major(), sb), ", scale_a copied column-major"),
                    (lambda: (col_major(), sb.t()), ", scale_a copied column-major, scale_b as its K×N-block view")]
+        kb = sb.shape[1]
+        if kb % 4:  # cuBLASLt reads B's block scales with a row pitch of ⌈K/128⌉ rounded up to 4: first a copy so laid out
+            padded = torch.zeros((sb.shape[0], kb + -kb % 4), dtype=sb.dtype, device=sb.device)
+
+            def pad_b(view):
+                padded[:, :kb].copy_(sb)
+                return padded[:, :kb].t() if view else padded.t()
+
+            how = ", scale_a copied column-major, scale_b copied with its K blocks padded to a multiple of 4"
+            scales = [(lambda: (col_major(), pad_b(True)), how + " (a K×N-block view)"),
+                      (lambda: (col_major(), pad_b(False)), how)] + scales
     errors = []
     for fast in (True, False):
         for prep, how in scales:
