@@ -195,12 +195,13 @@ def make_chunk_scale_loader(g, sets: int):
     return load
 
 
-def make_scale_set_sum(g, sets: int):
-    """A macro ``add(acc, part, sa, sb, at)``: :func:`make_scale_sum` with the scales of K tile ``at``
-    of :func:`make_chunk_scale_loader`'s chunk, no sets moved."""
+def make_scaled_add(g, a_at, b_at):
+    """A macro ``add(acc, part, sa, sb, at)``: the running sum plus a K tile's partial sums times their
+    scales, each accumulator's row scale ``sa[a_at(r, at)]`` (r: the thread's row, 2 per m64 subtile)
+    times its column group's ``sb[b_at(cb, at)]`` (cb: the group's B scale in the tile); ``a_at`` and
+    ``b_at`` say where the loader put scale set ``at``."""
     NACC, MT, JN = g.NACC, g.cfg.m_subtiles, g.BN // 8
-    GW = scale_group(g.BN)
-    NCB, JB = g.BN // GW, GW // 8
+    JB = scale_group(g.BN) // 8  # 8-column groups per column group of one B scale
 
     @T.macro
     def add(acc, part, sa, sb, at):
@@ -209,27 +210,27 @@ def make_scale_set_sum(g, sets: int):
                 for h in T.unroll(2):
                     for e in T.unroll(2):
                         acc[mt * NACC + j * 4 + h * 2 + e] = acc[mt * NACC + j * 4 + h * 2 + e] + part[
-                            mt * NACC + j * 4 + h * 2 + e] * (sa[(mt * 2 + h) * sets + at] * sb[j // JB * sets + at])
+                            mt * NACC + j * 4 + h * 2 + e] * (sa[a_at(mt * 2 + h, at)] * sb[b_at(j // JB, at)])
 
     return add
+
+
+def make_scale_set_sum(g, sets: int):
+    """A macro ``add(acc, part, sa, sb, at)``: :func:`make_scaled_add` with the scales of K tile ``at``
+    of :func:`make_chunk_scale_loader`'s chunk (row r's at ``r·sets + at``), no sets moved."""
+    return make_scaled_add(g, lambda r, at: r * sets + at, lambda cb, at: cb * sets + at)
 
 
 def make_scale_sum(g):
     """A macro ``add(acc, part, sa, sb)``: the running sum plus a K tile's partial sums times their
     scales (set 0 of :func:`make_scale_loader`'s), then the next K tile's scales (set 1) moved into
     set 0."""
-    NACC, MT, JN = g.NACC, g.cfg.m_subtiles, g.BN // 8
-    GW = scale_group(g.BN)
-    NCB, JB = g.BN // GW, GW // 8  # column groups of one B scale per tile, 8-column groups per column group
+    MT, NCB = g.cfg.m_subtiles, g.BN // scale_group(g.BN)  # NCB: column groups of one B scale per tile
+    scaled = make_scaled_add(g, lambda r, at: r, lambda cb, at: cb)
 
     @T.macro
     def add(acc, part, sa, sb):
-        for mt in T.unroll(MT):
-            for j in T.unroll(JN):
-                for h in T.unroll(2):
-                    for e in T.unroll(2):
-                        acc[mt * NACC + j * 4 + h * 2 + e] = acc[mt * NACC + j * 4 + h * 2 + e] + part[
-                            mt * NACC + j * 4 + h * 2 + e] * (sa[mt * 2 + h] * sb[j // JB])
+        scaled(acc, part, sa, sb, 0)
         for x in T.unroll(2 * MT):
             sa[x] = sa[2 * MT + x]
         for cb in T.unroll(NCB):
