@@ -83,42 +83,61 @@ class _TensorLike(np.ndarray):
 
 @pytest.mark.parametrize("K, padded", [(2304, True), (768, True), (2048, False)])
 def test_cublas_block_scales_go_with_k_blocks_padded_to_4_where_they_are_not(K, padded):
-    """cuBLASLt reads B's 128 × 128 block scales with a row pitch of ⌈K/128⌉ rounded up to 4 (unpadded,
-    torch._scaled_mm's output failed the float64 check at K 2304 and 768 on an H200): there the
-    baseline first offers them copied into padded rows (as the K × N-block view torch takes), the
-    values those of each call; elsewhere the layouts as before. (torch stood in for by numpy.)"""
+    """cuBLASLt reads B's 128 × 128 block scales with a row pitch of ⌈K/128⌉ rounded up to 4
+    (torch._scaled_mm takes only the unpadded shape: its output failed the float64 check at K 2304
+    and 768 on an H200): there the baseline first calls torch._scaled_mm_v2 with the recipes named and
+    B's scales copied into padded rows (as the (padded K blocks) × N-block view torch's tests pass), the
+    values those of each call; elsewhere, or with a torch without _scaled_mm_v2, torch._scaled_mm with
+    the layouts as before. (torch stood in for by numpy.)"""
     from types import SimpleNamespace
 
     from reports.engine.baselines import scaled_mm_call
 
     seen = []
 
-    def scaled_mm(a, b, scale_a, scale_b, out=None, out_dtype=None, use_fast_accum=False):
-        seen.append((scale_b.shape, tuple(x // 4 for x in scale_b.strides), np.array(scale_b), scale_a.strides))
+    def record(scale_a, scale_b, use_fast_accum, out, call):
+        seen.append((call, scale_b.shape, tuple(x // 4 for x in scale_b.strides), np.array(scale_b), scale_a.strides))
         if use_fast_accum:
             raise RuntimeError("scaled_gemm doesn't support fast accum with 1x128 blockwise scaling")
         return out
+
+    def scaled_mm(a, b, scale_a, scale_b, out=None, out_dtype=None, use_fast_accum=False):
+        return record(scale_a, scale_b, use_fast_accum, out, "v1")
+
+    def scaled_mm_v2(a, b, scale_a, recipe_a, swizzle_a, scale_b, recipe_b, swizzle_b, bias, out_dtype,
+                     contraction_dim=(), use_fast_accum=False, *, out=None):
+        assert (recipe_a, recipe_b, swizzle_a, swizzle_b, bias) == ([4], [5], [], [], None)
+        return record(scale_a[0], scale_b[0], use_fast_accum, out, "v2")
 
     def empty_strided(shape, strides, dtype, device):
         assert strides == (1, shape[0])  # scale_a column-major
         return np.zeros(shape[::-1], np.float32).T.view(_TensorLike)
 
-    fake = SimpleNamespace(_scaled_mm=scaled_mm, empty_strided=empty_strided,
+    recipes = SimpleNamespace(BlockWise1x128=SimpleNamespace(value=4), BlockWise128x128=SimpleNamespace(value=5))
+    fake = SimpleNamespace(_scaled_mm=scaled_mm, _scaled_mm_v2=scaled_mm_v2, empty_strided=empty_strided,
+                           nn=SimpleNamespace(functional=SimpleNamespace(ScalingType=recipes)),
                            zeros=lambda shape, dtype, device: np.zeros(shape, np.float32).view(_TensorLike))
     wl = parse_workload(f"gemm:256x384x{K}:float8_e4m3fn:nt:scale=block:out=bfloat16")
     kb, rng = -(-K // 128), np.random.default_rng(0)
     a, b = (np.zeros(shape, np.uint8).view(_TensorLike) for shape in ((256, K), (384, K)))
     sa, sb = (rng.random(shape, dtype=np.float32).view(_TensorLike) for shape in ((256, kb), (3, kb)))
-    fn, what = scaled_mm_call(fake, wl, [a, b, sa, sb], np.zeros((256, 384), np.float32).view(_TensorLike))
+    out = np.zeros((256, 384), np.float32).view(_TensorLike)
+    fn, what = scaled_mm_call(fake, wl, [a, b, sa, sb], out)
     assert ("padded to a multiple of 4" in what) is padded and "use_fast_accum=False" in what
-    shape, strides, values, _ = seen[-1]
-    if padded:  # the K × N-block view of rows padded to a multiple of 4: torch's shape, cuBLASLt's pitch
-        assert shape == (kb, 3) and strides == (1, kb + -kb % 4) and np.array_equal(values, sb.T)
+    call, shape, strides, values, a_strides = seen[-1]
+    assert a_strides == (4, 4 * 256) or not padded  # scale_a column-major
+    if padded:  # the (padded K blocks) × N-block view of rows padded to a multiple of 4: cuBLASLt's pitch
+        pk = kb + -kb % 4
+        assert call == "v2" and what.startswith("torch._scaled_mm_v2(")
+        assert shape == (pk, 3) and strides == (1, pk) and np.array_equal(values[:kb], sb.T)
+        assert not values[kb:].any()
         sb[...] = 2.0  # each call copies the scales it is given
         fn()
-        assert np.all(seen[-1][2] == 2.0)
+        assert np.all(seen[-1][3][:kb] == 2.0)
+        del fake._scaled_mm_v2  # an older torch: torch._scaled_mm's layouts, not padded
+        assert "padded" not in scaled_mm_call(fake, wl, [a, b, sa, sb], out)[1]
     else:
-        assert shape == (3, kb) and "scale_b" not in what
+        assert call == "v1" and shape == (3, kb) and "scale_b" not in what
 
 
 def test_the_arguments_are_scaled_mms_and_the_kernels():

@@ -245,17 +245,22 @@ def scaled_mm_call(torch, workload, inputs, out):
     (M×K, row-major) and B stored N×K passed as its K×N column-major view, with the workload's
     scale tensors (per tensor: shape (1,); per row: (M, 1) and (1, N); per block: (M, ⌈K/128⌉) and
     B's (⌈N/128⌉, ⌈K/128⌉), also tried as the (⌈K/128⌉, ⌈N/128⌉) view and with scale_a copied
-    column-major, the layouts cuBLASLt's block scaling may ask for, and first, where ⌈K/128⌉ is not a
-    multiple of 4, B's copied into rows padded to a multiple of 4 (cuBLASLt's pitch for them: unpadded,
-    its output failed the float64 check at K 2304 and 768); a copy is made inside the call,
+    column-major, the layouts cuBLASLt's block scaling may ask for; a copy is made inside the call,
     so that it reads the values of each check) and output type, into the output buffer, the product
-    alone (no epilogue). Fast accumulation (``use_fast_accum=True``: the partial sums stay in the
-    tensor cores' accumulator, as fp8_tma_gemm keeps them) where cuBLASLt takes it with these scales,
-    else its default."""
+    alone (no epilogue). Where ⌈K/128⌉ is not a multiple of 4, first ``torch._scaled_mm_v2`` with the
+    recipes named (1×128 and 128×128 blocks) and B's scales copied into rows padded to a multiple of 4:
+    cuBLASLt reads them with that pitch, and torch._scaled_mm takes only the unpadded shape (its output
+    failed the float64 check at K 2304 and 768 on an H200). Fast accumulation (``use_fast_accum=True``:
+    the partial sums stay in the tensor cores' accumulator, as fp8_tma_gemm keeps them) where cuBLASLt
+    takes it with these scales, else its default."""
     a, b = workload.operands(*inputs[:2])
     sa, sb = inputs[2], inputs[3]
     alone = " (the product alone: no epilogue)" if workload.epilogue is not None else ""
-    scales = [(lambda: (sa, sb), "")]
+
+    def v1(x, y, fast, **into):
+        return torch._scaled_mm(a, b, scale_a=x, scale_b=y, out_dtype=out.dtype, use_fast_accum=fast, **into)
+
+    calls = [(v1, "torch._scaled_mm", lambda: (sa, sb), "")]
     if workload.scaling == "block":
         col = torch.empty_strided(tuple(sa.shape), (1, sa.shape[0]), dtype=sa.dtype, device=sa.device)
 
@@ -263,34 +268,39 @@ def scaled_mm_call(torch, workload, inputs, out):
             col.copy_(sa)
             return col
 
-        scales += [(lambda: (sa, sb.t()), ", scale_b as its K×N-block view"),
-                   (lambda: (col_major(), sb), ", scale_a copied column-major"),
-                   (lambda: (col_major(), sb.t()), ", scale_a copied column-major, scale_b as its K×N-block view")]
+        calls += [(v1, "torch._scaled_mm", prep, how) for prep, how in (
+            (lambda: (sa, sb.t()), ", scale_b as its K×N-block view"),
+            (lambda: (col_major(), sb), ", scale_a copied column-major"),
+            (lambda: (col_major(), sb.t()), ", scale_a copied column-major, scale_b as its K×N-block view"))]
         kb = sb.shape[1]
-        if kb % 4:  # cuBLASLt reads B's block scales with a row pitch of ⌈K/128⌉ rounded up to 4: first a copy so laid out
+        recipes = getattr(getattr(torch, "nn", None), "functional", None)
+        recipes = getattr(recipes, "ScalingType", None)
+        if kb % 4 and recipes is not None and hasattr(torch, "_scaled_mm_v2"):
             padded = torch.zeros((sb.shape[0], kb + -kb % 4), dtype=sb.dtype, device=sb.device)
 
-            def pad_b(view):
+            def pad_b():
                 padded[:, :kb].copy_(sb)
-                return padded[:, :kb].t() if view else padded.t()
+                return padded.t()
 
-            how = ", scale_a copied column-major, scale_b copied with its K blocks padded to a multiple of 4"
-            scales = [(lambda: (col_major(), pad_b(True)), how + " (a K×N-block view)"),
-                      (lambda: (col_major(), pad_b(False)), how)] + scales
+            rec = [recipes.BlockWise1x128.value], [recipes.BlockWise128x128.value]
+
+            def v2(x, y, fast, **into):
+                return torch._scaled_mm_v2(a, b, [x], rec[0], [], [y], rec[1], [], None, out.dtype, (), fast, **into)
+
+            calls.insert(0, (v2, "torch._scaled_mm_v2", lambda: (col_major(), pad_b()),
+                             ", 1×128 and 128×128 recipes, scale_a copied column-major, scale_b copied with its K "
+                             "blocks padded to a multiple of 4"))
     errors = []
     for fast in (True, False):
-        for prep, how in scales:
-            opts = dict(out_dtype=out.dtype, use_fast_accum=fast)
-            what = (f"torch._scaled_mm({workload.scaling} scales{how}, use_fast_accum={fast}), {a.dtype} x {b.dtype} "
+        for call, name, prep, how in calls:
+            what = (f"{name}({workload.scaling} scales{how}, use_fast_accum={fast}), {a.dtype} x {b.dtype} "
                     f"→ {out.dtype}, {workload.layout}{alone}")
 
-            def into(prep=prep, opts=opts):
-                x, y = prep()
-                return torch._scaled_mm(a, b, scale_a=x, scale_b=y, out=out, **opts)
+            def into(call=call, prep=prep, fast=fast):
+                return call(*prep(), fast, out=out)
 
-            def copied(prep=prep, opts=opts):
-                x, y = prep()
-                return out.copy_(torch._scaled_mm(a, b, scale_a=x, scale_b=y, **opts))
+            def copied(call=call, prep=prep, fast=fast):
+                return out.copy_(call(*prep(), fast))
 
             for fn, extra in ((into, ""), (copied, ", copied into the output")):
                 try:
