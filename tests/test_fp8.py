@@ -521,7 +521,8 @@ def test_the_benchmark_runs_both_scalings_beside_scaled_mm_and_show_defaults_to_
     assert {(j["workload"], j["name"]) for j in jobs} == {
         (f"gemm:4096x4096x4096:float8_e4m3fn:nt{s}:out=bfloat16", n)
         for s in ("", ":scale=row") for n in ("cublas", STEP, "best_fp8_gemm")} | {
-        ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", n) for n in ("cublas", BLOCK_STEP, "best_fp8_gemm")}
+        ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", n)
+        for n in ("cublas", "dequant_bf16_cublas", BLOCK_STEP, "best_fp8_gemm")}
     assert sum(j["params"] == {"cluster_m": 2} for j in jobs) == 2
     assert "fp8" not in bench_gemm.PRECISIONS  # by name only: the default benchmark is unchanged
     assert main(["bench-gemm", "--precisions", "fp8", "--random", "3"]) == 2
@@ -529,6 +530,35 @@ def test_the_benchmark_runs_both_scalings_beside_scaled_mm_and_show_defaults_to_
     assert str(_workload_for(get(STEP), None)) == "gemm:1024x512x2048:float8_e4m3fn:nt"
     assert str(_workload_for(get(STEP), "64x64x64:out=bfloat16")) == "gemm:64x64x64:float8_e4m3fn:nt:out=bfloat16"
     assert str(_workload_for(get(BLOCK_STEP), None)) == "gemm:1024x512x2048:float8_e4m3fn:nt:scale=block"
+
+
+def test_block_scales_are_also_compared_with_the_per_tensor_rate_and_with_dequantizing_into_bf16():
+    """The issue's two other baselines for block scales: cuBLASLt's per-tensor rate at the same shape
+    (``pct_cublas_tensor``) and the inputs dequantized into bf16 for cuBLAS (``speedup_vs_dequant``);
+    neither for per-tensor or per-row scales. The bench tables show both."""
+    from reports.engine import results as R
+    from reports.engine.baselines import dequant_tolerance, gpu_baselines
+    from reports.experiments import bench_gemm
+
+    tensor, block = BIG + ":out=bfloat16", BIG + ":scale=block:out=bfloat16"
+    assert "dequant_bf16_cublas" in gpu_baselines(parse_workload(block))
+    assert "dequant_bf16_cublas" not in gpu_baselines(parse_workload(tensor))
+    assert R.per_tensor_twin(block) == tensor and R.per_tensor_twin(tensor) is None
+    rows = [{"workload": w, "name": n, "role": r, "status": "ok", "time_ms": t, "precision": "fp8"}
+            for w, n, r, t in ((tensor, "cublas", "baseline", 0.8), (block, "cublas", "baseline", 1.0),
+                               (block, "dequant_bf16_cublas", "baseline", 3.0), (block, BLOCK_STEP, "schedule", 1.25),
+                               (tensor, STEP, "schedule", 0.9))]
+    df = R.frame(rows).set_index(["workload", "name"])
+    assert df.loc[(block, BLOCK_STEP), "pct_cublas_tensor"] == pytest.approx(64.0)
+    assert df.loc[(block, BLOCK_STEP), "speedup_vs_dequant"] == pytest.approx(2.4)
+    assert df.loc[(block, BLOCK_STEP), "pct_cublas"] == pytest.approx(80.0)
+    assert math.isnan(df.loc[(tensor, STEP), "pct_cublas_tensor"]) and math.isnan(df.loc[(tensor, STEP), "speedup_vs_dequant"])
+    frame = R.frame(rows)
+    table = bench_gemm.table(frame)
+    assert list(table.loc[frame["name"] == BLOCK_STEP, ["% LT per-tensor", "× dequant+bf16"]].iloc[0]) == ["64.0", "2.40"]
+    assert "% LT per-tensor" not in bench_gemm.table(R.frame(rows[:1] + rows[-1:]))
+    # the inputs' rounding to bf16 (u = 2^-8 each, 2u allowed), then the bf16 output's
+    assert dequant_tolerance(parse_workload(block)) == pytest.approx((2 / 256 + 1e-4) * (1 + 1 / 256) + 2 / 256)
 
 
 # --- on the GPU ----------------------------------------------------------------------------------------
@@ -655,6 +685,24 @@ def test_scaled_mm_with_the_same_scales_is_right(workload):
     assert row["status"] == "ok", row.get("error")
     assert "torch._scaled_mm" in row["cublas_call"] and row["precision"] == "fp8"
     assert math.isfinite(row["time_ms"]) and row["time_ms"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float8_e4m3fn:nt:scale=block:out=bfloat16",
+                                      "gemm:1000x520x2000:float8_e4m3fn:nt:scale=block:out=bfloat16"])
+def test_dequantizing_block_scaled_inputs_into_bf16_for_cublas_is_right(workload):
+    """The dequantize-then-bf16 baseline through the same measurement path: checked against float64
+    of the dequantized inputs to its bound (K a multiple of 128, and 2000 = 15·128 + 80)."""
+    from reports.engine.baselines import Unavailable
+    from reports.engine.harness import check_in_process
+
+    try:
+        row = check_in_process("dequant_bf16_cublas", workload, time=True, budget_s=0.02)
+    except Unavailable as e:
+        pytest.skip(str(e))
+    print(f"dequant_bf16_cublas on {workload}: {row.get('cublas_call')}, relative error {row.get('rel_error'):.3g}")
+    assert row["status"] == "ok", row.get("error")
+    assert "dequantized" in row["cublas_call"] and math.isfinite(row["time_ms"]) and row["time_ms"] > 0
 
 
 @pytest.mark.gpu

@@ -108,9 +108,12 @@ def fused_library_call(workload) -> str | None:
 
 
 def gpu_baselines(workload) -> list[str]:
-    """The library rows a workload gets on the GPU: cuBLAS of its types; for an epilogue, also
+    """The library rows a workload gets on the GPU: cuBLAS of its types; for block-scaled 8-bit
+    inputs, also the dequantize-then-bf16 product (:func:`dequant_call`); for an epilogue, also
     cuBLASLt's fused epilogue where it has one and the eager unfused sequence."""
     names = ["cublas"]
+    if getattr(workload, "scaling", None) == "block":
+        names.append("dequant_bf16_cublas")
     if fused_library_call(workload) is not None:
         names.append("cublaslt_fused")
     if getattr(workload, "epilogue", None) is not None:
@@ -197,6 +200,46 @@ def epilogue_call(torch, workload, inputs, out, name: str):
 
     product = "torch._scaled_mm" if fp8 else "torch.bmm" if workload.batched else "torch.mm"
     return run, "eager: " + ", ".join([product] + eager_ops(workload))
+
+
+def dequant_tolerance(workload) -> float:
+    """What the dequantize-then-bf16 product is checked to: its operands are the dequantized inputs
+    rounded to bfloat16, each element within u = 2^-8 of itself, uniformly for the check's random
+    inputs (an RMS of u/√3 an operand, about 0.82·u for their product's elements): 2u, with cuBLAS's
+    fp32 sum's 1e-4, then the output's rounding (:func:`schedules.reference.output_tolerance`)."""
+    return output_tolerance(workload, 2 * UNIT_ROUNDOFF["bfloat16"] + 1e-4)
+
+
+def dequant_call(torch, workload, inputs, out):
+    """``(fn, description)`` for block-scaled 8-bit inputs: what runs without an FP8 GEMM. A and B
+    are dequantized into bfloat16 buffers (each 1×128 piece of A times its scale, each 128×128
+    block of B times its, in float32, then rounded), then cuBLAS's bf16 GEMM writes the output; the
+    dequantization is timed with the product, and reads the scales of each check."""
+    if getattr(workload, "scaling", None) != "block":
+        raise Unavailable(f"the dequantize-then-bf16 baseline is for block-scaled 8-bit inputs, not {workload}")
+    a8, b8, sa, sb = inputs[:4]
+    M, N, K = workload.M, workload.N, workload.K
+    kb, block = sa.shape[1], 128
+    a16, b16 = (torch.empty((R, K), dtype=torch.bfloat16, device=a8.device) for R in (M, N))
+
+    def dequant(x, scale, dst):  # scale: one row per row of x, one column per 128 of K
+        if K % block == 0:  # the scales broadcast over each 128 of a row: no expanded copy
+            full = x.view(x.shape[0], kb, block).to(torch.float32) * scale.view(x.shape[0], kb, 1)
+        else:
+            full = x.to(torch.float32) * scale.repeat_interleave(block, 1)[:, :K]
+        dst.copy_(full.view(x.shape[0], K))
+
+    mm = torch.mm
+
+    def run():
+        dequant(a8, sa, a16)
+        dequant(b8, sb.repeat_interleave(block, 0)[:N], b16)  # a row of B's block scales per 128 rows
+        _product_into(torch, mm, a16, b16.t(), out)
+
+    how = _product_into(torch, mm, a16, b16.t(), out)
+    alone = " (the product alone: no epilogue)" if workload.epilogue is not None else ""
+    return run, (f"A and B dequantized with their block scales into bfloat16 (float32 products), then "
+                 f"torch.mm bfloat16 → {out.dtype} ({how}){alone}")
 
 
 def cublas_call(harness, workload, inputs, out, tf32: bool = False):

@@ -51,11 +51,14 @@ BASELINES = {
     "cublaslt_fused": "cuBLASLt's fused epilogue through PyTorch (addmm, _addmm_activation): bias, ReLU or GELU tanh",
     "torch_eager": "eager PyTorch: the product, then one kernel per epilogue operation (bias, activation, residual)",
     "tvm_dlight": "TVM's default GPU rules (s_tir.dlight), a fair TVM baseline",
+    "dequant_bf16_cublas": "block-scaled 8-bit inputs dequantized into bfloat16 by PyTorch, then cuBLAS's bf16 GEMM",
 }
 EPILOGUE_BASELINES = ("cublaslt_fused", "torch_eager")
-GPU_BASELINES = ("cublas", "cublas_tf32", *EPILOGUE_BASELINES, "tvm_dlight")
+DEQUANT_BASELINE = "dequant_bf16_cublas"  # block scales: what runs without an FP8 GEMM
+GPU_BASELINES = ("cublas", "cublas_tf32", DEQUANT_BASELINE, *EPILOGUE_BASELINES, "tvm_dlight")
 CPU_BASELINES = ("numpy_cpu", "torch_cpu")
-LIBRARY = ("cublas", "cublas_tf32", *EPILOGUE_BASELINES, "numpy_cpu", "torch_cpu", "ceilings")  # nothing to build
+LIBRARY = ("cublas", "cublas_tf32", DEQUANT_BASELINE, *EPILOGUE_BASELINES, "numpy_cpu", "torch_cpu",
+           "ceilings")  # nothing to build
 DEFAULT_TIMING = ("read",)
 
 
@@ -192,6 +195,15 @@ def measure_job(job: dict, executable=None) -> dict:
         tol = baselines.cublas_tolerance(wl, tf32=name == "cublas_tf32")
         tvm_module, tvm_args = None, None
         if getattr(wl, "epilogue", None) is not None:  # the product alone (FP8: scaled), into the output type
+            checked, checked_inputs = wl.product_only(), inputs[:wl.operand_count]
+    elif name == DEQUANT_BASELINE:
+        if h.torch is None:
+            raise baselines.Unavailable(f"{name} needs torch with CUDA")
+        fn, call = baselines.dequant_call(h.torch, wl, inputs, out)
+        row.update(role="baseline", device="gpu", cublas_call=call, precision=precision(name, wl.dtype))
+        tol = baselines.dequant_tolerance(wl)
+        tvm_module, tvm_args = None, None
+        if getattr(wl, "epilogue", None) is not None:  # the product alone, as the cublas row
             checked, checked_inputs = wl.product_only(), inputs[:wl.operand_count]
     elif name in EPILOGUE_BASELINES:
         if h.torch is None:

@@ -107,7 +107,9 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
     workload, and the share of cuBLAS of the same workload and precision (fp32 vs cuBLAS fp32, tf32
     vs cuBLAS in TF32 mode, fp16 vs fp16...); for a workload with an epilogue, also the share of
     cuBLASLt's fused epilogue (``pct_cublaslt``) and the speedup over eager PyTorch's unfused
-    sequence (``speedup_vs_eager``), where those rows are there."""
+    sequence (``speedup_vs_eager``); for block-scaled 8-bit inputs, also the share of cuBLAS's rate
+    with per-tensor scales at the same shape (``pct_cublas_tensor``) and the speedup over the
+    dequantize-then-bf16 product (``speedup_vs_dequant``); each where those rows are there."""
     df = df.copy()
     for col in ("time_ms", "status", "role", "step", "precision"):
         if col not in df:
@@ -126,11 +128,29 @@ def derive(df: pd.DataFrame) -> pd.DataFrame:
               .groupby(["workload", "precision"])["time_ms"].first())
     ref = pd.Series([cublas.get((w, p), np.nan) for w, p in zip(df["workload"], df["precision"])], index=df.index)
     df["pct_cublas"] = 100 * ref / time
-    for name, col, scale in (("cublaslt_fused", "pct_cublaslt", 100), ("torch_eager", "speedup_vs_eager", 1)):
+    for name, col, scale in (("cublaslt_fused", "pct_cublaslt", 100), ("torch_eager", "speedup_vs_eager", 1),
+                             ("dequant_bf16_cublas", "speedup_vs_dequant", 1)):
         lib = df[ok & (df["name"] == name)].groupby("workload")["time_ms"].first()
         if len(lib):
             df[col] = scale * df["workload"].map(lib).astype(float) / time
+    per_tensor = {w: per_tensor_twin(w) for w in df["workload"].dropna().unique()}
+    twins = df["workload"].map(per_tensor)
+    if twins.notna().any():
+        lib = df[ok & (df["name"] == "cublas")].groupby("workload")["time_ms"].first()
+        df["pct_cublas_tensor"] = 100 * twins.map(lib).astype(float) / time
     return df
+
+
+def per_tensor_twin(workload: str) -> str | None:
+    """The same product with per-tensor scales, for a block-scaled 8-bit workload (None otherwise)."""
+    try:
+        wl = parse_workload(workload)
+    except ValueError:
+        return None
+    if getattr(wl, "scaling", None) != "block":
+        return None
+    return str(Gemm(wl.M, wl.N, wl.K, wl.dtype, wl.acc_dtype, wl.layout, wl.batch, wl.out_dtype,
+                    b_dtype=wl.b_dtype, scaling="tensor"))
 
 
 # --- files -----------------------------------------------------------------------------------------

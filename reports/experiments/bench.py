@@ -14,7 +14,7 @@ from ..engine import results as R
 from ..engine.baselines import gpu_baselines
 from ..engine.build import check_runs_here, cuda_available, device_arch, device_spec
 from ..engine.files import ensure_out_dir
-from ..engine.harness import EPILOGUE_BASELINES, LIBRARY, run_jobs
+from ..engine.harness import DEQUANT_BASELINE, EPILOGUE_BASELINES, LIBRARY, run_jobs
 from ..engine.progress import Progress
 from ..engine.provenance import provenance
 
@@ -30,8 +30,8 @@ def applies(name: str, workload: str, params=None) -> bool:
     """Whether a step takes this workload (its input type, its shape) with these parameters."""
     if name in ("cublas", "cublas_tf32", "tvm_dlight"):
         return True
-    if name in EPILOGUE_BASELINES:  # cuBLASLt's fused epilogue where it has one; eager for any epilogue
-        return name in gpu_baselines(parse_workload(workload))
+    if name in (*EPILOGUE_BASELINES, DEQUANT_BASELINE):  # cuBLASLt's fused epilogue where it has one; eager for
+        return name in gpu_baselines(parse_workload(workload))  # any epilogue; dequantize-then-bf16 for block scales
     try:
         spec = get(name)
         wl = parse_workload(workload)

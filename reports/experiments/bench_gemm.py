@@ -15,7 +15,8 @@ default list): e4m3 inputs in the nt layout with a bf16 output, per-tensor, row-
 scales (three workloads per shape unless the shape names its layout, output or scales),
 ``best_fp8_gemm`` (the lab's choice), fp8_tma_gemm (also with 2×1 clusters) and
 fp8_block_scaled_gemm at their defaults beside ``torch._scaled_mm`` with the same scales (where its
-version takes them). Every result is checked against float64
+version takes them); block scales also beside cuBLASLt's per-tensor rate at the same shape and
+beside their inputs dequantized into bf16 for cuBLAS. Every result is checked against float64
 first, then timed (CUDA events, L2 emptied before each run, median). Writes results.json/.csv and
 table.md (ratios to cuBLAS of the same precision) into ``--out``.
 """
@@ -45,7 +46,8 @@ KERNELS = {
     "fp16": ("float16", [("cublas", {}), ("tvm_dlight", {}), ("tensor_core_gemm", {}),
                          ("tensor_core_gemm", {"intrinsics": "mma"}), ("wgmma_gemm", {}), *HOPPER, ("best_fp16_gemm", {})]),
     "bf16": ("bfloat16", [("cublas", {}), ("wgmma_gemm", {}), *HOPPER, ("best_fp16_gemm", {})]),
-    "fp8": ("float8_e4m3fn", [("cublas", {}), ("fp8_tma_gemm", {}), ("fp8_tma_gemm", {"cluster_m": 2}),
+    "fp8": ("float8_e4m3fn", [("cublas", {}), ("dequant_bf16_cublas", {}), ("fp8_tma_gemm", {}),
+                              ("fp8_tma_gemm", {"cluster_m": 2}),
                               ("fp8_block_scaled_gemm", {}), ("best_fp8_gemm", {})]),
 }
 CHOICE = {"fp32": "best_gemm", "tf32": "best_tf32_gemm", "fp16": "best_fp16_gemm", "bf16": "best_fp16_gemm",
@@ -105,6 +107,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
         "% cuBLAS": df["pct_cublas"].map(lambda v: T.fmt(v, ".1f")),
         **({"% cuBLASLt fused": df["pct_cublaslt"].map(lambda v: T.fmt(v, ".1f"))} if "pct_cublaslt" in df else {}),
         **({"× eager": df["speedup_vs_eager"].map(lambda v: T.fmt(v, ".2f"))} if "speedup_vs_eager" in df else {}),
+        **fp8_columns(df),
         "ms": df["time_ms"].map(lambda v: T.fmt(v, ".4f")),
         "rel. error": df["rel_error"].map(lambda v: T.fmt(v, ".2g")) if "rel_error" in df else "",
         "regs": df["registers"].map(lambda v: T.fmt(v, ".0f")) if "registers" in df else "",
@@ -129,8 +132,20 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
         rows.append({"shape": wl.split(":")[1] + scales, "precision": prec,
                      "choice": str(c.get("chosen") or c["name"]), "TFLOP/s": T.fmt(c.get("tflops"), ".2f"),
                      "% cuBLAS": T.fmt(c.get("pct_cublas"), ".1f"),
+                     **{k: v.loc[c.name] for k, v in fp8_columns(df).items()},
                      "dlight % cuBLAS": T.fmt(dl.iloc[0].get("pct_cublas"), ".1f") if len(dl) else ""})
     return pd.DataFrame(rows)
+
+
+def fp8_columns(df: pd.DataFrame) -> dict:
+    """Block scales' two other baselines, where the frame has them: % of cuBLASLt's per-tensor rate at
+    the same shape and the speedup over dequantizing into bf16 for cuBLAS."""
+    cols = {}
+    if "pct_cublas_tensor" in df:
+        cols["% LT per-tensor"] = df["pct_cublas_tensor"].map(lambda v: T.fmt(v, ".1f"))
+    if "speedup_vs_dequant" in df:
+        cols["× dequant+bf16"] = df["speedup_vs_dequant"].map(lambda v: T.fmt(v, ".2f"))
+    return cols
 
 
 def markdown(df: pd.DataFrame) -> str:
@@ -140,7 +155,9 @@ def markdown(df: pd.DataFrame) -> str:
              "with cuBLAS fp32 (TF32 off), tf32 ones with cuBLAS in TF32 mode, fp16/bf16 ones with cuBLAS of "
              "the same input type and an fp32 output (or the workload's output type; with an epilogue, the product alone, "
              "beside cuBLASLt's fused epilogue and eager PyTorch); fp8 ones with torch._scaled_mm (cuBLASLt) of the same "
-             "scales and output type.", "", "## The lab's choice per shape", "",
+             "scales and output type; block-scaled ones also with cuBLASLt's per-tensor rate at the same shape "
+             "(% LT per-tensor) and with their inputs dequantized into bf16 for cuBLAS (× dequant+bf16).", "",
+             "## The lab's choice per shape", "",
              T.markdown_table(summary(df)), "## Every kernel", "", T.markdown_table(table(df))]
     return "\n".join(lines)
 
