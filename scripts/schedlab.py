@@ -366,7 +366,7 @@ def make_parser():
                    ":out=TYPE and an epilogue (docs/epilogues.md; repeatable)")
     s.add_argument("--schedules", action="append", help="names, comma-separated (default: all)")
     s.add_argument("--baselines", default=None, help="comma-separated: numpy_cpu,torch_cpu,cublas,cublas_tf32,cublaslt_fused,"
-                   "torch_eager,tvm_dlight")
+                   "torch_eager,dequant_bf16_cublas (block-scaled 8-bit inputs),tvm_dlight")
     s.add_argument("--param", action="append", metavar="NAME=VALUE", help="override a parameter")
     s.add_argument("--out", default="out/run", help="where results, tables, charts, report.html and IR files go")
     s.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per schedule and phase")
