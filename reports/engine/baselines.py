@@ -24,6 +24,7 @@ import tvm
 from tvm.s_tir import dlight as dl
 
 from schedules.reference import UNIT_ROUNDOFF, fp8_sum_tolerance, output_tolerance
+from schedules.workloads import SCALE_BLOCK
 
 from .measure import bench_cpu
 
@@ -219,7 +220,7 @@ def dequant_call(torch, workload, inputs, out):
         raise Unavailable(f"the dequantize-then-bf16 baseline is for block-scaled 8-bit inputs, not {workload}")
     a8, b8, sa, sb = inputs[:4]
     M, N, K = workload.M, workload.N, workload.K
-    kb, block = sa.shape[1], 128
+    kb, block = sa.shape[1], SCALE_BLOCK
     a16, b16 = (torch.empty((R, K), dtype=torch.bfloat16, device=a8.device) for R in (M, N))
 
     def dequant(x, scale, dst):  # scale: one row per row of x, one column per 128 of K
