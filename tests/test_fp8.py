@@ -667,42 +667,28 @@ def test_the_fragments_own_stores_are_right(harness, workload, params):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float8_e4m3fn:nt:out=bfloat16",
-                                      "gemm:1024x512x2048:float8_e4m3fn:nt:scale=row:out=bfloat16",
-                                      "gemm:1024x512x2048:float8_e4m3fn:nt:scale=block:out=bfloat16",
-                                      "gemm:1024x512x2304:float8_e4m3fn:nt:scale=block:out=bfloat16"])
-def test_scaled_mm_with_the_same_scales_is_right(workload):
-    """The benchmark's baseline: torch._scaled_mm through the same measurement path (checked to the
-    same FP8 bound: it is asked for fast accumulation where cuBLASLt takes it)."""
+@pytest.mark.parametrize("name, workload", [
+    ("cublas", "gemm:1024x512x2048:float8_e4m3fn:nt:out=bfloat16"),
+    ("cublas", "gemm:1024x512x2048:float8_e4m3fn:nt:scale=row:out=bfloat16"),
+    ("cublas", "gemm:1024x512x2048:float8_e4m3fn:nt:scale=block:out=bfloat16"),
+    ("cublas", "gemm:1024x512x2304:float8_e4m3fn:nt:scale=block:out=bfloat16"),  # ceil(K/128) % 4 != 0
+    ("dequant_bf16_cublas", "gemm:1024x512x2048:float8_e4m3fn:nt:scale=block:out=bfloat16"),
+    ("dequant_bf16_cublas", "gemm:1000x520x2000:float8_e4m3fn:nt:scale=block:out=bfloat16")])  # 2000 = 15·128 + 80
+def test_scaled_mm_with_the_same_scales_and_dequantizing_into_bf16_are_right(name, workload):
+    """The benchmark's baselines through the same measurement path: torch._scaled_mm (checked to the
+    same FP8 bound: it is asked for fast accumulation where cuBLASLt takes it) and, for block scales,
+    the inputs dequantized into bf16 for cuBLAS (checked to the bound of their bf16 rounding)."""
     from reports.engine.baselines import Unavailable
     from reports.engine.harness import check_in_process
 
     try:
-        row = check_in_process("cublas", workload, time=True, budget_s=0.02)
+        row = check_in_process(name, workload, time=True, budget_s=0.02)
     except Unavailable as e:
         pytest.skip(str(e))
-    print(f"cublas on {workload}: {row.get('cublas_call')}, relative error {row.get('rel_error'):.3g}")
+    print(f"{name} on {workload}: {row.get('cublas_call')}, relative error {row.get('rel_error'):.3g}")
     assert row["status"] == "ok", row.get("error")
-    assert "torch._scaled_mm" in row["cublas_call"] and row["precision"] == "fp8"
-    assert math.isfinite(row["time_ms"]) and row["time_ms"] > 0
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("workload", ["gemm:1024x512x2048:float8_e4m3fn:nt:scale=block:out=bfloat16",
-                                      "gemm:1000x520x2000:float8_e4m3fn:nt:scale=block:out=bfloat16"])
-def test_dequantizing_block_scaled_inputs_into_bf16_for_cublas_is_right(workload):
-    """The dequantize-then-bf16 baseline through the same measurement path: checked against float64
-    of the dequantized inputs to its bound (K a multiple of 128, and 2000 = 15·128 + 80)."""
-    from reports.engine.baselines import Unavailable
-    from reports.engine.harness import check_in_process
-
-    try:
-        row = check_in_process("dequant_bf16_cublas", workload, time=True, budget_s=0.02)
-    except Unavailable as e:
-        pytest.skip(str(e))
-    print(f"dequant_bf16_cublas on {workload}: {row.get('cublas_call')}, relative error {row.get('rel_error'):.3g}")
-    assert row["status"] == "ok", row.get("error")
-    assert "dequantized" in row["cublas_call"] and math.isfinite(row["time_ms"]) and row["time_ms"] > 0
+    assert ("torch._scaled_mm" if name == "cublas" else "dequantized") in row["cublas_call"]
+    assert row["precision"] == "fp8" and math.isfinite(row["time_ms"]) and row["time_ms"] > 0
 
 
 @pytest.mark.gpu
