@@ -533,7 +533,7 @@ def test_the_benchmark_runs_both_scalings_beside_scaled_mm_and_show_defaults_to_
 
 
 def test_block_scales_are_also_compared_with_the_per_tensor_rate_and_with_dequantizing_into_bf16():
-    """The issue's two other baselines for block scales: cuBLASLt's per-tensor rate at the same shape
+    """Block scales' two other baselines: cuBLASLt's per-tensor rate at the same shape
     (``pct_cublas_tensor``) and the inputs dequantized into bf16 for cuBLAS (``speedup_vs_dequant``);
     neither for per-tensor or per-row scales. The bench tables show both."""
     from reports.engine import results as R
