@@ -393,6 +393,15 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     pad_b, _ = pad_copy_kernel(N, K, 1, wl.dtype_b) if PAD else (None, K)
 
     @T.macro
+    def k_tiles(acc, part, sa_r, sb_r, SA, SB, scales, ring_lo, bars, i, kt0, n, tile_m, tile_n, row0, lane):
+        # unit i's n K tiles from kt0, unrolled (block scales, unpipelined); chunk_scales: their scales first
+        if CHUNK:
+            load_chunk(sa_r, sb_r, SA, SB, tile_m, tile_n, row0, lane, kt0, n)
+        for u in T.unroll(n):
+            promote(acc, part, sa_r, sb_r, SA, SB, scales, ring_lo, bars, i * KT + kt0 + u, kt0 + u, u, tile_m, tile_n,
+                    row0, lane)
+
+    @T.macro
     def body(A, B, SA, SB, bias, R, D):
         if PAD:  # workspaces from the device's pool, as the 16-bit steps' padded copies
             A_pad = T.alloc_buffer((M, KP), wl.dtype, scope="global")
@@ -493,16 +502,11 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                             # the unit's first K tile's barrier (the others': in promote)
                             wait_phase(T.address_of(bars[i * KT % S]), i * KT // S % 2)
                             for c in T.serial(KT // UK):  # chunks of unroll_k K tiles in straight-line code
-                                if CHUNK:
-                                    load_chunk(sa_r, sb_r, SA, SB, tile_m, tile_n, w * ROW0, lane, c * UK, UK)
-                                for u in T.unroll(UK):
-                                    promote(acc, part, sa_r, sb_r, SA, SB, scales, ring_lo, bars, i * KT + c * UK + u,
-                                            c * UK + u, u, tile_m, tile_n, w * ROW0, lane)
-                            if CHUNK and KT % UK != 0:
-                                load_chunk(sa_r, sb_r, SA, SB, tile_m, tile_n, w * ROW0, lane, KT // UK * UK, KT % UK)
-                            for u in T.unroll(KT % UK):
-                                promote(acc, part, sa_r, sb_r, SA, SB, scales, ring_lo, bars, i * KT + KT // UK * UK + u,
-                                        KT // UK * UK + u, u, tile_m, tile_n, w * ROW0, lane)
+                                k_tiles(acc, part, sa_r, sb_r, SA, SB, scales, ring_lo, bars, i, c * UK, UK, tile_m,
+                                        tile_n, w * ROW0, lane)
+                            if KT % UK != 0:  # the rest
+                                k_tiles(acc, part, sa_r, sb_r, SA, SB, scales, ring_lo, bars, i, KT // UK * UK,
+                                        KT % UK, tile_m, tile_n, w * ROW0, lane)
                         else:
                             for kt in T.serial(KT):
                                 it: T.let[T.int32] = i * KT + kt
