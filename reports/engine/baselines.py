@@ -216,6 +216,8 @@ def dequant_call(torch, workload, inputs, out):
     are dequantized into bfloat16 buffers (each 1×128 piece of A times its scale, each 128×128
     block of B times its, in float32, then rounded), then cuBLAS's bf16 GEMM writes the output; the
     dequantization is timed with the product, and reads the scales of each check."""
+    if torch is None:
+        raise Unavailable("dequant_bf16_cublas needs torch with CUDA")
     if getattr(workload, "scaling", None) != "block":
         raise Unavailable(f"the dequantize-then-bf16 baseline is for block-scaled 8-bit inputs, not {workload}")
     a8, b8, sa, sb = inputs[:4]

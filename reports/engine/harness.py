@@ -189,21 +189,16 @@ def measure_job(job: dict, executable=None) -> dict:
     h = _harness(job.get("timing", DEFAULT_TIMING)[0])
     inputs, out = M.device_buffers(h, wl)
     checked, checked_inputs = wl, inputs  # what the output is checked against
-    if name in ("cublas", "cublas_tf32"):
-        fn, call = baselines.cublas_call(h, wl, inputs, out, tf32=name == "cublas_tf32")
+    if name in ("cublas", "cublas_tf32", DEQUANT_BASELINE):
+        if name == DEQUANT_BASELINE:
+            fn, call = baselines.dequant_call(h.torch, wl, inputs, out)
+            tol = baselines.dequant_tolerance(wl)
+        else:
+            fn, call = baselines.cublas_call(h, wl, inputs, out, tf32=name == "cublas_tf32")
+            tol = baselines.cublas_tolerance(wl, tf32=name == "cublas_tf32")
         row.update(role="baseline", device="gpu", cublas_call=call, precision=precision(name, wl.dtype))
-        tol = baselines.cublas_tolerance(wl, tf32=name == "cublas_tf32")
         tvm_module, tvm_args = None, None
         if getattr(wl, "epilogue", None) is not None:  # the product alone (FP8: scaled), into the output type
-            checked, checked_inputs = wl.product_only(), inputs[:wl.operand_count]
-    elif name == DEQUANT_BASELINE:
-        if h.torch is None:
-            raise baselines.Unavailable(f"{name} needs torch with CUDA")
-        fn, call = baselines.dequant_call(h.torch, wl, inputs, out)
-        row.update(role="baseline", device="gpu", cublas_call=call, precision=precision(name, wl.dtype))
-        tol = baselines.dequant_tolerance(wl)
-        tvm_module, tvm_args = None, None
-        if getattr(wl, "epilogue", None) is not None:  # the product alone, as the cublas row
             checked, checked_inputs = wl.product_only(), inputs[:wl.operand_count]
     elif name in EPILOGUE_BASELINES:
         if h.torch is None:

@@ -17,6 +17,7 @@ measurement in another run of the same experiment, so it is the key two folders 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -149,8 +150,7 @@ def per_tensor_twin(workload: str) -> str | None:
         return None
     if getattr(wl, "scaling", None) != "block":
         return None
-    return str(Gemm(wl.M, wl.N, wl.K, wl.dtype, wl.acc_dtype, wl.layout, wl.batch, wl.out_dtype,
-                    b_dtype=wl.b_dtype, scaling="tensor"))
+    return str(dataclasses.replace(wl.product_only(), scaling="tensor"))
 
 
 # --- files -----------------------------------------------------------------------------------------

@@ -121,7 +121,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """The lab's choice per shape and precision, its % of cuBLAS and dlight's."""
-    rows = []
+    rows, extra = [], fp8_columns(df)
     for (wl, prec), g in df.groupby(["workload", "precision"], sort=False):
         choice = g[g["name"] == CHOICE.get(prec)]  # the step at its defaults comes first
         dl = g[g["name"] == "tvm_dlight"]
@@ -132,7 +132,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
         rows.append({"shape": wl.split(":")[1] + scales, "precision": prec,
                      "choice": str(c.get("chosen") or c["name"]), "TFLOP/s": T.fmt(c.get("tflops"), ".2f"),
                      "% cuBLAS": T.fmt(c.get("pct_cublas"), ".1f"),
-                     **{k: v.loc[c.name] for k, v in fp8_columns(df).items()},
+                     **{k: v.loc[c.name] for k, v in extra.items()},
                      "dlight % cuBLAS": T.fmt(dl.iloc[0].get("pct_cublas"), ".1f") if len(dl) else ""})
     return pd.DataFrame(rows)
 
