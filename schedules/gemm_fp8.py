@@ -48,7 +48,8 @@ from .fp8_pingpong import make_pingpong_promotion
 from .pingpong import check_pingpong, make_mainloop, turns, wait_turn
 from .registry import register
 from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, encode_map, fence_acc, grouped_tile,
-                         pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done, wait_phase)
+                         pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done, wait_phase,
+                         warp_group_index)
 from .staged_store import make_staged_rows, staged_bytes
 from .tma_fp16 import Geometry, TmaConfig, make_loader
 from .workloads import FP8_DTYPES, SCALE_BLOCK, Epilogue, Gemm, activation_expr
@@ -464,7 +465,10 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                     produce(A_map, B_map, ring, bars, lane, n_tiles, cid, rank)
             else:
                 T.ptx["setmaxnreg.inc.sync.aligned.u32"](cfg.consumer_budget)
-                w = T.meta_var(wg - 1)
+                # the consumer's index broadcast from lane 0 (CUTLASS's canonical_warp_group_idx): known
+                # warp-uniform, so ptxas keeps the wgmma descriptors' arithmetic in uniform registers
+                w_u: T.let[T.int32] = warp_group_index() - 1
+                w = T.meta_var(w_u)
                 if not (ROWWISE or BLOCK):
                     sab[0] = SA[0] * SB[0]
                 if PP:

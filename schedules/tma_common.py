@@ -40,6 +40,16 @@ WARPGROUP = 128
 ITEMSIZE = {"float16": 2, "bfloat16": 2}
 PTX_TYPE = {"float16": "f16", "bfloat16": "bf16"}
 
+_WG_SRC = ('__forceinline__ __device__ int tma_warp_group() {\n'
+           '  return __shfl_sync(0xffffffff, (int)(threadIdx.x / 128), 0);\n}\n')
+
+
+def warp_group_index():
+    """The thread's warpgroup, lane 0's broadcast by ``__shfl_sync`` (CUTLASS's
+    canonical_warp_group_idx): ptxas then knows it warp-uniform and keeps what is computed from it
+    (the wgmma descriptors) in uniform registers instead of moving them there (R2UR) every K tile."""
+    return T.cuda.func_call("tma_warp_group", source_code=_WG_SRC, return_type="int32")
+
 
 def b_box_rows(block_n: int) -> int:
     """Rows of one TMA box of a B tile (columns of C): 64, one 8 KiB piece, where ``block_n`` is a

@@ -233,7 +233,7 @@ NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder
                "gemv_column_serial": "no results here", "store_skew": "no results here",
                "bench_random_seed35": "no results here", "fp8_chunk_scales": "no results here",
                "fp8_pingpong_stages": "no results here", "fp8_best_before_after": "no results here",
-               "fp8_block_experiments": "no results here"}
+               "fp8_block_experiments": "no results here", "fp8_uniform_wg": "no results here"}
 
 
 @pytest.fixture(scope="module")
