@@ -499,18 +499,23 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                             pipe_unit(acc, part, part1, sa_r, sb_r, SA, SB, scales, ring, bars, i, tile_m, tile_n,
                                       w * ROW0, lane)
                         elif BLOCK:
+                            # the tile's row and column held in registers: as let-bound values TVM writes their
+                            # expressions (a division by the group's height) into every chunk's scale addresses
+                            tile_rc = T.alloc_local((2,), "int32")
+                            tile_rc[0] = tile_m
+                            tile_rc[1] = tile_n
                             for r in T.unroll(g.ACC):
                                 acc[r] = T.float32(0)
                             if not (IN_RING or CHUNK):
-                                load_scales(sa_r, sb_r, 0, SA, SB, tile_m, tile_n, w * ROW0, lane, 0)
+                                load_scales(sa_r, sb_r, 0, SA, SB, tile_rc[0], tile_rc[1], w * ROW0, lane, 0)
                             # the unit's first K tile's barrier (the others': in promote)
                             wait_phase(T.address_of(bars[i * KT % S]), i * KT // S % 2)
                             for c in T.serial(KT // UK):  # chunks of unroll_k K tiles in straight-line code
-                                k_tiles(acc, part, sa_r, sb_r, SA, SB, scales, ring_lo, bars, i, c * UK, UK, tile_m,
-                                        tile_n, w * ROW0, lane)
+                                k_tiles(acc, part, sa_r, sb_r, SA, SB, scales, ring_lo, bars, i, c * UK, UK, tile_rc[0],
+                                        tile_rc[1], w * ROW0, lane)
                             if KT % UK != 0:  # the rest
                                 k_tiles(acc, part, sa_r, sb_r, SA, SB, scales, ring_lo, bars, i, KT // UK * UK,
-                                        KT % UK, tile_m, tile_n, w * ROW0, lane)
+                                        KT % UK, tile_rc[0], tile_rc[1], w * ROW0, lane)
                         else:
                             for kt in T.serial(KT):
                                 it: T.let[T.int32] = i * KT + kt
