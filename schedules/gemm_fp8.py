@@ -51,6 +51,7 @@ from .tma_common import (DESC_SWIZZLE_128B, ROW_BYTES, WARPGROUP, WorkUnits, enc
                          pad_copy_kernel, release_slot, ring_barriers, ring_producer, ring_unit_done, wait_phase,
                          warp_group_index)
 from .staged_store import make_staged_rows, staged_bytes
+from .tma_store import drain_stores, encode_store_map, make_tma_store, tma_store_bytes
 from .tma_fp16 import Geometry, TmaConfig, make_loader
 from .workloads import FP8_DTYPES, SCALE_BLOCK, Epilogue, Gemm, activation_expr
 
@@ -359,6 +360,8 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     mma = make_fp8_mma(g)
     epilogue = make_fp8_epilogue(g, wl)
     STAGED = cfg.staged_store  # D through the consumer warps' staging areas (after the ring)
+    TMA_STORE = getattr(cfg, "tma_store", False)  # D by the TMA unit from per-warp boxes (schedules/tma_store.py)
+    tma_store = make_tma_store(g, wl) if TMA_STORE else None
     staged = make_fp8_staged_epilogue(g, wl) if STAGED else None
     ROW0 = cfg.wg_rows
     OUT = wl.out_dtype
@@ -415,6 +418,9 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
         a_data, b_data = T.meta_var(((A_pad if PAD else A).data, (B_pad if PAD else B).data))
         T.evaluate(encode_map(A_map, a_data, (KP, M), (g.BK, g.BM), 1, "uint8", L2))
         T.evaluate(encode_map(B_map, b_data, (KP, N), (g.BK, 64), 1, "uint8", L2))
+        if TMA_STORE:
+            D_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+            T.evaluate(encode_store_map(D_map, D.data, wl))
         if IN_RING:  # the block scales' maps (fp8_block_scales.encode_scale_maps)
             SA_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
             SB_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
@@ -444,8 +450,10 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
             if STAGED:
                 vals = T.alloc_buffer((16,), "float32", scope="local")  # accumulators read back from the area
                 stage: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES)
-            if IN_RING:  # the scales' slots, after the staging areas
-                scales: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES + staged_bytes(cfg))
+            if TMA_STORE:  # the consumer warps' boxes, after the ring
+                boxes: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES)
+            if IN_RING:  # the scales' slots, after the staging areas or boxes
+                scales: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES + staged_bytes(cfg) + tma_store_bytes(cfg))
             else:
                 scales = T.meta_var(ring)  # unused
             wg = T.meta_var(tid // WARPGROUP)
@@ -525,11 +533,15 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                                 if T.And(kt > 0, lane == 0):
                                     release_slot(bars, S + (it - 1) % S, CL)
                             unit_done(acc, bars, i, KT, lane)
-                        if STAGED:
+                        if TMA_STORE:  # block scales: the sums are scaled already; the epilogue in the boxes
+                            tma_store(D_map, bias, R, acc, boxes, tile_m, tile_n, w * ROW0, w, lane, i)
+                        elif STAGED:
                             staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w, lane,
                                    0)
                         else:
                             epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, w * ROW0, lane)
+                    if TMA_STORE:
+                        drain_stores(lane)
             if CL > 1:
                 T.cuda.cluster_sync()  # no block leaves while a peer may still multicast into it
 
@@ -623,6 +635,9 @@ class Fp8BlockConfig(Fp8TmaConfig):
     #: that ptxas schedules a K tile's barrier check and wgmma setup among the previous one's promotion;
     #: 0: by the registers a consumer has to spare (:attr:`k_chunk`)
     unroll_k: int = 0
+    #: D written by the TMA unit from two boxes of shared memory per consumer warp (schedules/tma_store.py)
+    #: instead of by the warps' own stores (cooperative consumers; staged_store false; N·itemsize a multiple of 16)
+    tma_store: bool = False
     scalings = ("block",)  # promoted into fp32 registers every K tile (make_promotion)
     zero_means_auto = Fp8TmaConfig.zero_means_auto + ("unroll_k",)
     step_name = "fp8_block_scaled_gemm"
@@ -638,6 +653,8 @@ class Fp8BlockConfig(Fp8TmaConfig):
         if self.chunk_scales and (self.pipelined or self.pingpong or self.scales_in_ring):
             raise ScheduleParamError(f"{name}: chunk_scales is for the unpipelined cooperative kernel with the scales "
                                      f"from global memory (pipelined, pingpong and scales_in_ring false)")
+        if self.tma_store and self.pingpong:
+            raise ScheduleParamError(f"{name}: tma_store is for the cooperative consumers (pingpong=false)")
         if self.pipe_tiles < 2:
             raise ScheduleParamError(f"{name}: pipe_tiles must be ≥ 2 (K tiles per pipelined chunk), "
                                      f"got {self.pipe_tiles}")

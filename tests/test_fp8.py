@@ -355,6 +355,24 @@ def test_the_consumers_take_their_warpgroup_index_from_lane_0(built, wl, step, p
     assert "__shfl_sync(0xffffffff, (int)(threadIdx.x / 128), 0)" in b.device.cuda
 
 
+def test_tma_store_hands_each_box_of_the_block_scaled_tile_to_the_tma_unit(built):
+    """tma_store=true (with staged_store=false): each consumer warp writes its 16 × 32 boxes of the tile into
+    shared memory and one lane issues the bulk tensor store; the warps wait for the TMA unit only before they
+    refill a box and at the end. Compiles (nvcc, sm_90a) without spills; the ping-pong kernel and a staged store
+    beside it are refused in one line."""
+    wl = "gemm:1000x520x2048:float8_e4m3fn:nt:scale=block:out=bfloat16"
+    b = built(wl, BLOCK_STEP, chunk_scales=True, tma_store=True, staged_store=False)
+    assert all(k.spills == 0 for k in b.device.kernels)
+    ptx = b.device.ptx
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in ptx
+    assert "cp.async.bulk.wait_group.read" in ptx and "fence.proxy.async.shared::cta" in ptx
+    spec = get(BLOCK_STEP)
+    for params, word in ((dict(TMA_STORE, **BLOCK_PINGPONG), "tma_store is for the cooperative consumers"),
+                         (dict(tma_store=True), "tma_store and staged_store are two ways")):
+        with pytest.raises(ScheduleParamError, match=word):
+            spec.validate(parse_workload(wl), spec.config(**params))
+
+
 def test_scales_in_ring_loads_each_k_tiles_scales_by_tma_beside_it(built):
     """scales_in_ring=true: the producer thread loads each K tile's scales by TMA (a box of 16-byte
     rows, 4 K tiles each, for the tile's 128 rows and its B block) into the slot's scale area, on its
@@ -590,6 +608,7 @@ GPU_CASES = [
     ("gemm:64x64x64:float8_e4m3fn:nt:out=bfloat16", PINGPONG),  # one partial tile: the second consumer idles
     (MIXED, dict(PINGPONG, cluster_m=2, sms=6)),
 ]
+TMA_STORE = dict(tma_store=True, staged_store=False)
 BLOCK_GPU_CASES = [
     ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", {}),
     ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", {}),  # ragged: clamped scale indices
@@ -629,6 +648,12 @@ BLOCK_GPU_CASES = [
     ("gemm:1000x520x1536:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(chunk_scales=True, sms=5)),
     ("gemm:1100x520x2048:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(chunk_scales=True, cluster_m=2)),
     ("gemm:1000x1000x1536:float8_e4m3fn:nt:scale=block", dict(chunk_scales=True, block_n=192, stages=4)),
+    # tma_store: D by the TMA unit from per-warp boxes (ragged M and N clipped by the map; several tiles a block so
+    # boxes are reused; the whole epilogue; an fp32 output; clusters; the per-K-tile loader and the pipelined kernel)
+    ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(TMA_STORE, chunk_scales=True)),
+    ("gemm:1000x520x1536:float8_e4m3fn:b=float8_e5m2:nt:scale=block", dict(TMA_STORE, chunk_scales=True, sms=5)),
+    (MIXED.replace("scale=row", "scale=block"), dict(TMA_STORE, cluster_m=2)),
+    ("gemm:1000x520x2000:float8_e4m3fn:nt:scale=block:out=bfloat16", dict(TMA_STORE, pipelined=True, sms=7)),
 ]
 
 
