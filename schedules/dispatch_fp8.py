@@ -294,6 +294,7 @@ def describe(cand: Candidate) -> str:
     cfg = cand.config
     extra = (f", stages {cfg.stages}" + (", ping-pong consumers" if cfg.pingpong else "")
              + (f", {cfg.sms} blocks" if cfg.sms else "")
+             + (", TMA store" if getattr(cfg, "tma_store", False) else "")
              + (", K padded to 16 (copies of A/B)" if cfg.pad_k else ""))
     return f"{cand.step} [{cand.key}{extra}]"
 

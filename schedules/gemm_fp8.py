@@ -684,7 +684,8 @@ class Fp8BlockConfig(Fp8TmaConfig):
         pipe = (" pipelined" + (f"/{self.pipe_tiles}" if self.pipe_tiles != 4 else "")) if self.pipelined else ""
         unroll = f" unroll {self.unroll_k}" if self.unroll_k and not self.pipelined else ""
         chunk = " chunk scales" if self.chunk_scales else ""
-        return "block-scaled " + Fp8TmaConfig.describe(self) + pipe + unroll + chunk
+        store = " tma store" if self.tma_store else ""
+        return "block-scaled " + Fp8TmaConfig.describe(self) + pipe + unroll + chunk + store
 
 
 @register("fp8_block_scaled_gemm", "gemm", Fp8BlockConfig, aliases=("fp8_block",), tags=("fp8",))
