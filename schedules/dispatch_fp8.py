@@ -187,7 +187,7 @@ def candidates(wl, gpu: GpuSpec | None = None) -> list[Candidate]:
             # == 0): 1.031x over 12 products on an H200, 0.99-1.08x (fp8_chunk_scales); 4096³ 124.2 -> 119.0 µs
             cfg = replace(cfg, chunk_scales=True)
             stored = replace(cfg, tma_store=True, staged_store=False)  # D by the TMA unit from per-warp boxes: 1.048x
-            if tma_store_refusal(stored, wl) is None:  # over 16 products, 0.99-1.14x (H200, fp8_tma_store)
+            if tma_store_refusal(stored, wl) is None:  # over 16 products, 0.99-1.14x (H200, fp8_block_epilogue)
                 cfg = stored
         out.append(Candidate(step, cfg, family, key_of(family, cfg)))
     valid = [c for c in out if dispatch._valid(c.step, wl, c.config, limits)]
