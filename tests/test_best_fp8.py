@@ -178,6 +178,23 @@ def test_the_cooperative_block_candidates_run_the_unrolled_unpipelined_kernel(K)
     assert all(scales_by_chunk(wl, c) is (-(-K // 128) % 4 == 0) for c in coop)
 
 
+@pytest.mark.parametrize("N, out, takes", [(4096, "bfloat16", True), (520, "float32", True),
+                                             (1001, "bfloat16", False), (1002, "float16", False)])
+def test_the_cooperative_block_candidates_store_by_the_tma_unit_where_a_tensor_map_takes_d(N, out, takes):
+    """Where D's row pitch is a multiple of 16 bytes the cooperative block-scaled candidates write D by
+    the TMA unit (tma_store, staged_store off: 1.048x over 16 products on an H200); elsewhere (N·itemsize
+    not a multiple of 16: 1001 or 1002 16-bit columns) they keep the staged store, and still build; the
+    ping-pong candidates never take it. The choice's description says which."""
+    wl = parse_workload(f"gemm:1024x{N}x2048:float8_e4m3fn:nt:scale=block:out={out}")
+    cands = dispatch_fp8.candidates(wl)
+    coop = [c for c in cands if not c.config.pingpong]
+    assert coop and all(c.config.tma_store is takes and c.config.staged_store is not takes for c in coop)
+    assert not any(c.config.tma_store for c in cands if c.config.pingpong)
+    for c in coop:
+        get(c.step).validate(wl, c.config)
+    assert ("TMA store" in dispatch_fp8.describe(coop[0])) is takes
+
+
 def test_the_pingpong_tiles_run_a_ring_of_4_stages_but_64x128():
     """Per-tensor and row scales: the ping-pong 128 × 128 and 64 × 256 at 4 stages (faster than the
     deepest ring, 6 and 5, on an H200: fp8_pingpong_stages), 64 × 128 at 8; the cooperative tiles at
