@@ -33,7 +33,7 @@ shares (tma_fp16.make_loader):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tvm
 from tvm import s_tir
@@ -76,6 +76,10 @@ class Fp8TmaConfig(TmaConfig):
     #: mainloops (schedules/pingpong.py); False: both split every tile along M (cooperative).
     pingpong: bool = False
     staged_store: bool = True  # D through a shared-memory area per consumer warp (make_fp8_staged_epilogue)
+    #: D written by the TMA unit from two boxes of shared memory per consumer warp (schedules/tma_store.py)
+    #: instead of by the warps' own stores, the scales applied in the boxes (cooperative consumers;
+    #: staged_store false; N·itemsize a multiple of 16)
+    tma_store: bool = False
     narrow_panels = False  # B in 64-row pieces: block_n a multiple of 64
     dtypes = FP8_DTYPES
     layouts = ("nt",)  # FP8 wgmma reads both operands K-major: A M×K and B N×K as stored
@@ -108,6 +112,8 @@ class Fp8TmaConfig(TmaConfig):
         if self.pad_pitch != 16:
             raise ScheduleParamError(f"{name}: pad_pitch is for the 16-bit and tf32 steps' padded copies; pad_k pads "
                                      f"8-bit rows to 16 bytes")
+        if self.tma_store and self.pingpong:
+            raise ScheduleParamError(f"{name}: tma_store is for the cooperative consumers (pingpong=false)")
         if self.split_k != 1:
             raise ScheduleParamError(f"{name}: split_k must be 1 (the epilogue applies the scales to the whole sum), "
                                      f"got {self.split_k}")
@@ -129,7 +135,7 @@ class Fp8TmaConfig(TmaConfig):
 
     def describe(self) -> str:
         return ("fp8 " + TmaConfig.describe(self) + (" pingpong" if self.pingpong else "")
-                + (", K padded to 16" if self.pad_k else ""))
+                + (", K padded to 16" if self.pad_k else "") + (" tma store" if self.tma_store else ""))
 
 
 class Fp8Geometry(Geometry):
@@ -360,8 +366,9 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
     mma = make_fp8_mma(g)
     epilogue = make_fp8_epilogue(g, wl)
     STAGED = cfg.staged_store  # D through the consumer warps' staging areas (after the ring)
-    TMA_STORE = getattr(cfg, "tma_store", False)  # D by the TMA unit from per-warp boxes (schedules/tma_store.py)
-    tma_store = make_tma_store(g, wl) if TMA_STORE else None
+    TMA_STORE = cfg.tma_store  # D by the TMA unit from per-warp boxes (schedules/tma_store.py)
+    # block scales: the sums are scaled already; per tensor or row, the boxes' writes apply the scales
+    tma_store = make_tma_store(g, wl, None if wl.scaling == "block" else wl.scaling) if TMA_STORE else None
     staged = make_fp8_staged_epilogue(g, wl) if STAGED else None
     ROW0 = cfg.wg_rows
     OUT = wl.out_dtype
@@ -452,6 +459,12 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                 stage: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES)
             if TMA_STORE:  # the consumer warps' boxes, after the ring
                 boxes: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES)
+                if ROWWISE:  # what the boxes' writes scale by (make_tma_store's scales)
+                    store_scales = T.meta_var((SA, SB))
+                elif BLOCK:
+                    store_scales = T.meta_var(None)
+                else:
+                    store_scales = T.meta_var(sab)
             if IN_RING:  # the scales' slots, after the staging areas or boxes
                 scales: T.let[T.uint32] = ring + T.uint32(g.RING_BYTES + staged_bytes(cfg) + tma_store_bytes(cfg))
             else:
@@ -503,15 +516,16 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                         tm_, tn_ = T.meta_var(units.tile(cid, i, rank))
                         tile_m: T.let[T.int32] = tm_
                         tile_n: T.let[T.int32] = tn_
+                        # the tile's row and column held in registers: as let-bound values TVM writes their
+                        # expressions (a division by the group's height) into every use, each chunk's scale
+                        # addresses and each box's or row's store address
+                        tile_rc = T.alloc_local((2,), "int32")
+                        tile_rc[0] = tile_m
+                        tile_rc[1] = tile_n
                         if PIPE:
                             pipe_unit(acc, part, part1, sa_r, sb_r, SA, SB, scales, ring, bars, i, tile_m, tile_n,
                                       w * ROW0, lane)
                         elif BLOCK:
-                            # the tile's row and column held in registers: as let-bound values TVM writes their
-                            # expressions (a division by the group's height) into every chunk's scale addresses
-                            tile_rc = T.alloc_local((2,), "int32")
-                            tile_rc[0] = tile_m
-                            tile_rc[1] = tile_n
                             for r in T.unroll(g.ACC):
                                 acc[r] = T.float32(0)
                             if not (IN_RING or CHUNK):
@@ -533,13 +547,14 @@ def fp8_kernel(wl: Gemm, cfg: Fp8TmaConfig):
                                 if T.And(kt > 0, lane == 0):
                                     release_slot(bars, S + (it - 1) % S, CL)
                             unit_done(acc, bars, i, KT, lane)
-                        if TMA_STORE:  # block scales: the sums are scaled already; the epilogue in the boxes
-                            tma_store(D_map, bias, R, acc, boxes, tile_m, tile_n, w * ROW0, w, lane, i)
+                        if TMA_STORE:  # the scales (per tensor or row) and the epilogue in the boxes
+                            tma_store(D_map, bias, R, store_scales, acc, boxes, tile_rc[0], tile_rc[1], w * ROW0, w,
+                                      lane, i)
                         elif STAGED:
-                            staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_m, tile_n, w * ROW0, w, lane,
-                                   0)
+                            staged(D, SA, SB, sab, bias, R, acc, vals, pair, stage, tile_rc[0], tile_rc[1], w * ROW0,
+                                   w, lane, 0)
                         else:
-                            epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_m, tile_n, w * ROW0, lane)
+                            epilogue(D, SA, SB, sab, bias, R, acc, pair, tile_rc[0], tile_rc[1], w * ROW0, lane)
                     if TMA_STORE:
                         drain_stores(lane)
             if CL > 1:
@@ -635,9 +650,6 @@ class Fp8BlockConfig(Fp8TmaConfig):
     #: that ptxas schedules a K tile's barrier check and wgmma setup among the previous one's promotion;
     #: 0: by the registers a consumer has to spare (:attr:`k_chunk`)
     unroll_k: int = 0
-    #: D written by the TMA unit from two boxes of shared memory per consumer warp (schedules/tma_store.py)
-    #: instead of by the warps' own stores (cooperative consumers; staged_store false; N·itemsize a multiple of 16)
-    tma_store: bool = False
     scalings = ("block",)  # promoted into fp32 registers every K tile (make_promotion)
     zero_means_auto = Fp8TmaConfig.zero_means_auto + ("unroll_k",)
     step_name = "fp8_block_scaled_gemm"
@@ -653,8 +665,6 @@ class Fp8BlockConfig(Fp8TmaConfig):
         if self.chunk_scales and (self.pipelined or self.pingpong or self.scales_in_ring):
             raise ScheduleParamError(f"{name}: chunk_scales is for the unpipelined cooperative kernel with the scales "
                                      f"from global memory (pipelined, pingpong and scales_in_ring false)")
-        if self.tma_store and self.pingpong:
-            raise ScheduleParamError(f"{name}: tma_store is for the cooperative consumers (pingpong=false)")
         if self.pipe_tiles < 2:
             raise ScheduleParamError(f"{name}: pipe_tiles must be ≥ 2 (K tiles per pipelined chunk), "
                                      f"got {self.pipe_tiles}")
@@ -684,8 +694,8 @@ class Fp8BlockConfig(Fp8TmaConfig):
         pipe = (" pipelined" + (f"/{self.pipe_tiles}" if self.pipe_tiles != 4 else "")) if self.pipelined else ""
         unroll = f" unroll {self.unroll_k}" if self.unroll_k and not self.pipelined else ""
         chunk = " chunk scales" if self.chunk_scales else ""
-        store = " tma store" if self.tma_store else ""
-        return "block-scaled " + Fp8TmaConfig.describe(self) + pipe + unroll + chunk + store
+        store = " tma store" if self.tma_store else ""  # after the block's own knobs
+        return "block-scaled " + Fp8TmaConfig.describe(replace(self, tma_store=False)) + pipe + unroll + chunk + store
 
 
 @register("fp8_block_scaled_gemm", "gemm", Fp8BlockConfig, aliases=("fp8_block",), tags=("fp8",))

@@ -155,7 +155,7 @@ def ws_kernel(wl: Gemm, cfg):
         stored once in its type (by TMA from the boxes at ``stage``, the block's ``i``-th tile; fused, staged
         or from the fragments; product ``part`` of a bmm, else 0, which each store reads only in a bmm)."""
         if TMA_STORE:
-            tma_store(D_map, bias, R, acc, stage, tile_m, tile_n, w * ROW_STEP, w, lane, i)
+            tma_store(D_map, bias, R, None, acc, stage, tile_m, tile_n, w * ROW_STEP, w, lane, i)
         elif FUSED and STAGED:
             staged_fused(C, bias, R, None, None, None, acc, vals, pair, stage, tile_m, tile_n, w * ROW_STEP, w, lane,
                          part)

@@ -18,6 +18,9 @@ TMA unit. The fragment's 8-byte writes (a row's two columns per lane) land 8 row
 dense box: shared memory serves them in 8 passes, a few hundred cycles per tile against microseconds of
 stores. D's row pitch must be a multiple of 16 bytes (a tensor map's), N a multiple of 4 (fp32) or 8 (16-bit).
 
+FP8 products scaled per tensor or per row (on fp8_tma_gemm) apply their scales in the box write: the product of
+the two scalars, or A's scale of the lane's 2 rows and B's of its 8 columns, read a box ahead as the bias is.
+
 An epilogue's bias and R are read a box ahead of their use (the lane's 8 columns, and its 2 rows of R): the box's
 ``st.shared`` are ``asm volatile`` with a memory clobber, so nvcc moves no load above them, and a load issued in
 the box that uses it waited for L2 once per box. Read ahead, a bf16 output with bias and GELU ran at 0.97-1.03× the
@@ -67,12 +70,15 @@ def encode_store_map(D_map, D_data, wl: Gemm):
                                     descriptor_dtype=wl.out_dtype, rank=2, swizzle=0, l2_promotion=0)
 
 
-def make_tma_store(g, wl: Gemm):
-    """A macro ``store(D_map, bias, R, acc, boxes, tile_m, tile_n, row0, w, lane, i)``: consumer warp
-    ``lane // 32`` of warpgroup ``w`` (rows ``row0``.. of the tile) stores its accumulators of the
+def make_tma_store(g, wl: Gemm, scaling: str | None = None):
+    """A macro ``store(D_map, bias, R, scales, acc, boxes, tile_m, tile_n, row0, w, lane, i)``: consumer
+    warp ``lane // 32`` of warpgroup ``w`` (rows ``row0``.. of the tile) stores its accumulators of the
     block's ``i``-th tile through its boxes (shared address ``boxes``) and D's tensor map; the
     epilogue on the accumulators in the fragment layout, its bias and R (clamped inside D) read a
-    box ahead. ``g``: the kernel's schedules.tma_fp16.Geometry."""
+    box ahead. ``g``: the kernel's schedules.tma_fp16.Geometry. ``scaling``: an FP8 product's scales
+    applied first, ``"tensor"`` (``scales`` a local buffer holding scale_a·scale_b) or ``"row"``
+    (``scales`` the pair (scale_a, scale_b), read a box ahead at the lane's rows and columns); None
+    (``scales`` None): the sums are the product already (16-bit inputs, FP8 block scales)."""
     M, N, NACC = g.M, g.N, g.NACC
     MT, CHUNKS = g.cfg.m_subtiles, g.BN // BOX_COLS
     OUT = wl.out_dtype
@@ -82,6 +88,10 @@ def make_tma_store(g, wl: Gemm):
     FUSED, BIAS, RES = wl.has_epilogue, wl.bias, wl.residual
 
     EARLY_B, EARLY_R = FUSED and BIAS, FUSED and RES  # the epilogue's operands, read a box ahead of their use
+    ROWWISE, TENSOR = scaling == "row", scaling == "tensor"
+    EARLY = EARLY_B or EARLY_R or ROWWISE
+    if scaling not in (None, "tensor", "row"):
+        raise ValueError(f"make_tma_store: scaling is None, 'tensor' or 'row', not {scaling!r}")
 
     def row_of(tile_m, row0, lane, q, h):
         return tile_m * g.BM + row0 + q // CHUNKS * 64 + lane // 32 * 16 + lane % 32 // 4 + h * 8
@@ -95,8 +105,9 @@ def make_tma_store(g, wl: Gemm):
         return T.ptx.st.shared.v2.b16(addr, T.reinterpret("uint16", a), T.reinterpret("uint16", b))
 
     @T.macro
-    def fetch(bias, R, bv, rv, slot, q, tile_m, tile_n, row0, lane):
-        """Box ``q``'s bias (8 columns a lane) and R (its 2 rows of them) into ``slot`` of bv, rv."""
+    def fetch(bias, R, scales, bv, rv, sv, slot, q, tile_m, tile_n, row0, lane):
+        """Box ``q``'s bias (8 columns a lane), R (its 2 rows of them) and row scales (B's at the 8
+        columns, A's at the 2 rows) into ``slot`` of bv, rv, sv."""
         for jj in T.unroll(4):
             for e in T.unroll(2):
                 if EARLY_B:
@@ -105,15 +116,24 @@ def make_tma_store(g, wl: Gemm):
                     for h in T.unroll(2):
                         rv[slot * 16 + (jj * 2 + h) * 2 + e] = R[T.min(row_of(tile_m, row0, lane, q, h), M - 1),
                                                                   T.min(col_of(tile_n, lane, q, jj) + e, N - 1)]
+                if ROWWISE:
+                    sv[slot * 10 + jj * 2 + e] = scales[1][0, T.min(col_of(tile_n, lane, q, jj) + e, N - 1)]
+        if ROWWISE:
+            for h in T.unroll(2):
+                sv[slot * 10 + 8 + h] = scales[0][T.min(row_of(tile_m, row0, lane, q, h), M - 1), 0]
 
-    def value(bv, rv, x, slot, jj, h, e):
+    def value(bv, rv, sv, scales, x, slot, jj, h, e):
         if not FUSED:
             return x
+        if ROWWISE:  # x·(scale_a·scale_b), as schedules.gemm_fp8.output_value
+            x = x * (sv[slot * 10 + 8 + h] * sv[slot * 10 + jj * 2 + e])
+        elif TENSOR:
+            x = x * scales[0]
         return epilogue_value(wl, x, bv[slot * 8 + jj * 2 + e] if EARLY_B else None,
                               rv[slot * 16 + (jj * 2 + h) * 2 + e] if EARLY_R else None)
 
     @T.macro
-    def store(D_map, bias, R, acc, boxes, tile_m, tile_n, row0, w, lane, i):
+    def store(D_map, bias, R, scales, acc, boxes, tile_m, tile_n, row0, w, lane, i):
         area: T.let[T.uint32] = boxes + T.cast((w * 4 + lane // 32) * BOX_BUFFERS * BOX, "uint32")
         if EARLY_B:
             bv = T.alloc_buffer((16,), OUT, scope="local")
@@ -123,12 +143,16 @@ def make_tma_store(g, wl: Gemm):
             rv = T.alloc_buffer((32,), OUT, scope="local")
         else:
             rv = T.meta_var(None)
-        if EARLY_B or EARLY_R:
-            fetch(bias, R, bv, rv, 0, 0, tile_m, tile_n, row0, lane)
+        if ROWWISE:
+            sv = T.alloc_buffer((20,), "float32", scope="local")
+        else:
+            sv = T.meta_var(None)
+        if EARLY:
+            fetch(bias, R, scales, bv, rv, sv, 0, 0, tile_m, tile_n, row0, lane)
         for q in T.unroll(PER_TILE):  # box q: m64 subtile q // CHUNKS, columns 32·(q % CHUNKS)..
-            if EARLY_B or EARLY_R:
+            if EARLY:
                 if q + 1 < PER_TILE:  # the next box's operands, in flight while this one is written
-                    fetch(bias, R, bv, rv, (q + 1) % 2, q + 1, tile_m, tile_n, row0, lane)
+                    fetch(bias, R, scales, bv, rv, sv, (q + 1) % 2, q + 1, tile_m, tile_n, row0, lane)
             box: T.let[T.uint32] = area + T.cast((i * PER_TILE + q) % BOX_BUFFERS * BOX, "uint32")
             if lane % 32 == 0:  # the TMA unit has read this box's last store (the other one may run on)
                 T.ptx["cp.async.bulk.wait_group.read"](BOX_BUFFERS - 1)
@@ -138,7 +162,8 @@ def make_tma_store(g, wl: Gemm):
                     x = T.meta_var(q // CHUNKS * NACC + (q % CHUNKS * 4 + jj) * 4 + h * 2)
                     T.evaluate(put(box + T.cast(((lane % 32 // 4 + h * 8) * BOX_COLS + jj * 8 + lane % 4 * 2) * ITEM,
                                                 "uint32"),
-                                   value(bv, rv, acc[x], q % 2, jj, h, 0), value(bv, rv, acc[x + 1], q % 2, jj, h, 1)))
+                                   value(bv, rv, sv, scales, acc[x], q % 2, jj, h, 0),
+                                   value(bv, rv, sv, scales, acc[x + 1], q % 2, jj, h, 1)))
             T.ptx["fence.proxy.async.shared::cta"]()  # the box's writes, visible to the TMA unit
             T.cuda.warp_sync()
             if lane % 32 == 0:

@@ -406,6 +406,41 @@ def test_the_baseline_expressions_compute_the_epilogue_on_cpu_tensors(text, name
     assert product_error(wl, out, ins) < min(eager_tolerance(wl), 1e-5), call
 
 
+def test_the_baselines_product_finds_its_way_once_not_on_every_timed_call():
+    """product_into_call (the eager epilogue's and the dequantize baseline's product): where torch's mm has no
+    out_dtype, the failed try happens once, when the closure is made; each timed call runs one product."""
+    from reports.engine.baselines import product_into_call
+
+    calls = []
+
+    class Out:
+        dtype = "bfloat16"
+
+        def copy_(self, x):
+            calls.append("copy")
+
+    def mm(a, b, **kw):
+        calls.append(sorted(kw))
+        if "out_dtype" in kw:
+            raise TypeError("mm() got an unexpected keyword argument 'out_dtype'")
+        return "product"
+
+    class A:
+        dtype = "float32"
+
+    fn, how = product_into_call(None, mm, A(), None, Out())
+    assert how == "converted" and calls == [["out", "out_dtype"]]
+    calls.clear()
+    fn()
+    fn()
+    assert calls == [[], "copy", [], "copy"]
+    A.dtype = "bfloat16"
+    fn, how = product_into_call(None, mm, A(), None, Out())
+    calls.clear()
+    fn()
+    assert how == "same types" and calls == [["out"]]
+
+
 def test_bench_gemm_puts_an_epilogue_shape_beside_the_fused_library_and_eager():
     from reports.experiments.bench_gemm import make_jobs
 

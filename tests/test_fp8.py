@@ -355,6 +355,35 @@ def test_the_consumers_take_their_warpgroup_index_from_lane_0(built, wl, step, p
     assert "__shfl_sync(0xffffffff, (int)(threadIdx.x / 128), 0)" in b.device.cuda
 
 
+@pytest.mark.parametrize("wl", ["gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=row:out=bfloat16",
+                                "gemm:1000x1000x512:float8_e4m3fn:nt:out=float32:bias:relu"])
+def test_tma_store_applies_the_row_or_tensor_scales_in_the_boxes(built, wl):
+    """fp8_tma_gemm with tma_store=true: the scales are applied as each box is written (per row: B's scales
+    at the lane's 8 columns and A's at its 2 rows, read a box ahead, from no other place; per tensor: the
+    product of the two scalars), and the boxes go to the TMA unit. Compiles (nvcc, sm_90a) without spills;
+    the ping-pong kernel and a staged store beside it are refused in one line."""
+    b = built(wl, STEP, **TMA_STORE)
+    assert all(k.spills == 0 for k in b.device.kernels)
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in b.device.ptx
+    cuda = b.device.cuda
+    body = cuda[cuda.rindex("main_kernel("):]
+    assert "D_ptr" not in body  # D only through the tensor map
+    if "scale=row" in wl:  # the tile's boxes, unrolled: each read once, a box ahead (the first before the loop)
+        cfg = get(STEP).config()
+        boxes = cfg.m_subtiles * cfg.block_n // 32
+        assert body.count("= scale_b_ptr[") == 8 * boxes and body.count("= scale_a_ptr[") == 2 * boxes
+    else:
+        assert "scale_a_ptr[0] * scale_b_ptr[0]" in body and "scale_b_ptr[" not in body.replace("scale_b_ptr[0]", "")
+    spec = get(STEP)
+    for params, word in ((dict(TMA_STORE, **PINGPONG), "tma_store is for the cooperative consumers"),
+                         (dict(tma_store=True), "tma_store and staged_store are two ways")):
+        with pytest.raises(ScheduleParamError, match=word) as e:
+            spec.validate(parse_workload(wl), spec.config(**params))
+        assert "\n" not in str(e.value)
+    with pytest.raises(ScheduleParamError, match="must be a multiple of 8"):
+        spec.validate(parse_workload("gemm:1000x1001x512:float8_e4m3fn:nt:out=bfloat16"), spec.config(**TMA_STORE))
+
+
 def test_tma_store_hands_each_box_of_the_block_scaled_tile_to_the_tma_unit(built):
     """tma_store=true (with staged_store=false): each consumer warp writes its 16 × 32 boxes of the tile into
     shared memory and one lane issues the bulk tensor store; the warps wait for the TMA unit only before they
@@ -595,6 +624,7 @@ def test_block_scales_are_also_compared_with_the_per_tensor_rate_and_with_dequan
 
 
 # --- on the GPU ----------------------------------------------------------------------------------------
+TMA_STORE = dict(tma_store=True, staged_store=False)
 GPU_CASES = [
     (BIG, {}),
     ("gemm:1000x520x2000:float8_e4m3fn:nt", {}),  # ragged M, N and last K tile (2000 = 15·128 + 80)
@@ -607,8 +637,15 @@ GPU_CASES = [
     ("gemm:1000x520x2000:float8_e4m3fn:nt", dict(PINGPONG, block_m=64, block_n=256, stages=5, sms=7)),
     ("gemm:64x64x64:float8_e4m3fn:nt:out=bfloat16", PINGPONG),  # one partial tile: the second consumer idles
     (MIXED, dict(PINGPONG, cluster_m=2, sms=6)),
+    # tma_store with the scales applied in the boxes: per tensor, per row (ragged M and N clipped by the map,
+    # several tiles a block so boxes are reused, a mixed pair), the whole epilogue with clusters, 16- and 32-bit D
+    (BIG + ":out=bfloat16", TMA_STORE),
+    ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=row:out=bfloat16", dict(TMA_STORE, sms=5)),
+    (MIXED, dict(TMA_STORE, cluster_m=2)),
+    ("gemm:1000x1000x512:float8_e4m3fn:nt:out=float32:bias:relu", dict(TMA_STORE, block_n=128, sms=7)),
+    ("gemm:2048x1536x1008:float8_e5m2:b=float8_e4m3fn:nt:scale=row:out=float16:bias:gelu_tanh:residual",
+     dict(TMA_STORE, block_n=128)),
 ]
-TMA_STORE = dict(tma_store=True, staged_store=False)
 BLOCK_GPU_CASES = [
     ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", {}),
     ("gemm:1000x520x2000:float8_e4m3fn:b=float8_e5m2:nt:scale=block", {}),  # ragged: clamped scale indices

@@ -140,19 +140,18 @@ def eager_tolerance(workload) -> float:
     return cublas_tolerance(workload) + 2.5 * u * len(eager_ops(workload))
 
 
-def _product_into(torch, mm, a, b, out):
-    """The product into ``out`` in ``out``'s type: directly where the types agree, through
-    ``out_dtype`` (cublasGemmEx with another C type) where torch has it, else computed in the input
-    type and converted."""
+def product_into_call(torch, mm, a, b, out):
+    """``(fn, how)``: a closure writing the product into ``out`` in ``out``'s type, and how: directly
+    where the types agree, through ``out_dtype`` (cublasGemmEx with another C type) where torch has
+    it, else computed in the input type and converted. The way is found once, here (a torch without
+    ``out_dtype`` fails the try once), so that a timed call runs only the way that works."""
     if a.dtype == out.dtype:
-        mm(a, b, out=out)
-        return "same types"
+        return (lambda: mm(a, b, out=out)), "same types"
     try:
         mm(a, b, out_dtype=out.dtype, out=out)
-        return "out_dtype"
+        return (lambda: mm(a, b, out_dtype=out.dtype, out=out)), "out_dtype"
     except (TypeError, RuntimeError):
-        out.copy_(mm(a, b))
-        return "converted"
+        return (lambda: out.copy_(mm(a, b))), "converted"
 
 
 def epilogue_call(torch, workload, inputs, out, name: str):
@@ -183,13 +182,12 @@ def epilogue_call(torch, workload, inputs, out, name: str):
 
     fp8 = getattr(workload, "fp8", False)
     if fp8:  # the product: torch._scaled_mm with the scales, as the cublas row calls it
-        scaled, _ = scaled_mm_call(torch, workload.product_only(), inputs[:4], out)
+        product, _ = scaled_mm_call(torch, workload.product_only(), inputs[:4], out)
+    else:
+        product, _ = product_into_call(torch, mm, a, b, out)
 
     def run():
-        if fp8:
-            scaled()
-        else:
-            _product_into(torch, mm, a, b, out)
+        product()
         if ep.alpha != 1.0:
             out.mul_(ep.alpha)
         if bias is not None:
@@ -199,8 +197,8 @@ def epilogue_call(torch, workload, inputs, out, name: str):
         if res is not None:
             out.add_(res, alpha=ep.beta)
 
-    product = "torch._scaled_mm" if fp8 else "torch.bmm" if workload.batched else "torch.mm"
-    return run, "eager: " + ", ".join([product] + eager_ops(workload))
+    first = "torch._scaled_mm" if fp8 else "torch.bmm" if workload.batched else "torch.mm"
+    return run, "eager: " + ", ".join([first] + eager_ops(workload))
 
 
 def dequant_tolerance(workload) -> float:
@@ -232,14 +230,13 @@ def dequant_call(torch, workload, inputs, out):
             full = x.to(torch.float32) * scale.repeat_interleave(block, 1)[:, :K]
         dst.copy_(full.view(x.shape[0], K))
 
-    mm = torch.mm
+    product, how = product_into_call(torch, torch.mm, a16, b16.t(), out)
 
     def run():
         dequant(a8, sa, a16)
         dequant(b8, sb.repeat_interleave(block, 0)[:N], b16)  # a row of B's block scales per 128 rows
-        _product_into(torch, mm, a16, b16.t(), out)
+        product()
 
-    how = _product_into(torch, mm, a16, b16.t(), out)
     alone = " (the product alone: no epilogue)" if workload.epilogue is not None else ""
     return run, (f"A and B dequantized with their block scales into bfloat16 (float32 products), then "
                  f"torch.mm bfloat16 → {out.dtype} ({how}){alone}")
