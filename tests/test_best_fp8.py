@@ -195,6 +195,25 @@ def test_the_cooperative_block_candidates_store_by_the_tma_unit_where_a_tensor_m
     assert ("TMA store" in dispatch_fp8.describe(coop[0])) is takes
 
 
+@pytest.mark.parametrize("tail, takes", [(":out=bfloat16", True), (":out=float16", True), ("", False),
+                                         (":scale=row:out=bfloat16", False), (":out=bfloat16:bias:gelu_tanh", False),
+                                         (":out=bfloat16:gelu_tanh", False), ("x", False)])
+def test_the_per_tensor_candidates_store_by_the_tma_unit_only_without_an_epilogue_into_16_bits(tail, takes):
+    """Per-tensor scales, no epilogue, a 16-bit D whose rows a tensor map takes: the cooperative candidates
+    write D by the TMA unit, the scales applied in the boxes (1.017x over 12 products on an H200); with row
+    scales, an epilogue, an fp32 D or a pitch not a multiple of 16 bytes (N 1001: tail "x") they keep the
+    staged store, the ping-pong ones always; every candidate builds."""
+    N = 1001 if tail == "x" else 4096
+    wl = parse_workload(f"gemm:2048x{N}x2048:float8_e4m3fn:nt" + (":out=bfloat16" if tail == "x" else tail))
+    cands = dispatch_fp8.candidates(wl)
+    coop = [c for c in cands if not c.config.pingpong]
+    assert coop and all(c.config.tma_store is takes and c.config.staged_store is not takes for c in coop)
+    assert not any(c.config.tma_store for c in cands if c.config.pingpong)
+    for c in cands:
+        get(c.step).validate(wl, c.config)
+    assert ("TMA store" in dispatch_fp8.describe(coop[0])) is takes
+
+
 def test_the_pingpong_tiles_run_a_ring_of_4_stages_but_64x128():
     """Per-tensor and row scales: the ping-pong 128 × 128 and 64 × 256 at 4 stages (faster than the
     deepest ring, 6 and 5, on an H200: fp8_pingpong_stages), 64 × 128 at 8; the cooperative tiles at
