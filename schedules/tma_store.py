@@ -19,7 +19,8 @@ dense box: shared memory serves them in 8 passes, a few hundred cycles per tile 
 stores. D's row pitch must be a multiple of 16 bytes (a tensor map's), N a multiple of 4 (fp32) or 8 (16-bit).
 
 FP8 products scaled per tensor or per row (on fp8_tma_gemm) apply their scales in the box write: the product of
-the two scalars, or A's scale of the lane's 2 rows and B's of its 8 columns, read a box ahead as the bias is.
+the two scalars; or per row, B's scales of the lane's 8 columns read a box ahead as the bias is (four 8-byte loads),
+and A's of its rows once a tile.
 
 An epilogue's bias and R are read a box ahead of their use (the lane's 8 columns, and its 2 rows of R): the box's
 ``st.shared`` are ``asm volatile`` with a memory clobber, so nvcc moves no load above them, and a load issued in
@@ -92,6 +93,7 @@ def make_tma_store(g, wl: Gemm, scaling: str | None = None):
     EARLY = EARLY_B or EARLY_R or ROWWISE
     if scaling not in (None, "tensor", "row"):
         raise ValueError(f"make_tma_store: scaling is None, 'tensor' or 'row', not {scaling!r}")
+    assert N % 2 == 0, "a tensor map's row pitch (a multiple of 16 bytes) holds an even N"
 
     def row_of(tile_m, row0, lane, q, h):
         return tile_m * g.BM + row0 + q // CHUNKS * 64 + lane // 32 * 16 + lane % 32 // 4 + h * 8
@@ -106,8 +108,8 @@ def make_tma_store(g, wl: Gemm, scaling: str | None = None):
 
     @T.macro
     def fetch(bias, R, scales, bv, rv, sv, slot, q, tile_m, tile_n, row0, lane):
-        """Box ``q``'s bias (8 columns a lane), R (its 2 rows of them) and row scales (B's at the 8
-        columns, A's at the 2 rows) into ``slot`` of bv, rv, sv."""
+        """Box ``q``'s bias (8 columns a lane), R (its 2 rows of them) and B's row scales (at the 8
+        columns) into ``slot`` of bv, rv, sv."""
         for jj in T.unroll(4):
             for e in T.unroll(2):
                 if EARLY_B:
@@ -116,17 +118,15 @@ def make_tma_store(g, wl: Gemm, scaling: str | None = None):
                     for h in T.unroll(2):
                         rv[slot * 16 + (jj * 2 + h) * 2 + e] = R[T.min(row_of(tile_m, row0, lane, q, h), M - 1),
                                                                   T.min(col_of(tile_n, lane, q, jj) + e, N - 1)]
-                if ROWWISE:
-                    sv[slot * 10 + jj * 2 + e] = scales[1][0, T.min(col_of(tile_n, lane, q, jj) + e, N - 1)]
-        if ROWWISE:
-            for h in T.unroll(2):
-                sv[slot * 10 + 8 + h] = scales[0][T.min(row_of(tile_m, row0, lane, q, h), M - 1), 0]
+            if ROWWISE:  # B's scales of the lane's column pair, one 8-byte load (N even: the pair in D or past it)
+                for e in T.vectorized(2):
+                    sv[slot * 8 + jj * 2 + e] = scales[1][0, T.min(col_of(tile_n, lane, q, jj), N - 2) + e]
 
-    def value(bv, rv, sv, scales, x, slot, jj, h, e):
+    def value(bv, rv, sv, sa, scales, x, slot, mt, jj, h, e):
         if not FUSED:
             return x
         if ROWWISE:  # x·(scale_a·scale_b), as schedules.gemm_fp8.output_value
-            x = x * (sv[slot * 10 + 8 + h] * sv[slot * 10 + jj * 2 + e])
+            x = x * (sa[mt * 2 + h] * sv[slot * 8 + jj * 2 + e])
         elif TENSOR:
             x = x * scales[0]
         return epilogue_value(wl, x, bv[slot * 8 + jj * 2 + e] if EARLY_B else None,
@@ -143,10 +143,15 @@ def make_tma_store(g, wl: Gemm, scaling: str | None = None):
             rv = T.alloc_buffer((32,), OUT, scope="local")
         else:
             rv = T.meta_var(None)
-        if ROWWISE:
-            sv = T.alloc_buffer((20,), "float32", scope="local")
+        if ROWWISE:  # B's scales a box ahead; A's of the lane's 2 rows of each m64 subtile, once a tile
+            sv = T.alloc_buffer((16,), "float32", scope="local")
+            sa = T.alloc_buffer((2 * MT,), "float32", scope="local")
+            for mt in T.unroll(MT):
+                for h in T.unroll(2):
+                    sa[mt * 2 + h] = scales[0][T.min(row_of(tile_m, row0, lane, mt * CHUNKS, h), M - 1), 0]
         else:
             sv = T.meta_var(None)
+            sa = T.meta_var(None)
         if EARLY:
             fetch(bias, R, scales, bv, rv, sv, 0, 0, tile_m, tile_n, row0, lane)
         for q in T.unroll(PER_TILE):  # box q: m64 subtile q // CHUNKS, columns 32·(q % CHUNKS)..
@@ -162,8 +167,8 @@ def make_tma_store(g, wl: Gemm, scaling: str | None = None):
                     x = T.meta_var(q // CHUNKS * NACC + (q % CHUNKS * 4 + jj) * 4 + h * 2)
                     T.evaluate(put(box + T.cast(((lane % 32 // 4 + h * 8) * BOX_COLS + jj * 8 + lane % 4 * 2) * ITEM,
                                                 "uint32"),
-                                   value(bv, rv, sv, scales, acc[x], q % 2, jj, h, 0),
-                                   value(bv, rv, sv, scales, acc[x + 1], q % 2, jj, h, 1)))
+                                   value(bv, rv, sv, sa, scales, acc[x], q % 2, q // CHUNKS, jj, h, 0),
+                                   value(bv, rv, sv, sa, scales, acc[x + 1], q % 2, q // CHUNKS, jj, h, 1)))
             T.ptx["fence.proxy.async.shared::cta"]()  # the box's writes, visible to the TMA unit
             T.cuda.warp_sync()
             if lane % 32 == 0:

@@ -359,8 +359,8 @@ def test_the_consumers_take_their_warpgroup_index_from_lane_0(built, wl, step, p
                                 "gemm:1000x1000x512:float8_e4m3fn:nt:out=float32:bias:relu"])
 def test_tma_store_applies_the_row_or_tensor_scales_in_the_boxes(built, wl):
     """fp8_tma_gemm with tma_store=true: the scales are applied as each box is written (per row: B's scales
-    at the lane's 8 columns and A's at its 2 rows, read a box ahead, from no other place; per tensor: the
-    product of the two scalars), and the boxes go to the TMA unit. Compiles (nvcc, sm_90a) without spills;
+    at the lane's 8 columns read a box ahead, 8 bytes a load, and A's at its rows once a tile, from no other
+    place; per tensor: the product of the two scalars), and the boxes go to the TMA unit. Compiles (nvcc, sm_90a) without spills;
     the ping-pong kernel and a staged store beside it are refused in one line."""
     b = built(wl, STEP, **TMA_STORE)
     assert all(k.spills == 0 for k in b.device.kernels)
@@ -368,10 +368,12 @@ def test_tma_store_applies_the_row_or_tensor_scales_in_the_boxes(built, wl):
     cuda = b.device.cuda
     body = cuda[cuda.rindex("main_kernel("):]
     assert "D_ptr" not in body  # D only through the tensor map
-    if "scale=row" in wl:  # the tile's boxes, unrolled: each read once, a box ahead (the first before the loop)
+    if "scale=row" in wl:  # the tile's boxes, unrolled: B's scales a box ahead (the first before the loop), a
+        # column pair a load; A's of the lane's 2 rows of each m64 subtile once a tile
         cfg = get(STEP).config()
         boxes = cfg.m_subtiles * cfg.block_n // 32
-        assert body.count("= scale_b_ptr[") == 8 * boxes and body.count("= scale_a_ptr[") == 2 * boxes
+        assert body.count("= *(float2*)(scale_b_ptr") == 4 * boxes and "= scale_b_ptr[" not in body
+        assert body.count("= scale_a_ptr[") == 2 * cfg.m_subtiles
     else:
         assert "scale_a_ptr[0] * scale_b_ptr[0]" in body and "scale_b_ptr[" not in body.replace("scale_b_ptr[0]", "")
     spec = get(STEP)
