@@ -13,7 +13,9 @@ K tile's) fit the consumers' registers: 128 × 128. Each also in the **ping-pong
 holds a whole tile's accumulators alone, so the tile is what one consumer's registers hold (128 × 128
 and 64 × 256: 128 accumulators per thread of its 232; block scales, two sets: 64 × 128). Where K is
 not a multiple of 16 (no tensor map can describe rows of K bytes), every candidate copies A and B
-first into zero-padded rows (``pad_k``), and the copy is counted.
+first into zero-padded rows (``pad_k``), and the copy is counted. The cooperative candidates store D
+by the TMA unit (``tma_store``) with block scales, and with per-tensor scales where there is no
+epilogue and D is 16-bit; elsewhere through the staged store (measured: the notes in :func:`candidates`).
 
 Each is estimated as the 16-bit TMA kernels are (:func:`schedules.dispatch.estimate`)::
 
@@ -185,8 +187,9 @@ def candidates(wl, gpu: GpuSpec | None = None) -> list[Candidate]:
             cfg = replace(cfg, scales_in_ring=True)
         if not block and not pp and wl.scaling == "tensor" and wl.epilogue is None and itemsize(wl.out_dtype) == 2:
             # D by the TMA unit, the product of the scales applied in the boxes: 1.017x over 12 products on an H200
-            # (1.00-1.05x; fp8_tensor_tma_store). Not taken with row scales (each box reads 10 of them: 0.971x), an
-            # epilogue's inputs (bias and GELU 0.986x, bias and R 0.84x: R read in the fragments' layout) or fp32
+            # (1.00-1.05x; fp8_tma_store_scales). Not taken with row scales (the fragments load 64 columns of B's
+            # scales a tile: 0.996x without an epilogue), an epilogue's inputs (a bias 0.98x, bias and R 0.84x: R
+            # read in the fragments' layout) or an fp32 output (0.99-1.01x)
             stored = replace(cfg, tma_store=True, staged_store=False)
             if tma_store_refusal(stored, wl) is None:
                 cfg = stored
