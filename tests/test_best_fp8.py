@@ -178,6 +178,19 @@ def test_the_cooperative_block_candidates_run_the_unrolled_unpipelined_kernel(K)
     assert all(scales_by_chunk(wl, c) is (-(-K // 128) % 4 == 0) for c in coop)
 
 
+def assert_cooperative_store(wl, takes):
+    """The cooperative candidates for ``wl`` store by the TMA unit (staged store off) where ``takes``, by the
+    staged store elsewhere; the ping-pong ones never by the TMA unit; every candidate builds (validates); the
+    choice's description says which."""
+    cands = dispatch_fp8.candidates(wl)
+    coop = [c for c in cands if not c.config.pingpong]
+    assert coop and all(c.config.tma_store is takes and c.config.staged_store is not takes for c in coop)
+    assert not any(c.config.tma_store for c in cands if c.config.pingpong)
+    for c in cands:
+        get(c.step).validate(wl, c.config)
+    assert ("TMA store" in dispatch_fp8.describe(coop[0])) is takes
+
+
 @pytest.mark.parametrize("N, out, takes", [(4096, "bfloat16", True), (520, "float32", True),
                                              (1001, "bfloat16", False), (1002, "float16", False)])
 def test_the_cooperative_block_candidates_store_by_the_tma_unit_where_a_tensor_map_takes_d(N, out, takes):
@@ -185,14 +198,7 @@ def test_the_cooperative_block_candidates_store_by_the_tma_unit_where_a_tensor_m
     the TMA unit (tma_store, staged_store off: 1.048x over 16 products on an H200); elsewhere (N·itemsize
     not a multiple of 16: 1001 or 1002 16-bit columns) they keep the staged store, and still build; the
     ping-pong candidates never take it. The choice's description says which."""
-    wl = parse_workload(f"gemm:1024x{N}x2048:float8_e4m3fn:nt:scale=block:out={out}")
-    cands = dispatch_fp8.candidates(wl)
-    coop = [c for c in cands if not c.config.pingpong]
-    assert coop and all(c.config.tma_store is takes and c.config.staged_store is not takes for c in coop)
-    assert not any(c.config.tma_store for c in cands if c.config.pingpong)
-    for c in coop:
-        get(c.step).validate(wl, c.config)
-    assert ("TMA store" in dispatch_fp8.describe(coop[0])) is takes
+    assert_cooperative_store(parse_workload(f"gemm:1024x{N}x2048:float8_e4m3fn:nt:scale=block:out={out}"), takes)
 
 
 @pytest.mark.parametrize("tail, takes", [(":out=bfloat16", True), (":out=float16", True), ("", False),
@@ -205,13 +211,7 @@ def test_the_per_tensor_candidates_store_by_the_tma_unit_only_without_an_epilogu
     staged store, the ping-pong ones always; every candidate builds."""
     N = 1001 if tail == "x" else 4096
     wl = parse_workload(f"gemm:2048x{N}x2048:float8_e4m3fn:nt" + (":out=bfloat16" if tail == "x" else tail))
-    cands = dispatch_fp8.candidates(wl)
-    coop = [c for c in cands if not c.config.pingpong]
-    assert coop and all(c.config.tma_store is takes and c.config.staged_store is not takes for c in coop)
-    assert not any(c.config.tma_store for c in cands if c.config.pingpong)
-    for c in cands:
-        get(c.step).validate(wl, c.config)
-    assert ("TMA store" in dispatch_fp8.describe(coop[0])) is takes
+    assert_cooperative_store(wl, takes)
 
 
 def test_the_pingpong_tiles_run_a_ring_of_4_stages_but_64x128():
