@@ -647,6 +647,9 @@ GPU_CASES = [
     ("gemm:1000x1000x512:float8_e4m3fn:nt:out=float32:bias:relu", dict(TMA_STORE, block_n=128, sms=7)),
     ("gemm:2048x1536x1008:float8_e5m2:b=float8_e4m3fn:nt:scale=row:out=float16:bias:gelu_tanh:residual",
      dict(TMA_STORE, block_n=128)),
+    # 256 × 128: two m64 subtiles per consumer warpgroup (A's row scales of each), with and without clusters
+    ("gemm:1000x520x2000:float8_e4m3fn:nt:scale=row:out=bfloat16", dict(TMA_STORE, block_m=256, block_n=128, sms=5)),
+    (BIG + ":out=bfloat16", dict(TMA_STORE, block_m=256, block_n=128, cluster_m=2)),
 ]
 BLOCK_GPU_CASES = [
     ("gemm:4096x4096x4096:float8_e4m3fn:nt:scale=block:out=bfloat16", {}),
