@@ -774,18 +774,22 @@ def test_scaled_mm_with_the_same_scales_and_dequantizing_into_bf16_are_right(nam
 
 
 @pytest.mark.gpu
-def test_the_kernel_taken_out_of_the_lab_runs_on_torch_fp8_tensors():
-    """compile_kernel: A, B as torch.float8 tensors, the scales as torch._scaled_mm takes them."""
+@pytest.mark.parametrize("scale, params", [("row", None), ("tensor", TMA_STORE)])
+def test_the_kernel_taken_out_of_the_lab_runs_on_torch_fp8_tensors(scale, params):
+    """compile_kernel: A, B as torch.float8 tensors, the scales as torch._scaled_mm takes them; D written
+    by the warps (the staged store) or by the TMA unit through a tensor map of the caller's tensor."""
     torch = pytest.importorskip("torch")
     from reports.engine.kernel import compile_kernel
 
-    k = compile_kernel(STEP, "gemm:1024x512x2048:float8_e4m3fn:nt:scale=row:out=bfloat16")
+    k = compile_kernel(STEP, f"gemm:1024x512x2048:float8_e4m3fn:nt:scale={scale}:out=bfloat16", params)
     a = torch.empty(1024, 2048, device="cuda").uniform_(-1, 1).to(torch.float8_e4m3fn)
     b = torch.empty(512, 2048, device="cuda").uniform_(-1, 1).to(torch.float8_e4m3fn)
-    sa = torch.rand(1024, 1, device="cuda") + 0.5
-    sb = torch.rand(1, 512, device="cuda") + 0.5
+    sa = torch.rand((1024, 1) if scale == "row" else (1,), device="cuda") + 0.5
+    sb = torch.rand((1, 512) if scale == "row" else (1,), device="cuda") + 0.5
     d = k(a, b, sa, sb)
     ref = ((a.double() @ b.double().t()) * (sa.double() * sb.double())).to(torch.bfloat16).double()
     err = float((d.double() - ref).norm() / ref.norm())
     print(f"compile_kernel({STEP}) on torch tensors: relative error {err:.3g} (tolerance {k.tolerance:.3g})")
     assert d.dtype == torch.bfloat16 and err <= k.tolerance
+    mine = torch.full_like(d, float("nan"))  # the caller's output tensor: written where it lies
+    assert k(a, b, sa, sb, out=mine) is mine and torch.equal(mine, d)
