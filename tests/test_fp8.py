@@ -360,8 +360,9 @@ def test_the_consumers_take_their_warpgroup_index_from_lane_0(built, wl, step, p
 def test_tma_store_applies_the_row_or_tensor_scales_in_the_boxes(built, wl):
     """fp8_tma_gemm with tma_store=true: the scales are applied as each box is written (per row: B's scales
     at the lane's 8 columns read a box ahead, 8 bytes a load, and A's at its rows once a tile, from no other
-    place; per tensor: the product of the two scalars), and the boxes go to the TMA unit. Compiles (nvcc, sm_90a) without spills;
-    the ping-pong kernel and a staged store beside it are refused in one line."""
+    place; per tensor: the product of the two scalars), and the boxes go to the TMA unit. Compiles (nvcc,
+    sm_90a) without spills; the ping-pong kernel, a staged store beside it and a D whose row pitch is not a
+    multiple of 16 bytes are refused in one line."""
     b = built(wl, STEP, **TMA_STORE)
     assert all(k.spills == 0 for k in b.device.kernels)
     assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in b.device.ptx
