@@ -235,7 +235,7 @@ NOT_RESULTS = {"calibration": "a calibration folder", "tuning": "a tuning folder
                "fp8_pingpong_stages": "no results here", "fp8_best_before_after": "no results here",
                "fp8_block_experiments": "no results here", "fp8_uniform_wg": "no results here",
                "fp8_block_epilogue": "no results here", "fp8_block_experiments_2": "no results here",
-               "fp8_tma_store_scales": "no results here"}
+               "fp8_tma_store_scales": "no results here", "fp8_pingpong_tma_store": "no results here"}
 
 
 @pytest.fixture(scope="module")
