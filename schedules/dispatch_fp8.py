@@ -175,6 +175,13 @@ def candidates(wl, gpu: GpuSpec | None = None) -> list[Candidate]:
         ("fp8_block_scaled_gemm", Fp8BlockConfig, "fp8_block", BLOCK_TILES, BLOCK_PINGPONG_TILES) if block
         else ("fp8_tma_gemm", Fp8TmaConfig, "fp8", FP8_TILES, PINGPONG_TILES))
     pad = wl.K % PAD_TO != 0
+    # D by the TMA unit from per-warp boxes (cooperative candidates, where D's pitch takes a tensor map): with
+    # block scales 1.048x over 16 products on an H200, 0.99-1.14x (fp8_block_epilogue); per tensor without an
+    # epilogue into 16 bits, the product of the scales applied in the boxes, 1.017x over 12 products, 1.00-1.05x
+    # (fp8_tma_store_scales). Not taken with row scales (the fragments load 64 columns of B's scales a tile:
+    # 0.996x without an epilogue), an epilogue's inputs (a bias 0.98x, bias and R 0.84x: R read in the
+    # fragments' layout) or an fp32 output (0.99-1.01x)
+    tma_stored = block or (wl.scaling == "tensor" and wl.epilogue is None and itemsize(wl.out_dtype) == 2)
     out = []
     shapes = [(t, c, False) for t in tiles for c in CLUSTERS] + [(t, c, True) for t in pp_tiles for c in CLUSTERS]
     for (bm, bn, stages), cl, pp in shapes:
@@ -185,19 +192,12 @@ def candidates(wl, gpu: GpuSpec | None = None) -> list[Candidate]:
             # 64 × 128 191.3 -> 177.3 µs at 4096³, 1460 -> 1376 at 8192³ (H100, fp8_block_scales_ring); the
             # cooperative kernels lose by it, and with clusters the ping-pong one spills
             cfg = replace(cfg, scales_in_ring=True)
-        if not block and not pp and wl.scaling == "tensor" and wl.epilogue is None and itemsize(wl.out_dtype) == 2:
-            # D by the TMA unit, the product of the scales applied in the boxes: 1.017x over 12 products on an H200
-            # (1.00-1.05x; fp8_tma_store_scales). Not taken with row scales (the fragments load 64 columns of B's
-            # scales a tile: 0.996x without an epilogue), an epilogue's inputs (a bias 0.98x, bias and R 0.84x: R
-            # read in the fragments' layout) or an fp32 output (0.99-1.01x)
-            stored = replace(cfg, tma_store=True, staged_store=False)
-            if tma_store_refusal(stored, wl) is None:
-                cfg = stored
         if block and not pp:  # a chunk's scales loaded at its start, 16 bytes of a row a load (where ⌈K/128⌉ % 4
             # == 0): 1.031x over 12 products on an H200, 0.99-1.08x (fp8_chunk_scales); 4096³ 124.2 -> 119.0 µs
             cfg = replace(cfg, chunk_scales=True)
-            stored = replace(cfg, tma_store=True, staged_store=False)  # D by the TMA unit from per-warp boxes: 1.048x
-            if tma_store_refusal(stored, wl) is None:  # over 16 products, 0.99-1.14x (H200, fp8_block_epilogue)
+        if tma_stored and not pp:  # the TMA store (the note above the loop)
+            stored = replace(cfg, tma_store=True, staged_store=False)
+            if tma_store_refusal(stored, wl) is None:
                 cfg = stored
         out.append(Candidate(step, cfg, family, key_of(family, cfg)))
     valid = [c for c in out if dispatch._valid(c.step, wl, c.config, limits)]
@@ -304,7 +304,7 @@ def describe(cand: Candidate) -> str:
     cfg = cand.config
     extra = (f", stages {cfg.stages}" + (", ping-pong consumers" if cfg.pingpong else "")
              + (f", {cfg.sms} blocks" if cfg.sms else "")
-             + (", TMA store" if getattr(cfg, "tma_store", False) else "")
+             + (", TMA store" if cfg.tma_store else "")
              + (", K padded to 16 (copies of A/B)" if cfg.pad_k else ""))
     return f"{cand.step} [{cand.key}{extra}]"
 

@@ -33,7 +33,7 @@ shares (tma_fp16.make_loader):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import tvm
 from tvm import s_tir
@@ -134,8 +134,12 @@ class Fp8TmaConfig(TmaConfig):
         return pad, pad
 
     def describe(self) -> str:
-        return ("fp8 " + TmaConfig.describe(self) + (" pingpong" if self.pingpong else "")
-                + (", K padded to 16" if self.pad_k else "") + (" tma store" if self.tma_store else ""))
+        return self.describe_structure() + (" tma store" if self.tma_store else "")
+
+    def describe_structure(self) -> str:
+        """:meth:`describe` without the store (which block scales name after their own knobs)."""
+        return "fp8 " + TmaConfig.describe(self) + (" pingpong" if self.pingpong else "") + (
+            ", K padded to 16" if self.pad_k else "")
 
 
 class Fp8Geometry(Geometry):
@@ -694,8 +698,8 @@ class Fp8BlockConfig(Fp8TmaConfig):
         pipe = (" pipelined" + (f"/{self.pipe_tiles}" if self.pipe_tiles != 4 else "")) if self.pipelined else ""
         unroll = f" unroll {self.unroll_k}" if self.unroll_k and not self.pipelined else ""
         chunk = " chunk scales" if self.chunk_scales else ""
-        store = " tma store" if self.tma_store else ""  # after the block's own knobs
-        return "block-scaled " + Fp8TmaConfig.describe(replace(self, tma_store=False)) + pipe + unroll + chunk + store
+        store = " tma store" if self.tma_store else ""
+        return "block-scaled " + self.describe_structure() + pipe + unroll + chunk + store
 
 
 @register("fp8_block_scaled_gemm", "gemm", Fp8BlockConfig, aliases=("fp8_block",), tags=("fp8",))

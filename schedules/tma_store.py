@@ -1,9 +1,9 @@
 """The TMA store of the persistent 16-bit kernel (``tma_store=true`` on persistent_gemm) and of the cooperative
-block-scaled FP8 kernel (on fp8_block_scaled_gemm, whose sums are scaled before the store): each consumer warp
-writes its accumulators, through the epilogue and rounded to the output type, into a box of shared memory
-(its 16 rows × 32 columns of the tile, dense row-major, the TMA box of D's tensor map), and one lane hands the
-box to the TMA unit (``cp.async.bulk.tensor.2d.global.shared::cta.bulk_group``), which writes it to D while
-the warp goes on: with the next box, then the next tile's wgmmas.
+FP8 kernels (on fp8_tma_gemm, the scales applied in the boxes, and fp8_block_scaled_gemm, whose sums are scaled
+before the store): each consumer warp writes its accumulators, through the epilogue and rounded to the output
+type, into a box of shared memory (its 16 rows × 32 columns of the tile, dense row-major, the TMA box of D's
+tensor map), and one lane hands the box to the TMA unit (``cp.async.bulk.tensor.2d.global.shared::cta.bulk_group``),
+which writes it to D while the warp goes on: with the next box, then the next tile's wgmmas.
 
 The staged store (schedules/staged_store.py) has the warp's threads write D: the warp reads its area back and
 issues the stores, 16 per box, and the SM keeps only so many of them in flight; with one block per SM, a tile
